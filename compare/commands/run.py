@@ -1,0 +1,150 @@
+"""``compare run``: replay one seeded workload on every backend, measure, compare, write results.
+
+With no arguments it is the embedded default: builds (once) the tiny Qwen2 model and compares
+vllm and hf on CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+from compare.commands.common import (
+    DEFAULT_LEVELS, DEFAULT_TINY_SPEC, DEFAULT_WORKLOAD, add_backends_option, has_gpu, parse_backends,
+)
+from compare.errors import UserError
+from compare.options import add_spec_options, add_workload_options, spec_from_args, workload_from_args
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run the workload on each backend and compare (default command)")
+    add_backends_option(p)
+    add_spec_options(p)
+    add_workload_options(p)
+    g = p.add_argument_group("load and measurement")
+    g.add_argument("--concurrency", help=f"closed-loop levels, e.g. 1,4,16 (default {DEFAULT_LEVELS} "
+                                         "when no --rate is given)")
+    g.add_argument("--rate", help="open-loop Poisson rates in req/s, e.g. 2,8,inf")
+    g.add_argument("--slo", help="e.g. ttft_p95=2s,tpot_p95=100ms (goodput counts requests meeting each limit)")
+    g.add_argument("--warmup", type=int, default=2, help="warm-up requests per backend (not measured)")
+    g.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds")
+    g.add_argument("--max-errors", type=int, default=None,
+                   help="stop a backend's level after this many failed requests (default: half)")
+    g.add_argument("--replay", metavar="RESULTS_DIR", help="replay the exact requests of an earlier run")
+    o = p.add_argument_group("output")
+    o.add_argument("--out", type=Path, default=Path("results"), help="results root (default ./results)")
+    o.add_argument("--run-id", default=None, help="results subdirectory name (default: timestamp)")
+    o.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(func=_run)
+
+
+def _validate_load(args: argparse.Namespace):
+    from compare.schedule import parse_levels
+
+    conc = args.concurrency if (args.concurrency or args.rate) else DEFAULT_LEVELS
+    try:
+        levels = parse_levels(conc, args.rate)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if args.warmup < 0:
+        raise UserError("--warmup must be >= 0")
+    if args.timeout <= 0:
+        raise UserError("--timeout must be > 0 seconds")
+    return levels
+
+
+def _requests(args: argparse.Namespace, spec, workload):
+    from compare.workload import build_requests, request_from_dict
+
+    if args.replay:
+        path = Path(args.replay) / "workload.jsonl"
+        if not path.exists():
+            raise UserError(f"--replay {args.replay}: no workload.jsonl there; pass a results directory")
+        return [request_from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    tokenizer = None
+    if workload.prompt_format != "token_ids" or workload.sharegpt:
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer or spec.model)
+        except Exception as e:  # tokenizer loading raises many types
+            raise UserError(f"cannot load the tokenizer of {spec.tokenizer or spec.model} for "
+                            f"prompt_format={workload.prompt_format}: {type(e).__name__}; use "
+                            f"--prompt-format token_ids or pass --tokenizer DIR") from None
+    try:
+        return build_requests(workload, tokenizer)
+    except ValueError as e:
+        raise UserError(f"workload: {e}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    from compare.metrics import parse_slo
+
+    backends = parse_backends(args.backends)
+    levels = _validate_load(args)
+    try:
+        slo = parse_slo(args.slo)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    default_model = None
+    tiny = args.spec_model is None and not args.spec
+    if tiny:
+        from compare.tinymodel import ensure_tiny_model
+
+        print("using the embedded tiny Qwen2 model (built once, cached)", file=sys.stderr)
+        default_model = str(ensure_tiny_model())
+        for k, v in DEFAULT_TINY_SPEC.items():
+            if getattr(args, f"spec_{k}") is None:
+                setattr(args, f"spec_{k}", str(v))
+    spec = spec_from_args(args, default_model=default_model)
+    if not tiny and "://" not in spec.model and not Path(spec.model).exists() and spec.load_format != "dummy":
+        raise UserError(f"model path {spec.model} does not exist; pass a local model directory "
+                        f"(no hub downloads here)")
+    if not has_gpu() and spec.kv_cache_memory_bytes is None and spec.gpu_memory_utilization is None:
+        # vLLM on CPU refuses to start without an explicit KV-cache size
+        spec = spec.model_copy(update={"kv_cache_memory_bytes": 2**30})
+    workload = workload_from_args(args, DEFAULT_WORKLOAD if tiny else None)
+    requests = _requests(args, spec, workload)
+
+    from compare.runner import RunConfig, run
+
+    if args.max_errors is not None and args.max_errors < 0:
+        raise UserError("--max-errors must be >= 0")
+    cfg = RunConfig(backends=backends, spec=spec, workload=workload, requests=requests, levels=levels,
+                    slo=slo, warmup=args.warmup, timeout_s=args.timeout, max_errors=args.max_errors,
+                    out_root=args.out, **({"run_id": args.run_id} if args.run_id else {}))
+    if (args.out / cfg.run_id).exists():
+        raise UserError(f"results directory {args.out / cfg.run_id} already exists; pick another --run-id")
+    # validate every backend's spec (pure adapters) before anything is started or written
+    from backends.registry import plan
+
+    for name in backends:
+        plan(name, cfg.spec_for(name))
+    return _execute(cfg, args.format)
+
+
+def _execute(cfg, fmt: str) -> int:
+    from rich.console import Console
+
+    from compare.console import ConsoleProgress, caveats, comparison_table
+    from compare.runner import run
+
+    console = Console(stderr=fmt == "json")
+    writer = None
+    try:
+        writer = asyncio.run(run(cfg, ConsoleProgress(console)))
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted; partial results in {cfg.out_root / cfg.run_id}[/yellow]")
+        raise
+    run_data = writer.run
+    if fmt == "json":
+        print(json.dumps(run_data, indent=2, default=str))
+    else:
+        console.print(comparison_table(run_data))
+        for c in caveats(run_data):
+            console.print(f"[yellow]! {c}[/yellow]")
+        console.print(f"results: {writer.dir}")
+    return 0 if run_data["status"] == "complete" else 1

@@ -1,0 +1,98 @@
+"""Console output: live progress while running, a side-by-side table at the end."""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from compare.records import RequestRecord
+from compare.runner import Progress
+from compare.schedule import LoadLevel
+
+
+class ConsoleProgress(Progress):
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._bar: RichProgress | None = None
+        self._task: Any = None
+
+    def backend_start(self, name: str) -> None:
+        self.console.print(f"[bold]▶ {name}[/bold]: starting")
+
+    def level_start(self, name: str, level: LoadLevel, n: int) -> None:
+        self._close()
+        self._bar = RichProgress(TextColumn(f"  {name} {level.label}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=self.console, transient=True)
+        self._bar.start()
+        self._task = self._bar.add_task("", total=n)
+
+    def request_done(self, rec: RequestRecord) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task)
+
+    def level_done(self, name: str, level: LoadLevel, summary: dict[str, Any]) -> None:
+        self._close()
+        ttft = (summary.get("ttft_ms") or {}).get("p50")
+        self.console.print(f"  {name} {level.label}: {summary['ok']}/{summary['requests']} ok, "
+                           f"{summary['output_tok_s']:.1f} out tok/s, TTFT p50 "
+                           f"{'-' if ttft is None else f'{ttft:.1f} ms'}")
+
+    def message(self, text: str) -> None:
+        self._close()
+        self.console.print(f"[yellow]{text}[/yellow]")
+
+    def _close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def _fmt(d: dict[str, Any] | None, key: str) -> str:
+    if not d or d.get(key) is None:
+        return "-"
+    return f"{d[key]:.1f}"
+
+
+def comparison_table(run: dict[str, Any]) -> Table:
+    has_slo = bool(run.get("slo"))
+    t = Table(title=f"llm-compare {run['run_id']} ({run['status']})", show_lines=False)
+    for col in ("backend", "load", "ok", "out tok/s", "req/s", "TTFT p50", "TTFT p95", "TPOT p50",
+                "TPOT p95", "ITL p99", "E2E p95"):
+        t.add_column(col, justify="left" if col in ("backend", "load") else "right")
+    if has_slo:
+        t.add_column("goodput req/s", justify="right")
+        t.add_column("SLO", justify="center")
+    for name, b in run["backends"].items():
+        if not b.get("levels"):
+            t.add_row(name, "-", b.get("status", "?"), *["-"] * 8, *(["-", "-"] if has_slo else []))
+        for label, s in b.get("levels", {}).items():
+            row = [name, label, f"{s['ok']}/{s['requests']}", f"{s['output_tok_s']:.1f}", f"{s['req_s']:.2f}",
+                   _fmt(s.get("ttft_ms"), "p50"), _fmt(s.get("ttft_ms"), "p95"), _fmt(s.get("tpot_ms"), "p50"),
+                   _fmt(s.get("tpot_ms"), "p95"), _fmt(s.get("itl_ms"), "p99"), _fmt(s.get("e2e_ms"), "p95")]
+            if has_slo:
+                row += [f"{s.get('goodput_req_s', 0):.2f}", "✓" if s.get("slo_met") else "✗"]
+            t.add_row(*row)
+    t.caption = "latencies in ms; TTFT/TPOT/ITL measured at the client from per-event timestamps"
+    return t
+
+
+def caveats(run: dict[str, Any]) -> list[str]:
+    """Things the reader must know before trusting the table."""
+    out = []
+    for name, b in run["backends"].items():
+        caps = b.get("capabilities", {})
+        if run.get("workload", {}).get("ignore_eos") and not caps.get("forced_output_length", True):
+            out.append(f"{name}: output length cannot be forced; compare length-matched tokens only")
+        for label, s in b.get("levels", {}).items():
+            if s.get("client_lagged"):
+                out.append(f"{name} {label}: client event loop lagged {s['loop_lag_ms']['max']:.1f} ms "
+                           f"(result marked invalid: the client, not the engine, may be the bottleneck)")
+            if s.get("short_outputs"):
+                out.append(f"{name} {label}: {s['short_outputs']} request(s) returned fewer tokens than asked")
+            if s.get("failed"):
+                out.append(f"{name} {label}: {s['failed']} failed request(s): {s.get('errors')}")
+        if b.get("error"):
+            out.append(f"{name}: {b['error']}")
+    return out

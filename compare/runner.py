@@ -1,0 +1,147 @@
+"""The runner: the identical request list and schedule, replayed on each backend in isolation.
+
+For each backend: build (adapters validate the spec first, before anything starts), start,
+warm up, run every load level, stop. Backends run one after another, never at the same time.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from adapters.spec import ServingSpec
+from backends import registry
+from backends.base import Backend, BackendStartError, GenerationRequest
+from compare.executor import LevelOutcome, RunAborted, run_level, run_one
+from compare.hardware import fingerprint
+from compare.metrics import SloTerm, summarize
+from compare.records import RequestRecord
+from compare.results import ResultsWriter, new_run_id
+from compare.schedule import LoadLevel
+from compare.workload import WorkloadSpec, request_to_dict
+
+
+@dataclass
+class RunConfig:
+    backends: list[str]
+    spec: ServingSpec
+    workload: WorkloadSpec
+    requests: list[GenerationRequest]
+    levels: list[LoadLevel]
+    slo: tuple[SloTerm, ...] = ()
+    warmup: int = 2
+    timeout_s: float = 600.0
+    max_errors: int | None = None
+    out_root: Path = Path("results")
+    run_id: str = field(default_factory=new_run_id)
+    lag_threshold_ms: float = 50.0
+    backend_specs: dict[str, ServingSpec] = field(default_factory=dict)  # per-backend overrides
+
+    def spec_for(self, backend: str) -> ServingSpec:
+        return self.backend_specs.get(backend, self.spec)
+
+
+class Progress:
+    """Callbacks for the console; a no-op by default (tests)."""
+
+    def backend_start(self, name: str) -> None: ...
+    def level_start(self, name: str, level: LoadLevel, n: int) -> None: ...
+    def request_done(self, rec: RequestRecord) -> None: ...
+    def level_done(self, name: str, level: LoadLevel, summary: dict[str, Any]) -> None: ...
+    def message(self, text: str) -> None: ...
+
+
+async def run(cfg: RunConfig, progress: Progress | None = None,
+              backend_factory: Callable[[str, ServingSpec], Backend] | None = None) -> ResultsWriter:
+    progress = progress or Progress()
+    factory = backend_factory or registry.build
+    # Validate every backend's spec before starting anything: a bad option fails the whole run
+    # up front instead of after the first backend has spent minutes.
+    built = [(name, factory(name, cfg.spec_for(name))) for name in cfg.backends]
+    writer = ResultsWriter(cfg.out_root, cfg.run_id, {
+        "spec": cfg.spec.model_dump(mode="json"),
+        "backend_specs": {k: v.model_dump(mode="json") for k, v in cfg.backend_specs.items()},
+        "workload": cfg.workload.model_dump(mode="json"),
+        "levels": [lv.as_dict() for lv in cfg.levels],
+        "slo": [{"metric": t.metric, "stat": t.stat, "limit_ms": t.limit_ms} for t in cfg.slo],
+        "warmup_requests": cfg.warmup,
+        "hardware": fingerprint(),
+    })
+    writer.write_workload([request_to_dict(r) for r in cfg.requests])
+    status, error = "complete", None
+    try:
+        for name, backend in built:
+            ok = await _run_backend(cfg, name, backend, writer, progress)
+            if not ok:
+                status = "partial"
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        writer.finish("interrupted", "interrupted by the user; results so far are kept")
+        raise
+    except BaseException as e:
+        writer.finish("failed", f"{type(e).__name__}: {e}")
+        raise
+    writer.finish(status, error)
+    return writer
+
+
+async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: ResultsWriter,
+                       progress: Progress) -> bool:
+    entry = writer.backend(name)
+    entry["capabilities"] = backend.capabilities.as_dict()
+    progress.backend_start(name)
+    t0 = time.perf_counter()
+    try:
+        async with backend:
+            entry["start_s"] = round(time.perf_counter() - t0, 3)
+            entry["describe"] = backend.describe().as_dict()
+            entry["status"] = "running"
+            writer.flush()
+            await _warmup(cfg, backend)
+            for level in cfg.levels:
+                outcome = await _run_level(cfg, backend, level, writer, progress)
+                summary = summarize(outcome.records, outcome.t_end_ns - outcome.t_start_ns, cfg.slo)
+                summary["loop_lag_ms"] = outcome.loop_lag_ms
+                summary["client_lagged"] = outcome.loop_lag_ms.get("max", 0.0) > cfg.lag_threshold_ms
+                if outcome.schedule_offsets_ns is not None:
+                    summary["schedule_offsets_ns"] = outcome.schedule_offsets_ns
+                if outcome.aborted:
+                    summary["aborted"] = outcome.aborted
+                entry["levels"][level.label] = summary
+                entry["describe"] = backend.describe().as_dict()  # may have learned more (e.g. /metrics)
+                writer.flush()
+                progress.level_done(name, level, summary)
+                if outcome.aborted:
+                    raise RunAborted(outcome.aborted)
+        entry["status"] = "complete"
+        return True
+    except (BackendStartError, RunAborted) as e:
+        entry["status"] = "failed"
+        entry["error"] = str(e)
+        progress.message(f"[{name}] {e}")
+        return False
+    finally:
+        writer.flush()
+
+
+async def _warmup(cfg: RunConfig, backend: Backend) -> None:
+    """A few requests before measuring (first-call compilation, caches); never recorded."""
+    for r in cfg.requests[: cfg.warmup]:
+        warm = GenerationRequest(request_id=f"warmup-{r.request_id}", max_tokens=min(r.max_tokens, 8),
+                                 prompt_token_ids=r.prompt_token_ids, prompt_text=r.prompt_text,
+                                 messages=r.messages, ignore_eos=r.ignore_eos)
+        await run_one(backend, warm, "warmup", cfg.timeout_s)
+
+
+async def _run_level(cfg: RunConfig, backend: Backend, level: LoadLevel, writer: ResultsWriter,
+                     progress: Progress) -> LevelOutcome:
+    progress.level_start(backend.name, level, len(cfg.requests))
+
+    def on_record(rec: RequestRecord) -> None:
+        writer.add_record(rec)
+        progress.request_done(rec)
+
+    max_errors = cfg.max_errors if cfg.max_errors is not None else max(1, len(cfg.requests) // 2)
+    return await run_level(backend, cfg.requests, level, seed=cfg.workload.seed, timeout_s=cfg.timeout_s,
+                           max_errors=max_errors, on_record=on_record)

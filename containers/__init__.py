@@ -1,0 +1,1 @@
+"""Container image definitions and the container lifecycle (Docker SDK)."""
