@@ -38,6 +38,7 @@ def register(entry: BackendEntry) -> None:
 
 
 def entries() -> list[BackendEntry]:
+    _load_plugins()
     return list(_ENTRIES.values())
 
 
@@ -51,6 +52,7 @@ def split_name(full: str) -> tuple[str, str | None]:
 
 
 def entry_for(full: str) -> tuple[BackendEntry, str | None]:
+    _load_plugins()
     base, target = split_name(full)
     if base not in _ENTRIES:
         raise UnknownBackendError(
@@ -101,6 +103,31 @@ def _hf_plan(spec: ServingSpec) -> dict[str, Any]:
     from adapters.hf import hf_model_kwargs
 
     return hf_model_kwargs(spec)
+
+
+# Modules that register more backends when imported (one per framework/transport). A module
+# that does not exist (yet) is skipped; any other import error is a bug and propagates.
+PLUGINS = (
+    "backends.http_backends",   # openai@URL, tgi@URL endpoints and the vllm-server backend
+    "backends.tgi",             # TGI via its container
+    "backends.vllm_container",  # vLLM OpenAI server in a container
+    "backends.trtllm",          # TensorRT-LLM (container flows and in-process)
+    "backends.topology",        # replicas behind a client-side load balancer
+)
+_plugins_loaded = False
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for mod in PLUGINS:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise
 
 
 register(BackendEntry(

@@ -1,0 +1,7 @@
+.PHONY: setup test run
+setup:
+	bash scripts/setup.sh
+test:
+	bash scripts/test.sh
+run:
+	bash scripts/run-default.sh
