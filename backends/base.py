@@ -144,3 +144,7 @@ class Backend(Protocol):
         ...
 
     def describe(self) -> BackendDescription: ...
+
+    # Optional, detected with hasattr by the runner (server-side metrics around a load level):
+    #   async def on_level_start(self, label: str) -> None
+    #   async def on_level_end(self, label: str) -> dict   # stored as levels[label].server_metrics

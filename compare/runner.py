@@ -100,8 +100,13 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
             writer.flush()
             await _warmup(cfg, backend)
             for level in cfg.levels:
+                # optional hooks: backends with server-side metrics sample them around each level
+                if hasattr(backend, "on_level_start"):
+                    await backend.on_level_start(level.label)
                 outcome = await _run_level(cfg, backend, level, writer, progress)
                 summary = summarize(outcome.records, outcome.t_end_ns - outcome.t_start_ns, cfg.slo)
+                if hasattr(backend, "on_level_end"):
+                    summary["server_metrics"] = await backend.on_level_end(level.label)
                 summary["loop_lag_ms"] = outcome.loop_lag_ms
                 summary["client_lagged"] = outcome.loop_lag_ms.get("max", 0.0) > cfg.lag_threshold_ms
                 if outcome.schedule_offsets_ns is not None:
