@@ -109,7 +109,7 @@ def parse_slo(text: str | None) -> tuple[SloTerm, ...]:
         return ()
     terms = []
     for part in text.split(","):
-        m = re.fullmatch(r"\s*([a-z]+)_([a-z0-9]+)\s*=\s*([0-9.]+)\s*(ns|us|ms|s)\s*", part)
+        m = re.fullmatch(r"\s*([a-z][a-z0-9]*)_([a-z0-9]+)\s*=\s*([0-9.]+)\s*(ns|us|ms|s)\s*", part)
         if not m or m.group(1) not in _SLO_METRICS or m.group(2) not in _SLO_STATS:
             raise ValueError(
                 f"SLO term {part.strip()!r} is not METRIC_STAT=NUMBERUNIT; metrics "
@@ -131,11 +131,20 @@ def request_meets_slo(r: RequestRecord, slo: Sequence[SloTerm]) -> bool:
         elif t.metric == "e2e":
             v = e2e_ns(r)
         else:
+            # per request, the ITL term bounds that request's own ITL at the same statistic
             itl = itls_ns(r)
-            v = (max(itl) if t.stat == "max" else float(np.percentile(itl, 50 if t.stat == "mean" else int(t.stat[1:])))) if itl else None
+            v = _stat(itl, t.stat) if itl else None
         if v is not None and v / 1e6 > t.limit_ms:
             return False
     return True
+
+
+def _stat(values: Sequence[float], stat: str) -> float:
+    if stat == "max":
+        return float(max(values))
+    if stat == "mean":
+        return float(np.mean(values))
+    return float(np.percentile(values, int(stat[1:])))
 
 
 # ---------------------------------------------------------------- level summary

@@ -8,7 +8,9 @@ from compare.errors import UserError
 
 DEFAULT_BACKENDS = "vllm,hf"
 # The embedded default: a tiny model on CPU needs an explicit KV size (vLLM's CPU memory check)
-DEFAULT_TINY_SPEC = {"dtype": "float32", "max_model_len": 512, "kv_cache_memory_bytes": 64 * 2**20}
+DEFAULT_TINY_SPEC = {"dtype": "float32", "max_model_len": 512, "kv_cache_memory_bytes": 64 * 2**20,
+                     # torch.compile on CPU costs ~2 min at start; eager starts in seconds
+                     "enforce_eager": True}
 DEFAULT_WORKLOAD = {"name": "default", "num_requests": 16, "input": {"dist": "fixed", "value": 64},
                     "output": {"dist": "fixed", "value": 32}}
 DEFAULT_LEVELS = "1,4"
