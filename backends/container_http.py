@@ -1,0 +1,131 @@
+"""A server in a container, driven over HTTP: the shared part of the tgi and vllm-container backends.
+
+The container layer (containers/manager.py) starts the image, publishes its port on 127.0.0.1 and
+waits until the server answers its protocol's health route; streaming, timing and server
+metrics are HttpStreamBackend's (backends/http_backends.py), unchanged. Container settings come
+from the spec's native options of the backend (``--native tgi.image=...``, ``tgi.pull=true``,
+``tgi.gpus=none``, ``tgi.shm_size=2g``, ``tgi.host_port=8080``, ``tgi.ready_timeout_s=900``);
+engine flags are the adapters' business.
+"""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import httpx
+
+from adapters.spec import ServingSpec, UnsupportedSpecError
+from backends.base import BackendRequestError, GenerationRequest, StreamItem
+from backends.http_backends import HttpStreamBackend
+from compare.errors import UserError
+from containers.manager import ContainerSpec, ManagedContainer, parse_gpus
+
+CONTAINER_MODEL_ROOT = "/models"
+CONTAINER_KEYS = {"image", "pull", "gpus", "shm_size", "host_port", "ready_timeout_s"}
+
+
+def container_options(spec: ServingSpec, backend: str, defaults: dict[str, Any],
+                      flags_here: bool = True) -> dict[str, Any]:
+    """The backend's container settings: defaults overridden by non-flag native options.
+    ``flags_here``: native keys starting with ``--`` are engine flags the adapter reads."""
+    opts = dict(defaults)
+    for key, value in spec.native_for(backend).items():
+        if flags_here and str(key).startswith("-"):
+            continue  # launcher/engine flags: the adapter's
+        if key not in CONTAINER_KEYS:
+            raise UnsupportedSpecError(backend, f"native {key}", "not a container setting",
+                                       ", ".join(sorted(CONTAINER_KEYS)) + " (engine flags start with --)")
+        opts[key] = value
+    try:
+        opts["gpus"] = parse_gpus(opts.get("gpus"))
+    except UserError as e:
+        raise UnsupportedSpecError(backend, f"native gpus={opts.get('gpus')!r}", str(e)) from None
+    if opts.get("host_port") is not None:
+        port = int(opts["host_port"])
+        if not 0 < port < 65536:
+            raise UnsupportedSpecError(backend, f"native host_port={port}", "not a port number")
+        opts["host_port"] = port
+    opts["pull"] = str(opts.get("pull", False)).lower() in ("1", "true", "yes")
+    opts["ready_timeout_s"] = float(opts.get("ready_timeout_s", 600))
+    return opts
+
+
+def model_in_container(path: str | None) -> tuple[str | None, tuple[tuple[str, str], ...]]:
+    """A local model directory is mounted read-only under /models; anything else (a hub id) is
+    passed through as is."""
+    if path is None:
+        return None, ()
+    p = Path(path)
+    if p.is_dir():
+        host = str(p.resolve())
+        inside = f"{CONTAINER_MODEL_ROOT}/{p.resolve().name}"
+        return inside, ((host, inside),)
+    return path, ()
+
+
+class ContainerHttpBackend(HttpStreamBackend):
+    """Subclasses set ``container_spec`` and ``health_path`` before calling this __init__."""
+
+    health_path = "/health"
+
+    def __init__(self, spec: ServingSpec, name: str, *, protocol: str, container_spec: ContainerSpec,
+                 options: dict[str, Any], metrics: str | None = "prometheus", **kw: Any) -> None:
+        super().__init__(spec, name, protocol=protocol, metrics=metrics, **kw)
+        self.container_spec = container_spec
+        self.options = options
+        self.container = ManagedContainer(container_spec, backend=name, pull=options["pull"])
+        # daemon reachable + image present, checked when the run is built: a missing image
+        # fails the run before any other backend has spent minutes starting
+        self.container.preflight()
+        self.results_dir: Path | None = None
+        self.ready_s: float | None = None
+
+    def attach_results_dir(self, path: Path) -> None:
+        """When the runner offers it, the container log is kept next to the results."""
+        self.results_dir = Path(path)
+
+    async def _probe_ready(self, base_url: str) -> bool:
+        try:
+            r = await self._ready_client.get(base_url + self.health_path)
+            return r.status_code == 200
+        except httpx.HTTPError:
+            return False  # not listening yet, or the port proxy answered before the server did
+
+    async def _start_server(self) -> None:
+        self.base_url = await asyncio.to_thread(self.container.start)
+        async with httpx.AsyncClient(timeout=2.0) as self._ready_client:
+            self.ready_s = await self.container.wait_ready(self._probe_ready, self.options["ready_timeout_s"])
+        await self._after_ready()
+
+    async def _after_ready(self) -> None:
+        """Hook: read what the server resolved (e.g. TGI's /info)."""
+
+    async def _stop_server(self) -> None:
+        await asyncio.to_thread(self.container.stop)
+        if self.results_dir is not None and self.container.final_logs is not None:
+            from compare.fsutil import write_atomic
+
+            safe = self.name.replace("/", "_").replace(":", "_").replace("@", "_")
+            write_atomic(self.results_dir / f"{safe}.container.log", self.container.final_logs)
+
+    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+        try:
+            async for item in super().stream(req):
+                yield item
+        except BackendRequestError as e:
+            # a transport failure may mean the container died: say so (the executor stops the level)
+            if e.kind in ("connect", "disconnected", "read", "protocol", "http_5xx", "timeout"):
+                state = await asyncio.to_thread(self.container.state)
+                if state.get("Status") not in ("running", None):
+                    raise BackendRequestError(
+                        "engine_dead", f"container {self.container.name} is {state.get('Status')} "
+                        f"(exit code {state.get('ExitCode')}{', OOM-killed' if state.get('OOMKilled') else ''}); "
+                        f"request failed with {e.kind}: {e.message}") from None
+            raise
+
+    def describe(self):  # type: ignore[no-untyped-def]
+        d = super().describe()
+        d.extra["container"] = self.container.describe()
+        d.extra["ready_after_s"] = self.ready_s
+        return d

@@ -1,0 +1,139 @@
+"""``tgi``: Hugging Face text-generation-inference run from its container, driven over its native
+``/generate_stream`` protocol. ``tgi@URL`` talks to an already running TGI server instead.
+
+Default image ghcr.io/huggingface/text-generation-inference:3.3.7 (the container listens on 80);
+another image with ``--native tgi.image=NAME`` (e.g. the local TGI-protocol test double
+llm-compare/tgi-double:0.32.0, see containers/images/). The launcher argv/env come from
+adapters/tgi.py; after start, ``GET /info`` is stored as the resolved configuration.
+
+Honest limits: TGI has no ignore_eos, so output lengths cannot be forced (comparisons use
+length-matched tokens); TGI is in maintenance mode upstream (minor fixes only).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+import httpx
+
+from adapters.spec import ServingSpec
+from adapters.tgi import CONTAINER_PORT, tgi_launcher_args
+from backends.container_http import ContainerHttpBackend, container_options, model_in_container
+from backends.registry import BackendEntry, register
+from containers.manager import ContainerSpec
+
+DEFAULT_IMAGE = "ghcr.io/huggingface/text-generation-inference:3.3.7"
+DEFAULTS = {"image": DEFAULT_IMAGE, "gpus": "all", "shm_size": "1g", "host_port": None,
+            "pull": False, "ready_timeout_s": 900}
+# passed from the user's environment when set (gated hub models); never shown or stored
+PASSTHROUGH_ENV = ("HF_TOKEN",)
+MAINTENANCE_NOTE = ("TGI is in maintenance mode upstream (its README: minor fixes and maintenance only; "
+                    "Hugging Face recommends vLLM, SGLang or local engines going forward)")
+LENGTH_NOTE = "TGI cannot force output length (no ignore_eos): compare length-matched tokens"
+
+
+def container_spec(spec: ServingSpec) -> tuple[ContainerSpec, dict[str, Any], list[str], dict[str, str]]:
+    """Pure: (container spec, options, launcher argv, launcher env) for a spec."""
+    opts = container_options(spec, "tgi", DEFAULTS)
+    model_path, mounts = model_in_container(spec.model)
+    argv, env = tgi_launcher_args(spec, model_path=model_path, host_model_dir=spec.model)
+    cs = ContainerSpec(image=str(opts["image"]), command=tuple(argv), container_port=CONTAINER_PORT,
+                       env=tuple(sorted(env.items())), mounts=mounts, shm_size=opts["shm_size"],
+                       gpus=opts["gpus"], host_port=opts["host_port"])
+    return cs, opts, argv, env
+
+
+def tgi_plan(spec: ServingSpec, target: str | None = None) -> dict[str, Any]:
+    if target:
+        from backends.http_backends import endpoint_plan
+
+        return endpoint_plan(spec, target)
+    cs, opts, argv, env = container_spec(spec)
+    return {
+        "image": cs.image,
+        "launcher_argv": ["text-generation-launcher", *argv],
+        "launcher_env": cs.redacted_env(),
+        "container": cs.settings(),
+        "pull": opts["pull"],
+        "protocol": "tgi native (POST /generate_stream, SSE); ready = GET /health 200",
+        "resolved_config": "GET /info after start (stored in run.json)",
+        "notes": [LENGTH_NOTE, MAINTENANCE_NOTE],
+    }
+
+
+class TgiContainerBackend(ContainerHttpBackend):
+    framework = "text-generation-inference"
+    health_path = "/health"
+
+    def __init__(self, spec: ServingSpec, name: str = "tgi", **kw: Any) -> None:
+        cs, opts, argv, env = container_spec(spec)  # UnsupportedSpecError before any I/O
+        passthrough = tuple((k, os.environ[k]) for k in PASSTHROUGH_ENV if os.environ.get(k))
+        if passthrough:
+            cs = replace(cs, env=cs.env + passthrough)
+        self.launcher_argv = argv
+        self.info: dict[str, Any] = {}
+        super().__init__(spec, name, protocol="tgi", container_spec=cs, options=opts, **kw)
+
+    async def _after_ready(self) -> None:
+        # /info is what TGI actually resolved (max tokens, batch budgets, dtype, version, sha)
+        async with httpx.AsyncClient(base_url=self.base_url or "", timeout=10.0) as c:
+            try:
+                r = await c.get("/info")
+                self.info = r.json() if r.status_code == 200 else {"error": f"HTTP {r.status_code}"}
+            except (httpx.HTTPError, ValueError) as e:
+                self.info = {"error": f"{type(e).__name__}: {e}"}
+        self._version = str(self.info.get("version", self._version))
+
+    @property
+    def capabilities(self):  # type: ignore[no-untyped-def]
+        caps = super().capabilities
+        return replace(caps, notes=tuple(caps.notes) + (MAINTENANCE_NOTE,))
+
+    def describe(self):  # type: ignore[no-untyped-def]
+        d = super().describe()
+        d.native_config.update({"image": self.container_spec.image,
+                                "launcher_argv": ["text-generation-launcher", *self.launcher_argv],
+                                "launcher_env": self.container_spec.redacted_env(),
+                                "resolved": self.info})
+        return d
+
+
+def make_tgi(spec: ServingSpec, name: str = "tgi", target: str | None = None, **kw: Any):  # type: ignore[no-untyped-def]
+    """``tgi`` -> the container; ``tgi@URL`` -> an already running server."""
+    if target:
+        from backends.http_backends import TgiEndpointBackend
+
+        return TgiEndpointBackend(spec, name, target=target, **kw)
+    return TgiContainerBackend(spec, name, **kw)
+
+
+def docker_check() -> tuple[bool, str]:
+    """`compare backends`: can the container run here (daemon + default image)?"""
+    from compare.errors import UserError
+    from containers.manager import connect, ensure_image
+
+    try:
+        client = connect()
+        ensure_image(client, DEFAULT_IMAGE)
+    except UserError as e:
+        return False, f"{e} (tgi@URL needs no Docker)"
+    return True, "ready (Docker daemon up, image present)"
+
+
+# Replaces the endpoint-only "tgi@URL" entry of backends.http_backends: one name, both forms.
+import backends.http_backends  # noqa: E402,F401  (register its entries first, then override "tgi")
+
+register(BackendEntry(
+    name="tgi", summary=f"text-generation-inference in its container ({DEFAULT_IMAGE}); "
+                        "tgi@URL: an already running TGI server",
+    factory="backends.tgi:make_tgi", plan="backends.tgi:tgi_plan",
+    requires=("httpx", "docker"), extra="pip install 'llm-compare[docker]' (and a Docker engine)",
+    check="backends.tgi:docker_check",
+    notes=(LENGTH_NOTE, MAINTENANCE_NOTE,
+           "other image: --native tgi.image=NAME (local test double: llm-compare/tgi-double:0.32.0, "
+           "with --native tgi.gpus=none); --native tgi.pull=true to pull a missing image",
+           "launcher flags: --native tgi.--max-waiting-tokens=20 (checked against TGI 3.3's flags)"),
+    capabilities={"forced_output_length": False, "token_id_prompts": False, "logprobs": True,
+                  "continuous_batching": True, "server_metrics": True},
+))
