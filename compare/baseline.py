@@ -1,0 +1,268 @@
+"""Regression gate: baselines as plain JSON files, and the check of new results against one.
+
+A baseline keeps, per backend, load level and metric, the value of every repeat of the run it was
+saved from, plus that run's workload identity and environment fingerprint. The gate's threshold
+for a metric comes from the baseline's own repeat-to-repeat noise:
+
+    threshold = max(floor, k * noise * sqrt(1/n_baseline + 1/n_candidate))     (in log space)
+
+where noise is the standard deviation of log(value) across the baseline's repeats, pooled over
+load levels (more degrees of freedom than one level's 2-3 repeats), and the statistic is the
+difference of the mean log values (the geometric-mean ratio). A metric got worse when that ratio
+moves in the bad direction (latency up, throughput down) by more than the threshold. With one
+baseline repeat there is no noise estimate and the floor alone decides (said in the output).
+
+Every check also prints what changed in the environment (framework/driver versions, GPU, CPU,
+spec), so "what got slower" comes with "what changed".
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from compare.errors import UserError
+from compare.fsutil import write_json_atomic
+from compare.records import RequestRecord
+from compare.stats import METRICS, LevelSample, collect, default_metrics
+
+BASELINE_FORMAT = "llm-compare-baseline"
+BASELINE_VERSION = 1
+DEFAULT_FLOOR = 0.05
+# k of the threshold: chosen from the A/A measurements in docs/benchmarks.md (bench_gate.py)
+DEFAULT_NOISE_K = 3.0
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def workload_digest(results_dir: Path) -> str | None:
+    """Identity of the exact request list (workload.jsonl), not just of the workload's name."""
+    p = Path(results_dir) / "workload.jsonl"
+    return hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None
+
+
+def repeat_values(s: LevelSample, metric: str) -> list[float]:
+    """One value of ``metric`` per repeat of one backend at one level."""
+    m = METRICS[metric]
+    if m.kind == "level":
+        v = s.per_repeat.get(m.source)
+        return [] if v is None else [float(x) for x in v]
+    out = []
+    for row in s.per_request[m.source]:
+        row = row[~np.isnan(row)]
+        out.append(float(np.percentile(row, m.q)) if row.size else math.nan)
+    return out
+
+
+def fingerprint_of(run: dict[str, Any]) -> dict[str, Any]:
+    """What could explain a change: machine, software versions, each backend's engine and spec."""
+    hw = run.get("hardware") or {}
+    fp: dict[str, Any] = {"machine": {k: hw.get(k) for k in ("hostname_hash", "cpu_model", "cpu_count",
+                                                             "cpu_affinity", "memory_bytes", "os", "python")},
+                          "gpus": {f"gpu{i}": g for i, g in enumerate(hw.get("gpus") or [])},
+                          "packages": hw.get("packages") or {}, "backends": {}}
+    for name, b in run.get("backends", {}).items():
+        d = b.get("describe") or {}
+        spec = (run.get("backend_specs") or {}).get(name) or run.get("spec") or {}
+        fp["backends"][name] = {"framework": d.get("framework"), "version": d.get("version"),
+                                "spec": spec, "resolved": (d.get("native_config") or {}).get("resolved"),
+                                "extra": d.get("extra")}
+    return fp
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): d}
+
+
+def diff_fingerprints(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    a, b = _flatten(old), _flatten(new)
+    out = []
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) != b.get(k):
+            out.append(f"{k}: {a.get(k, '(absent)')} -> {b.get(k, '(absent)')}")
+    return out
+
+
+def make_baseline(run: dict[str, Any], records: Iterable[RequestRecord], name: str,
+                  workload_sha256: str | None, source: str = "") -> dict[str, Any]:
+    samples = collect(run, records)
+    metrics = default_metrics(run)
+    values: dict[str, dict[str, dict[str, Any]]] = {}
+    for (backend, level), s in samples.items():
+        cell = values.setdefault(backend, {}).setdefault(level, {})
+        for m in metrics:
+            if METRICS[m].kind == "level" and METRICS[m].source not in s.per_repeat:
+                continue
+            cell[m] = [round(v, 6) for v in repeat_values(s, m)]
+        cell["failed"] = int(run["backends"][backend]["levels"].get(level, {}).get("failed", 0))
+    return {"format": BASELINE_FORMAT, "version": BASELINE_VERSION, "name": name,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "source": source,
+            "run_id": run.get("run_id"), "schema_version": run.get("schema_version"),
+            "workload": run.get("workload"), "workload_sha256": workload_sha256,
+            "levels": [lv["label"] for lv in run.get("levels", [])], "slo": run.get("slo", []),
+            "repeats": max((s.n_repeats for s in samples.values()), default=0),
+            "fingerprint": fingerprint_of(run), "metrics": values}
+
+
+def baseline_path(name: str, directory: Path) -> Path:
+    if name.endswith(".json") or "/" in name:
+        return Path(name)
+    if not _NAME.fullmatch(name):
+        raise UserError(f"baseline name {name!r} must be letters, digits, '.', '_' or '-' (e.g. vllm-0.32-cpu)")
+    return Path(directory) / f"{name}.json"
+
+
+def save_baseline(baseline: dict[str, Any], directory: Path) -> Path:
+    path = baseline_path(baseline["name"], directory)
+    write_json_atomic(path, baseline)
+    return path
+
+
+def load_baseline(name: str, directory: Path) -> dict[str, Any]:
+    path = baseline_path(name, directory)
+    if not path.exists():
+        known = sorted(p.stem for p in Path(directory).glob("*.json")) if Path(directory).is_dir() else []
+        raise UserError(f"baseline {name!r} not found at {path}; save one with `compare baseline save "
+                        f"RESULTS --name {name}`" + (f" (known in {directory}: {', '.join(known)})" if known else ""))
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise UserError(f"{path} is not valid JSON: restore it from git or save the baseline again") from None
+    if data.get("format") != BASELINE_FORMAT or data.get("version") != BASELINE_VERSION:
+        raise UserError(f"{path} is not a version-{BASELINE_VERSION} llm-compare baseline; save it again "
+                        f"with this version (`compare baseline save`)")
+    return data
+
+
+# ---------------------------------------------------------------- the check
+
+
+@dataclass
+class MetricCheck:
+    backend: str
+    level: str
+    metric: str
+    baseline: float
+    candidate: float
+    change: float  # candidate / baseline - 1 (geometric means)
+    threshold: float  # relative
+    noise: float | None  # std of log values across baseline repeats, pooled over levels
+    regression: bool
+    improvement: bool
+
+    def line(self, floor: float, k: float) -> str:
+        m = METRICS[self.metric]
+        tag = "REGRESSION" if self.regression else ("faster    " if self.improvement else "ok        ")
+        why = (f"max(floor {floor:.0%}, {k:g} x noise {self.noise:.1%} x repeats factor)"
+               if self.noise is not None else f"floor {floor:.0%}: no repeat noise in the baseline")
+        return (f"{tag} {self.backend} {self.level} {m.label}: {self.baseline:.4g} -> {self.candidate:.4g} "
+                f"{m.unit} ({self.change:+.1%}; worse beyond {'-' if m.higher_is_better else '+'}"
+                f"{self.threshold:.1%} = {why})")
+
+
+@dataclass
+class GateResult:
+    checks: list[MetricCheck] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # regressions that are not a metric (failures)
+    notes: list[str] = field(default_factory=list)
+    env_changes: list[str] = field(default_factory=list)
+
+    @property
+    def regressed(self) -> bool:
+        return bool(self.problems) or any(c.regression for c in self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.regressed else 0
+
+
+def ensure_comparable(baseline: dict[str, Any], run: dict[str, Any], workload_sha256: str | None) -> None:
+    """Refuse (UserError) what cannot be compared: another workload, schema or load levels."""
+    if baseline.get("schema_version") != run.get("schema_version"):
+        raise UserError(f"baseline {baseline['name']} was saved from results schema "
+                        f"{baseline.get('schema_version')}, these results are schema "
+                        f"{run.get('schema_version')}: re-record the baseline with this version")
+    if baseline.get("workload") != run.get("workload") or (
+            baseline.get("workload_sha256") and workload_sha256 and baseline["workload_sha256"] != workload_sha256):
+        changed = sorted(k for k in set(baseline.get("workload") or {}) | set(run.get("workload") or {})
+                         if (baseline.get("workload") or {}).get(k) != (run.get("workload") or {}).get(k))
+        raise UserError(f"these results used a different workload than baseline {baseline['name']} "
+                        f"({', '.join(changed) or 'request list differs'}): a gate needs the identical "
+                        f"request list; re-run with the baseline's workload (--replay its results directory)")
+    levels = [lv["label"] for lv in run.get("levels", [])]
+    missing = [lv for lv in baseline.get("levels", []) if lv not in levels]
+    if missing:
+        raise UserError(f"baseline {baseline['name']} measured load levels {', '.join(baseline['levels'])} "
+                        f"but these results lack {', '.join(missing)}: re-run with the same --concurrency/--rate")
+    absent = [b for b in baseline.get("metrics", {}) if b not in run.get("backends", {})]
+    if absent:
+        raise UserError(f"baseline {baseline['name']} has backend(s) {', '.join(absent)} that these results "
+                        f"do not: re-run with --backends {','.join(baseline['metrics'])}")
+
+
+def _pooled_noise(cells: dict[str, dict[str, Any]], metric: str) -> float | None:
+    """Std of log values across repeats, pooled over load levels (variance weighted by df)."""
+    ss, df = 0.0, 0
+    for cell in cells.values():
+        v = np.asarray([x for x in cell.get(metric, []) if x and x > 0 and math.isfinite(x)])
+        if v.size >= 2:
+            ss += float(np.var(np.log(v), ddof=1)) * (v.size - 1)
+            df += v.size - 1
+    return math.sqrt(ss / df) if df else None
+
+
+def check(baseline: dict[str, Any], run: dict[str, Any], records: Iterable[RequestRecord], *,
+          floor: float = DEFAULT_FLOOR, k: float = DEFAULT_NOISE_K,
+          samples: dict[tuple[str, str], LevelSample] | None = None) -> GateResult:
+    samples = samples if samples is not None else collect(run, records)
+    res = GateResult(env_changes=diff_fingerprints(baseline.get("fingerprint", {}), fingerprint_of(run)))
+    if run.get("status") != "complete":
+        res.problems.append(f"the results did not complete (status {run.get('status')}): {run.get('error', '')}".strip())
+    if baseline.get("repeats", 0) < 2:
+        res.notes.append("the baseline has 1 repeat: no noise estimate, the floor alone sets the thresholds "
+                         "(save a baseline from a run with --repeats 3)")
+    for backend, levels in baseline["metrics"].items():
+        for level, cell in levels.items():
+            s = samples.get((backend, level))
+            if s is None:
+                res.problems.append(f"{backend} {level}: no usable measurements in the results (failed or aborted)")
+                continue
+            failed = int(run["backends"][backend]["levels"].get(level, {}).get("failed", 0))
+            if failed > cell.get("failed", 0):
+                res.problems.append(f"{backend} {level}: failed requests {cell.get('failed', 0)} -> {failed}")
+            for metric, base_vals in cell.items():
+                if metric == "failed" or metric not in METRICS:
+                    continue
+                mc = _check_metric(backend, level, metric, base_vals, repeat_values(s, metric),
+                                   _pooled_noise(levels, metric), floor, k)
+                if mc is None:
+                    res.notes.append(f"{backend} {level} {METRICS[metric].label}: no value to compare")
+                else:
+                    res.checks.append(mc)
+    return res
+
+
+def _check_metric(backend: str, level: str, metric: str, base: list[float], cand: list[float],
+                  noise: float | None, floor: float, k: float) -> MetricCheck | None:
+    b = np.asarray([x for x in base if x and x > 0 and math.isfinite(x)])
+    c = np.asarray([x for x in cand if x and x > 0 and math.isfinite(x)])
+    if not b.size or not c.size:
+        return None
+    d = float(np.log(c).mean() - np.log(b).mean())
+    thr = math.log1p(floor)
+    if noise is not None:
+        thr = max(thr, k * noise * math.sqrt(1 / b.size + 1 / c.size))
+    worse = -d if METRICS[metric].higher_is_better else d
+    return MetricCheck(backend, level, metric, float(np.exp(np.log(b).mean())), float(np.exp(np.log(c).mean())),
+                       math.expm1(d), math.expm1(thr), noise, regression=worse > thr, improvement=-worse > thr)

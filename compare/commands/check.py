@@ -1,0 +1,61 @@
+"""``compare check --baseline NAME RESULTS``: the regression gate.
+
+Exit codes: 0 no regression, 1 regression (a metric worse beyond its noise-derived threshold,
+new failed requests, or an incomplete run), 2 usage error (missing baseline, other workload...).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from compare.errors import UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from compare.baseline import DEFAULT_FLOOR, DEFAULT_NOISE_K
+
+    p = sub.add_parser("check", help="check RESULTS against a saved baseline (exit 1 on regression)")
+    p.add_argument("results", type=Path, help="results directory of the candidate run")
+    p.add_argument("--baseline", required=True, help="baseline name (in --dir) or path to its .json")
+    p.add_argument("--dir", type=Path, default=Path("baselines"), help="baseline directory (default ./baselines)")
+    p.add_argument("--floor", type=float, default=DEFAULT_FLOOR,
+                   help=f"smallest relative change ever called a regression (default {DEFAULT_FLOOR})")
+    p.add_argument("--noise-k", type=float, default=DEFAULT_NOISE_K,
+                   help=f"threshold = max(floor, K x baseline repeat noise x sqrt(1/n_b+1/n_c)) (default {DEFAULT_NOISE_K})")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=_check)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from compare.baseline import check, ensure_comparable, load_baseline, workload_digest
+    from compare.commands.baseline import load_results
+
+    if not 0 <= args.floor < 1:
+        raise UserError("--floor is a fraction, e.g. 0.05 for 5%")
+    if args.noise_k <= 0:
+        raise UserError("--noise-k must be > 0")
+    base = load_baseline(args.baseline, args.dir)
+    run, records = load_results(args.results)
+    ensure_comparable(base, run, workload_digest(args.results))
+    res = check(base, run, records, floor=args.floor, k=args.noise_k)
+    if args.format == "json":
+        print(json.dumps({"baseline": base["name"], "results": str(args.results), "regression": res.regressed,
+                          "problems": res.problems, "notes": res.notes, "environment_changes": res.env_changes,
+                          "checks": [c.__dict__ for c in res.checks]}, indent=2))
+        return res.exit_code
+    print(f"compare check: {args.results} against baseline {base['name']} (run {base.get('run_id')}, "
+          f"{base.get('repeats')} repeat(s))")
+    for c in res.checks:
+        print("  " + c.line(args.floor, args.noise_k))
+    for p in res.problems:
+        print(f"  REGRESSION {p}")
+    for n in res.notes:
+        print(f"  note: {n}")
+    print("what changed in the environment:" if res.env_changes else "environment: unchanged")
+    for line in res.env_changes:
+        print(f"  {line}")
+    worse = sum(c.regression for c in res.checks) + len(res.problems)
+    print(f"RESULT: {'REGRESSION' if res.regressed else 'PASS'} ({worse} regression(s), "
+          f"{len(res.checks)} metric(s) checked)")
+    return res.exit_code

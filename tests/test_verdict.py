@@ -1,0 +1,80 @@
+"""compare/verdict.py: words, costs, quality deltas and caveats, on synthetic records."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compare.verdict import build_verdict, decision_rows, header_line, summary_lines
+from tests.synth import make_run, records
+
+
+def _verdict(b_kw=None, repeats=3, **kw):
+    cells = {"vllm": [records("vllm", "c1", k) for k in range(repeats)],
+             "hf": [records("hf", "c1", k, seed=5, **(b_kw or {})) for k in range(repeats)]}
+    run, recs = make_run(cells)
+    for mutate in kw.pop("mutate", []):
+        mutate(run)
+    return run, build_verdict(run, recs, **kw)
+
+
+def test_winner_and_no_significant_difference_in_plain_words():
+    run, v = _verdict(b_kw={"ttft_ms": 40.0})
+    rows = {r[1]: r for r in decision_rows(v)}
+    assert rows["TTFT p50"][-1].startswith("vllm ") and "lower" in rows["TTFT p50"][-1]
+    assert rows["TPOT p50"][-1].startswith("no significant difference")
+    text = " ".join(summary_lines(v))
+    assert "TTFT p50 vllm" in text and "no significant difference in" in text
+    assert "reference vllm" in header_line(v) and "vllm=none" in header_line(v)
+    json.dumps(v.as_dict())  # the verdict goes into `compare run --format json`
+
+
+def test_cost_per_million_output_tokens():
+    run, v = _verdict(gpu_hour_price=3.6)
+    tps = run["backends"]["vllm"]["levels"]["c1"]["output_tok_s"]
+    assert v.costs["vllm"]["c1"] == pytest.approx(3.6 / (tps * 3600) * 1e6)
+    assert any("cost per million output tokens" in s for s in summary_lines(v))
+
+
+def test_quality_delta_when_present():
+    def add_quality(run):
+        run["backends"]["vllm"]["quality"] = {"greedy_token_agreement": 1.0}
+        run["backends"]["hf"]["quality"] = {"greedy_token_agreement": 0.9}
+
+    _, v = _verdict(mutate=[add_quality])
+    assert any("hf: greedy_token_agreement 0.9 (delta vs vllm -0.1)" in q for q in v.quality)
+    _, v = _verdict()
+    assert "no quality results" in v.quality[0]
+
+
+def test_caveats_travel_into_the_verdict():
+    def lag(run):
+        s = run["backends"]["hf"]["repeats"][1]["levels"]["c1"]
+        s["client_lagged"], s["loop_lag_ms"] = True, {"max": 120.0}
+        run["backends"]["hf"]["levels"]["c1"].update(client_lagged=True, loop_lag_ms={"max": 120.0})
+
+    def not_forced(run):
+        run["workload"]["ignore_eos"] = True
+        run["backends"]["hf"]["capabilities"]["forced_output_length"] = False
+
+    def failures(run):
+        run["backends"]["vllm"]["levels"]["c1"].update(failed=2, errors={"timeout": 2})
+
+    def quant(run):
+        run["backend_specs"] = {"hf": {"quantization": "w8a8-int8"}}
+
+    _, v = _verdict(mutate=[lag, not_forced, failures, quant])
+    text = "\n".join(v.caveats)
+    assert "lagged 120.0 ms" in text
+    assert "output length cannot be forced" in text
+    assert "2 failed request(s)" in text
+    assert "different quantizations" in text
+    assert v.as_dict()["caveats"] == v.caveats
+
+
+def test_one_repeat_says_point_estimate():
+    _, v = _verdict(b_kw={"ttft_ms": 40.0}, repeats=1)
+    assert all(c.ci is None for c in v.comparisons)
+    assert any("fewer than 2 repeats" in c for c in v.caveats)
+    assert "point estimate" in decision_rows(v)[0][-1]
+    assert "point estimates, no CI" in summary_lines(v)[0]
