@@ -122,7 +122,11 @@ async def run_level(backend: Backend, requests: list[GenerationRequest], level: 
         if on_record:
             on_record(rec)
         failed = sum(1 for r in records if not r.ok)
-        if failed > max_errors and not stop.is_set():
+        if rec.error_kind == "engine_dead" and not stop.is_set():
+            # no point sending more: every further request would fail the same way
+            aborted.append(f"the engine died mid-run: {rec.error}")
+            stop.set()
+        elif failed > max_errors and not stop.is_set():
             aborted.append(f"{failed} failed requests exceed --max-errors {max_errors}; "
                            f"last error: {rec.error_kind}: {rec.error}")
             stop.set()
