@@ -1,0 +1,137 @@
+"""OpenAI completions and chat completions streaming (vLLM serve, SGLang, trtllm-serve, TGI Messages).
+
+vLLM extensions are sent because they make the measurement exact and other servers ignore
+unknown fields: ``return_token_ids`` (token ids per chunk: exact counts) and ``ignore_eos``
+(forced output length). ``stream_options.include_usage`` asks for the final usage chunk.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from backends.base import GenerationRequest, TokenEvent
+from backends.http.protocol import UNKNOWN_ID, Done, Error, Parsed, Protocol
+from backends.http.sse import RawEvent
+
+
+def _sampling(req: GenerationRequest) -> dict[str, Any]:
+    p: dict[str, Any] = {"max_tokens": req.max_tokens, "stream": True,
+                         "stream_options": {"include_usage": True},
+                         "temperature": req.temperature, "top_p": req.top_p,
+                         "return_token_ids": True}
+    if req.ignore_eos:
+        p["ignore_eos"] = True
+    if req.seed is not None:
+        p["seed"] = req.seed
+    return p
+
+
+def completions_payload(req: GenerationRequest, model: str) -> dict[str, Any]:
+    if req.prompt_token_ids is not None:
+        prompt: Any = list(req.prompt_token_ids)
+    elif req.prompt_text is not None:
+        prompt = req.prompt_text
+    else:  # the backend renders messages to ids before calling us
+        raise ValueError("completions take prompt ids or text; render messages with the chat template first")
+    p = {"model": model, "prompt": prompt, **_sampling(req)}
+    if req.logprobs is not None:
+        p["logprobs"] = req.logprobs
+    return p
+
+
+def chat_payload(req: GenerationRequest, model: str) -> dict[str, Any]:
+    if req.messages is None:
+        raise ValueError("chat completions take messages; wrap text prompts as one user message first")
+    p = {"model": model, "messages": [{"role": r, "content": c} for r, c in req.messages], **_sampling(req)}
+    if req.logprobs is not None:
+        p["logprobs"] = True
+        p["top_logprobs"] = req.logprobs
+    return p
+
+
+def _common(raw: RawEvent) -> tuple[dict[str, Any] | None, list[Parsed]]:
+    if raw.data == "[DONE]":
+        return None, [Done(terminal=True)]
+    try:
+        obj = json.loads(raw.data)
+    except ValueError:
+        return None, [Error("protocol", f"event is not JSON: {raw.data[:120]!r}")]
+    if not isinstance(obj, dict):
+        return None, [Error("protocol", f"event is not a JSON object: {raw.data[:120]!r}")]
+    if "error" in obj:  # vLLM/OpenAI report mid-stream errors as {"error": {...}}
+        err = obj["error"]
+        msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+        code = err.get("code") if isinstance(err, dict) else None
+        kind = {429: "overloaded", 422: "validation"}.get(code) if isinstance(code, int) else None
+        return None, [Error(kind or ("http_4xx" if isinstance(code, int) and code < 500 else "generation"), msg)]
+    return obj, []
+
+
+def _usage(obj: dict[str, Any]) -> Done | None:
+    u = obj.get("usage")
+    if not u:
+        return None
+    return Done(prompt_tokens=u.get("prompt_tokens"), completion_tokens=u.get("completion_tokens"))
+
+
+def _tokens(raw: RawEvent, ids: list[int] | None, text: str, lp_tokens: list[Any] | None,
+            lps: tuple[float, ...] | None, tops: tuple[dict[int, float], ...] | None) -> TokenEvent | None:
+    if ids:
+        tids = tuple(ids)
+    elif lp_tokens:
+        tids = (UNKNOWN_ID,) * len(lp_tokens)
+    elif text:
+        tids = (UNKNOWN_ID,)
+    else:
+        return None
+    return TokenEvent(t_ns=raw.t_ns, token_ids=tids, text=text, logprobs=lps, top_logprobs=tops)
+
+
+def parse_completions(raw: RawEvent) -> list[Parsed]:
+    obj, out = _common(raw)
+    if obj is None:
+        return out
+    for ch in obj.get("choices") or ():
+        lp = ch.get("logprobs") or None
+        lps = tops = None
+        toks = None
+        if lp:
+            toks = lp.get("tokens")
+            if lp.get("token_logprobs") is not None:
+                lps = tuple(float(x) for x in lp["token_logprobs"])
+        ev = _tokens(raw, ch.get("token_ids"), ch.get("text") or "", toks, lps, tops)
+        if ev is not None:
+            out.append(ev)
+        if ch.get("finish_reason"):
+            out.append(Done(finish_reason=ch["finish_reason"]))
+    u = _usage(obj)
+    if u is not None:
+        out.append(u)
+    return out
+
+
+def parse_chat(raw: RawEvent) -> list[Parsed]:
+    obj, out = _common(raw)
+    if obj is None:
+        return out
+    for ch in obj.get("choices") or ():
+        delta = ch.get("delta") or {}
+        content = (ch.get("logprobs") or {}).get("content") or None
+        lps = tuple(float(c["logprob"]) for c in content) if content else None
+        ev = _tokens(raw, ch.get("token_ids"), delta.get("content") or "", content, lps, None)
+        if ev is not None:
+            out.append(ev)
+        if ch.get("finish_reason"):
+            out.append(Done(finish_reason=ch["finish_reason"]))
+    u = _usage(obj)
+    if u is not None:
+        out.append(u)
+    return out
+
+
+COMPLETIONS = Protocol(name="openai", path="/v1/completions", build_payload=completions_payload,
+                       parse_event=parse_completions, prompt="ids_or_text", info_path="/v1/models",
+                       token_id_prompts=True, forced_output_length=True)
+CHAT = Protocol(name="openai-chat", path="/v1/chat/completions", build_payload=chat_payload,
+                parse_event=parse_chat, prompt="messages", info_path="/v1/models",
+                token_id_prompts=False, forced_output_length=True)

@@ -1,0 +1,80 @@
+"""TGI native protocol: ``POST /generate_stream`` (text-generation-inference 3.x).
+
+Quirks honoured (router/src/validation.rs, server.rs of TGI 3.3; spec tgi-3.3-openapi.json):
+- greedy is ``do_sample: false`` with NO temperature/top_p: TGI rejects temperature 0
+  ("must be strictly positive") and top_p 1 ("must be > 0.0 and < 1.0"); top_p is sent only
+  when 0 < top_p < 1;
+- ``seed`` must be >= 1 (exclusiveMinimum 0): seed 0 is not sent;
+- no ignore_eos: output length cannot be forced (capability forced_output_length=False), so
+  comparisons must use length-matched tokens;
+- prompts are text only (no token-id prompts);
+- errors: ``/generate_stream`` answers 200 and sends ``data:{"error":..,"error_type":..}``
+  (validation / overloaded / generation / incomplete_generation); non-streaming routes and body
+  deserialisation failures use HTTP 422 / 424 / 429 / 500.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from backends.base import GenerationRequest, TokenEvent
+from backends.http.protocol import Done, Error, Parsed, Protocol
+from backends.http.sse import RawEvent
+
+# TGI FinishReason -> the OpenAI-style reason the rest of the tool uses
+FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop"}
+ERROR_KIND = {"validation": "validation", "overloaded": "overloaded", "generation": "generation",
+              "incomplete_generation": "disconnected"}
+
+
+def generate_payload(req: GenerationRequest, model: str = "") -> dict[str, Any]:
+    if req.prompt_text is None:
+        raise ValueError("TGI takes text prompts only; detokenize token-id prompts first")
+    params: dict[str, Any] = {"max_new_tokens": req.max_tokens, "details": True,
+                              "decoder_input_details": False}
+    if req.temperature > 0:
+        params["do_sample"] = True
+        params["temperature"] = req.temperature
+        if 0 < req.top_p < 1:
+            params["top_p"] = req.top_p
+        if req.seed:  # TGI: seed must be >= 1
+            params["seed"] = req.seed
+    else:
+        params["do_sample"] = False
+    if req.logprobs:
+        params["top_n_tokens"] = req.logprobs
+    return {"inputs": req.prompt_text, "parameters": params}
+
+
+def parse_generate_stream(raw: RawEvent) -> list[Parsed]:
+    try:
+        obj = json.loads(raw.data)
+    except ValueError:
+        return [Error("protocol", f"event is not JSON: {raw.data[:120]!r}")]
+    if not isinstance(obj, dict):
+        return [Error("protocol", f"event is not a JSON object: {raw.data[:120]!r}")]
+    if "error" in obj:
+        return [Error(ERROR_KIND.get(obj.get("error_type", ""), "generation"), str(obj["error"]))]
+    tok = obj.get("token")
+    if not isinstance(tok, dict) or "id" not in tok:
+        return [Error("protocol", f"event has no token: {raw.data[:120]!r}")]
+    out: list[Parsed] = []
+    lp = tok.get("logprob")
+    tops = obj.get("top_tokens")
+    out.append(TokenEvent(
+        t_ns=raw.t_ns, token_ids=(int(tok["id"]),), text=tok.get("text") or "",
+        logprobs=(float(lp),) if lp is not None else None,
+        top_logprobs=({int(t["id"]): float(t["logprob"]) for t in tops if t.get("logprob") is not None},)
+        if tops else None))
+    details = obj.get("details")
+    if obj.get("generated_text") is not None or details:
+        d = details or {}
+        out.append(Done(finish_reason=FINISH.get(d.get("finish_reason"), d.get("finish_reason")),
+                        prompt_tokens=d.get("input_length"), completion_tokens=d.get("generated_tokens"),
+                        terminal=True))
+    return out
+
+
+GENERATE_STREAM = Protocol(name="tgi", path="/generate_stream", build_payload=generate_payload,
+                           parse_event=parse_generate_stream, prompt="text", info_path="/info",
+                           token_id_prompts=False, forced_output_length=False)

@@ -1,0 +1,302 @@
+"""HTTP backends: any server that streams OpenAI or TGI-native SSE, and the vLLM server we launch.
+
+Reuse (e.g. a container backend): start your server, then stream through ``HttpStreamBackend``::
+
+    from backends.http_backends import HttpStreamBackend
+    backend = HttpStreamBackend(spec, name="tgi", protocol="tgi", base_url="http://127.0.0.1:8080",
+                                metrics="prometheus")        # or "trtllm-json" / None
+    async with backend:                                     # opens the client, checks health, reads /info
+        async for item in backend.stream(request): ...      # TokenEvent... StreamEnd, or BackendRequestError
+
+Subclass and override ``_start_server()`` / ``_stop_server()`` to own a server's lifecycle (see
+backends/vllm_server.py); ``base_url`` may be set there. Protocols: "openai" (completions),
+"openai-chat", "tgi" (native /generate_stream) -- backends/http/. Every protocol goes through the
+same SSE reader, so timing is identical across them.
+
+Registered names: ``openai@URL``, ``openai-chat@URL``, ``tgi@URL`` (already running servers) and
+``vllm-server`` (launches vLLM's OpenAI server with the in-process backend's engine config).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable
+
+import httpx
+
+from adapters.spec import ServingSpec, UnsupportedSpecError
+from backends.base import (
+    BackendDescription, BackendRequestError, BackendStartError, Capabilities, GenerationRequest,
+    StreamEnd, StreamItem, TokenEvent,
+)
+from backends.http.protocol import Done, Error, Protocol, get_protocol
+from backends.http.sse import RawEvent, post_events
+from backends.registry import BackendEntry, register
+
+# Connect fast, but let one silent gap last as long as a request may (the executor's
+# per-request timeout bounds the whole request; read_timeout bounds a dead-but-open socket).
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 600.0
+API_KEY_ENV = "LLM_COMPARE_API_KEY"  # sent as a bearer token; never logged or stored
+
+
+class HttpStreamBackend:
+    """Streams requests to ``base_url`` with one protocol; measures with the shared SSE reader."""
+
+    framework = "http"
+
+    def __init__(self, spec: ServingSpec | None = None, name: str = "http", *, protocol: str | Protocol = "openai",
+                 base_url: str | None = None, target: str | None = None, model: str | None = None,
+                 metrics: str | None = "prometheus", max_connections: int = 4096,
+                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
+        self.spec = spec
+        self.name = name
+        self.protocol = get_protocol(protocol) if isinstance(protocol, str) else protocol
+        self.base_url = (base_url or target or "").rstrip("/") or None
+        if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
+            raise UnsupportedSpecError(name, f"target {self.base_url!r}", "not an http(s) URL",
+                                       f"{name.partition('@')[0]}@http://127.0.0.1:8000")
+        self.model = model
+        self.metrics_kind = metrics
+        self.max_connections = max_connections
+        self.read_timeout_s = read_timeout_s
+        # optional tap on every raw event (compare calibrate compares them with server stamps)
+        self.raw_observer: Callable[[str, RawEvent], None] | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._scraper: Any = None
+        self._tokenizer: Any = None
+        self._info: dict[str, Any] = {}
+        self._version = "unknown"
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def capabilities(self) -> Capabilities:
+        p = self.protocol
+        notes = [f"HTTP {p.name} protocol ({p.path}); timing at the first byte of each SSE event"]
+        if not p.forced_output_length:
+            notes.append("no ignore_eos: output lengths cannot be forced; compare length-matched tokens")
+        return Capabilities(forced_output_length=p.forced_output_length, token_id_prompts=p.token_id_prompts,
+                            logprobs=True, continuous_batching=True,
+                            server_metrics=self.metrics_kind is not None, notes=tuple(notes))
+
+    async def _start_server(self) -> None:
+        """Hook for subclasses that launch the server; endpoint backends have nothing to start."""
+
+    async def _stop_server(self) -> None:
+        """Hook for subclasses: stop what _start_server started (always called on exit)."""
+
+    async def __aenter__(self) -> "HttpStreamBackend":
+        try:
+            await self._start_server()
+            if not self.base_url:
+                raise BackendStartError(f"{self.name}: no base URL; use {self.name}@http://HOST:PORT")
+            headers = {"Accept-Encoding": "identity"}
+            key = os.environ.get(API_KEY_ENV)
+            if key:
+                headers["Authorization"] = f"Bearer {key}"
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url, headers=headers,
+                timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=self.read_timeout_s, pool=None),
+                limits=httpx.Limits(max_connections=self.max_connections,
+                                    max_keepalive_connections=self.max_connections))
+            await self._probe()
+            if self.metrics_kind:
+                from backends.server_metrics import MetricsScraper
+
+                self._scraper = MetricsScraper(self._client, self.metrics_kind)
+        except BaseException:
+            await self.__aexit__()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            if self._scraper is not None:
+                await self._scraper.close()
+                self._scraper = None
+            if self._client is not None:
+                await self._client.aclose()
+                self._client = None
+        finally:
+            await self._stop_server()
+
+    async def _probe(self) -> None:
+        """Fail fast with one line when the server is not there; learn the model name/version."""
+        assert self._client is not None
+        path = self.protocol.info_path or self.protocol.health_path
+        try:
+            r = await self._client.get(path, timeout=CONNECT_TIMEOUT_S)
+        except httpx.HTTPError as e:
+            raise BackendStartError(f"{self.name}: cannot reach {self.base_url}{path} ({type(e).__name__}); "
+                                    f"start the server or fix the URL") from None
+        if r.status_code >= 400:
+            raise BackendStartError(f"{self.name}: {self.base_url}{path} answered HTTP {r.status_code}; "
+                                    f"is this a {self.protocol.name} server?")
+        try:
+            info = r.json()
+        except ValueError:
+            info = {}
+        if self.protocol.info_path == "/v1/models":
+            models = [m.get("id") for m in info.get("data", []) if isinstance(m, dict)]
+            if self.model is None:
+                if not models:
+                    raise BackendStartError(f"{self.name}: {self.base_url}/v1/models lists no model")
+                self.model = models[0]
+            self._info = {"models": models}
+            try:  # vLLM (and SGLang) answer /version
+                v = await self._client.get("/version", timeout=CONNECT_TIMEOUT_S)
+                if v.status_code == 200 and isinstance(v.json(), dict):
+                    self._version = str(v.json().get("version", self._version))
+            except (httpx.HTTPError, ValueError):
+                pass
+        else:
+            self._info = {k: v for k, v in info.items() if isinstance(v, (str, int, float, bool))}
+            self._version = str(info.get("version", "unknown"))
+            self.model = self.model or info.get("model_id")
+
+    # ------------------------------------------------------------------ prompts
+    def _tok(self) -> Any:
+        if self._tokenizer is None:
+            src = (self.spec.tokenizer or self.spec.model) if self.spec else None
+            if not src or not Path(src).exists():
+                raise BackendRequestError("prompt", f"{self.protocol.name} needs text prompts and no local "
+                                          f"tokenizer is known to convert token ids; pass --tokenizer DIR "
+                                          f"or use --prompt-format text")
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(src)
+        return self._tokenizer
+
+    def _adapt(self, req: GenerationRequest) -> GenerationRequest:
+        """Give the protocol the prompt form it takes (ids -> text, messages -> ids, text -> chat)."""
+        kind = self.protocol.prompt
+        if kind == "ids_or_text":
+            if req.prompt_token_ids is None and req.prompt_text is None and req.messages is not None:
+                ids = self._tok().apply_chat_template([{"role": r, "content": c} for r, c in req.messages],
+                                                      add_generation_prompt=True, tokenize=True)
+                if hasattr(ids, "keys"):
+                    ids = ids["input_ids"]
+                return replace(req, prompt_token_ids=tuple(ids))
+            return req
+        if kind == "text":
+            if req.prompt_text is None and req.prompt_token_ids is not None:
+                return replace(req, prompt_text=self._tok().decode(list(req.prompt_token_ids)))
+            if req.prompt_text is None and req.messages is not None:
+                text = self._tok().apply_chat_template([{"role": r, "content": c} for r, c in req.messages],
+                                                       add_generation_prompt=True, tokenize=False)
+                return replace(req, prompt_text=text)
+            return req
+        if req.messages is None:  # chat protocol
+            text = req.prompt_text if req.prompt_text is not None else self._tok().decode(list(req.prompt_token_ids or ()))
+            return replace(req, messages=(("user", text),))
+        return req
+
+    # ------------------------------------------------------------------ streaming
+    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+        if self._client is None:
+            raise BackendRequestError("connect", f"{self.name} is not started")
+        try:
+            payload = self.protocol.build_payload(self._adapt(req), self.model or "")
+        except ValueError as e:
+            raise BackendRequestError("prompt", str(e)) from None
+        parse = self.protocol.parse_event
+        observe = self.raw_observer
+        rid = req.request_id
+        finish = prompt_n = usage_n = None
+        terminal = False
+        async for raw in post_events(self._client, self.protocol.path, payload):
+            if observe is not None:
+                observe(rid, raw)
+            if terminal:
+                continue  # read the body to its end so the connection goes back to the pool
+            for item in parse(raw):
+                if type(item) is TokenEvent:
+                    yield item
+                elif type(item) is Done:
+                    finish = item.finish_reason or finish
+                    prompt_n = item.prompt_tokens if item.prompt_tokens is not None else prompt_n
+                    usage_n = item.completion_tokens if item.completion_tokens is not None else usage_n
+                    terminal = terminal or item.terminal
+                else:
+                    assert isinstance(item, Error)
+                    raise BackendRequestError(item.kind, item.message)
+        if not terminal and finish is None:
+            raise BackendRequestError("disconnected", "stream closed before the server said it was done "
+                                      "(no finish reason / terminal event): the server died or cut it")
+        yield StreamEnd(t_ns=time.perf_counter_ns(), finish_reason=finish, prompt_tokens=prompt_n,
+                        completion_tokens=usage_n)
+
+    # ------------------------------------------------------------------ server metrics hooks
+    async def on_level_start(self, label: str) -> None:
+        if self._scraper is not None:
+            await self._scraper.start(label)
+
+    async def on_level_end(self, label: str) -> dict[str, Any]:
+        if self._scraper is None:
+            return {}
+        return await self._scraper.stop(label)
+
+    def describe(self) -> BackendDescription:
+        return BackendDescription(
+            name=self.name, framework=self.framework, version=self._version,
+            native_config={"protocol": self.protocol.name, "endpoint": self.protocol.path,
+                           "base_url": self.base_url, "model": self.model},
+            extra={"server_info": self._info, "auth": f"bearer from ${API_KEY_ENV}" if os.environ.get(API_KEY_ENV) else None})
+
+
+class OpenAIEndpointBackend(HttpStreamBackend):
+    framework = "openai-compatible"
+
+    def __init__(self, spec: ServingSpec | None = None, name: str = "openai", target: str | None = None,
+                 **kw: Any) -> None:
+        proto = "openai-chat" if name.partition("@")[0] == "openai-chat" else "openai"
+        super().__init__(spec, name, protocol=proto, target=target, **kw)
+
+
+class TgiEndpointBackend(HttpStreamBackend):
+    framework = "text-generation-inference"
+
+    def __init__(self, spec: ServingSpec | None = None, name: str = "tgi", target: str | None = None,
+                 **kw: Any) -> None:
+        super().__init__(spec, name, protocol="tgi", target=target, **kw)
+
+
+def endpoint_plan(spec: ServingSpec, target: str | None = None) -> dict[str, Any]:
+    """An already running server: nothing is configured by us; the URL is what we talk to."""
+    return {"endpoint": target, "note": "server already running; its engine config is whatever it was started with"}
+
+
+register(BackendEntry(
+    name="openai", summary="an already running OpenAI-compatible server, /v1/completions (vLLM, SGLang, trtllm-serve)",
+    factory="backends.http_backends:OpenAIEndpointBackend", plan="backends.http_backends:endpoint_plan",
+    requires=("httpx",), extra="pip install httpx", needs_target=True,
+    notes=("openai@http://127.0.0.1:8000; bearer token from $LLM_COMPARE_API_KEY if set",),
+    capabilities={"forced_output_length": True, "token_id_prompts": True, "logprobs": True,
+                  "continuous_batching": True, "server_metrics": True},
+))
+register(BackendEntry(
+    name="openai-chat", summary="an already running OpenAI-compatible server, /v1/chat/completions",
+    factory="backends.http_backends:OpenAIEndpointBackend", plan="backends.http_backends:endpoint_plan",
+    requires=("httpx",), extra="pip install httpx", needs_target=True,
+    capabilities={"forced_output_length": True, "token_id_prompts": False, "logprobs": True,
+                  "continuous_batching": True, "server_metrics": True},
+))
+register(BackendEntry(
+    name="tgi", summary="an already running TGI server, native /generate_stream protocol",
+    factory="backends.http_backends:TgiEndpointBackend", plan="backends.http_backends:endpoint_plan",
+    requires=("httpx",), extra="pip install httpx", needs_target=True,
+    notes=("no ignore_eos in TGI: outputs are compared length-matched",
+           "token-id prompts are decoded with the spec's local tokenizer"),
+    capabilities={"forced_output_length": False, "token_id_prompts": False, "logprobs": True,
+                  "continuous_batching": True, "server_metrics": True},
+))
+register(BackendEntry(
+    name="vllm-server", summary="vLLM OpenAI API server launched here (same engine config as `vllm`), over HTTP",
+    factory="backends.vllm_server:VllmServerBackend", plan="backends.vllm_server:server_plan",
+    requires=("vllm", "httpx"), extra="pip install 'llm-compare[cpu]' (CPU) or 'llm-compare[vllm]' (GPU)",
+    notes=("compare with `vllm` in one run to see the API-server overhead: --backends vllm,vllm-server",),
+    capabilities={"forced_output_length": True, "token_id_prompts": True, "logprobs": True,
+                  "continuous_batching": True, "server_metrics": True},
+))

@@ -1,0 +1,211 @@
+"""Server-side metrics around each load level: Prometheus text (vLLM ``vllm:*``, TGI ``tgi_*``,
+TensorRT-LLM ``trtllm_*``) or TensorRT-LLM's JSON iteration stats.
+
+Prometheus: scraped before the level, sampled every ``interval_s`` during it, and after it;
+parsed with prometheus_client's text parser. Counters and histograms are reported as deltas
+(after - before, i.e. exactly this level's work); gauges as max/mean/last of the samples.
+Histograms give a server-side distribution (mean exact, percentiles interpolated from buckets):
+``server_ttft_ms`` is the engine's own TTFT; client TTFT minus it is queueing in the API server +
+network + HTTP/SSE overhead.
+
+TensorRT-LLM ``trtllm-serve`` ``GET /metrics``: a JSON list of per-iteration stats that the server
+DROPS once read (needs ``enable_iter_perf_stats``); we poll it during the level and store every
+entry we got (``iterations``), plus a short summary.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+KEEP_PREFIXES = ("vllm:", "tgi_", "trtllm_")
+# histogram families -> summary key (seconds in, ms out)
+HISTOGRAMS = {
+    "vllm:time_to_first_token_seconds": "server_ttft_ms",
+    "vllm:inter_token_latency_seconds": "server_itl_ms",
+    "vllm:request_queue_time_seconds": "server_queue_ms",
+    "vllm:request_prefill_time_seconds": "server_prefill_ms",
+    "vllm:request_decode_time_seconds": "server_decode_ms",
+    "vllm:e2e_request_latency_seconds": "server_e2e_ms",
+    "tgi_request_queue_duration": "server_queue_ms",
+    "tgi_request_inference_duration": "server_inference_ms",
+    "tgi_request_mean_time_per_token_duration": "server_tpot_ms",
+    "tgi_request_duration": "server_e2e_ms",
+    "trtllm_time_to_first_token_seconds": "server_ttft_ms",
+    "trtllm_e2e_request_latency_seconds": "server_e2e_ms",
+}
+GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+          "tgi_queue_size", "tgi_batch_current_size", "trtllm_kv_cache_utilization")
+MAX_ITERATIONS_KEPT = 20000  # TRT-LLM iteration stats per level (one per engine step)
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Exposition text -> {sample key: value} for the families we keep, summed over label sets
+    except ``le`` (engines, models and finish reasons are aggregated)."""
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        if not fam.name.startswith(KEEP_PREFIXES):
+            continue
+        for s in fam.samples:
+            key = s.name + (f"{{le={s.labels['le']}}}" if "le" in s.labels else "")
+            out[key] = out.get(key, 0.0) + float(s.value)
+    return out
+
+
+def histogram_delta(before: dict[str, float], after: dict[str, float], family: str) -> dict[str, float] | None:
+    """Distribution of one histogram's observations between two scrapes (ms)."""
+    n = after.get(family + "_count", 0.0) - before.get(family + "_count", 0.0)
+    if n <= 0:
+        return None
+    total = after.get(family + "_sum", 0.0) - before.get(family + "_sum", 0.0)
+    prefix = family + "_bucket{le="
+    buckets = []
+    for k, v in after.items():
+        if k.startswith(prefix):
+            le = float(k[len(prefix):-1])
+            buckets.append((le, v - before.get(k, 0.0)))
+    buckets.sort()
+    out = {"count": n, "mean": total / n * 1e3}
+    for q in (50, 95, 99):
+        out[f"p{q}"] = _bucket_quantile(buckets, n * q / 100) * 1e3
+    return out
+
+
+def _bucket_quantile(buckets: list[tuple[float, float]], rank: float) -> float:
+    """Linear interpolation inside the bucket holding ``rank`` (as Prometheus histogram_quantile)."""
+    prev_le, prev_c = 0.0, 0.0
+    for le, c in buckets:
+        if c >= rank:
+            if le == float("inf"):
+                return prev_le
+            span = c - prev_c
+            return prev_le + (le - prev_le) * ((rank - prev_c) / span if span > 0 else 1.0)
+        prev_le, prev_c = le, c
+    return prev_le
+
+
+def summarize(before: dict[str, float], after: dict[str, float],
+              samples: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for fam, key in HISTOGRAMS.items():
+        d = histogram_delta(before, after, fam)
+        if d is not None:
+            out[key] = d
+    counters = {}
+    for k, v in after.items():
+        if "{" in k or k.endswith(("_sum", "_count")) or any(k.startswith(g) for g in GAUGES):
+            continue
+        delta = v - before.get(k, 0.0)
+        if delta:
+            counters[k] = delta
+    out["counters"] = counters
+    gauges: dict[str, dict[str, float]] = {}
+    for g in GAUGES:
+        vals = [s[g] for _, s in samples if g in s]
+        if vals:
+            gauges[g] = {"max": max(vals), "mean": sum(vals) / len(vals), "last": vals[-1]}
+    out["gauges"] = gauges
+    return out
+
+
+class MetricsScraper:
+    """Samples one server's metrics around a level; ``kind``: "prometheus" or "trtllm-json"."""
+
+    def __init__(self, client: httpx.AsyncClient, kind: str = "prometheus", path: str = "/metrics",
+                 interval_s: float = 1.0) -> None:
+        if kind not in ("prometheus", "trtllm-json"):
+            raise ValueError(f"metrics kind {kind!r}: use prometheus or trtllm-json")
+        self.client, self.kind, self.path, self.interval_s = client, kind, path, interval_s
+        self._task: asyncio.Task | None = None
+        self._before: dict[str, float] = {}
+        self._samples: list[tuple[float, dict[str, float]]] = []
+        self._iterations: list[Any] = []
+        self._errors: list[str] = []
+        self._t0 = 0.0
+        self.available: bool | None = None  # learnt on the first scrape
+
+    async def _scrape(self) -> dict[str, float] | None:
+        try:
+            r = await self.client.get(self.path, timeout=5.0)
+        except httpx.HTTPError as e:
+            self._errors.append(f"{type(e).__name__}")
+            return None
+        if r.status_code != 200:
+            self.available = False if self.available is None else self.available
+            self._errors.append(f"HTTP {r.status_code}")
+            return None
+        self.available = True
+        if self.kind == "trtllm-json":
+            try:
+                data = r.json()
+            except ValueError:
+                self._errors.append("not JSON")
+                return None
+            if isinstance(data, list):
+                room = MAX_ITERATIONS_KEPT - len(self._iterations)
+                self._iterations.extend(data[:max(room, 0)])
+            return {}
+        try:
+            return parse_prometheus(r.text)
+        except ValueError as e:  # the parser raises ValueError on malformed exposition text
+            self._errors.append(f"unparseable metrics: {str(e)[:100]}")
+            return None
+
+    async def _sample_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            s = await self._scrape()
+            if s is not None and self.kind == "prometheus":
+                self._samples.append((round(time.monotonic() - self._t0, 3), {g: s[g] for g in GAUGES if g in s}))
+
+    async def start(self, label: str) -> None:
+        self._samples, self._iterations, self._errors = [], [], []
+        self._t0 = time.monotonic()
+        if self.available is False:
+            return
+        self._before = await self._scrape() or {}
+        if self.available:
+            self._task = asyncio.get_running_loop().create_task(self._sample_loop())
+
+    async def stop(self, label: str) -> dict[str, Any]:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        if not self.available:
+            return {"available": False, "errors": self._errors[:5]}
+        after = await self._scrape() or {}
+        out: dict[str, Any] = {"available": True, "kind": self.kind, "path": self.path,
+                               "scrapes": len(self._samples) + 2}
+        if self.kind == "trtllm-json":
+            out["iterations"] = self._iterations
+            out["summary"] = _trtllm_summary(self._iterations)
+        else:
+            out.update(summarize(self._before, after, self._samples))
+            out["samples"] = [{"t_s": t, **s} for t, s in self._samples]
+        if self._errors:
+            out["errors"] = self._errors[:5]
+        return out
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+
+def _trtllm_summary(its: list[Any]) -> dict[str, Any]:
+    """A few fields of TensorRT-LLM IterationStats (names as trtllm-serve emits them)."""
+    def vals(key: str) -> list[float]:
+        return [float(i[key]) for i in its if isinstance(i, dict) and isinstance(i.get(key), (int, float))]
+    out: dict[str, Any] = {"iterations": len(its)}
+    for key in ("iterLatencyMS", "numActiveRequests", "numQueuedRequests"):
+        v = vals(key)
+        if v:
+            out[key] = {"mean": sum(v) / len(v), "max": max(v)}
+    return out
