@@ -41,7 +41,8 @@ V_KV_TOKENS_PER_BLOCK = Version("1.3.0rc27")  # KvCacheConfig.tokens_per_block /
 
 # Keys of spec.native["trtllm"] that steer this adapter; anything else is an error (never dropped).
 CONTROL_KEYS = ("version", "image", "flow", "quant", "compute_capability", "gpu_name", "calib_size",
-                "calib_dataset", "modelopt_dir", "llm_args", "build_args", "quantize_image")
+                "calib_dataset", "modelopt_dir", "llm_args", "build_args", "quantize_image", "gpus",
+                "detokenize", "step_timeout_s")
 
 
 @dataclass(frozen=True)
@@ -371,8 +372,8 @@ def _engine_runtime(spec: ServingSpec, v: Version, not_applicable: dict[str, Any
             a["enable_chunked_prefill"] = spec.chunked_prefill
     elif spec.prefix_caching or spec.chunked_prefill:
         opt = "prefix_caching" if spec.prefix_caching else "chunked_prefill"
-        raise _unsupported(f"{opt} with {v}", "0.x trtllm-serve takes no LLM-API options file",
-                           "trtllm.version>=1.0.0")
+        raise _unsupported(f"{opt} with {v}", "an LLM-API options file for trtllm-serve is only "
+                           "verified from 1.0.0 (docs 1.0.0: 'Using extra_llm_api_options')", "trtllm.version>=1.0.0")
     return a
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from backends.base import BackendStartError
 from compare.errors import UserError
 from compare.fsutil import write_json_atomic
 
@@ -118,11 +119,12 @@ class Entry:
         return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-class BuildFailed(Exception):
-    """A build step failed; nothing was published. ``log_tail``: the last lines of its log."""
+class BuildFailed(BackendStartError):
+    """A build step failed; nothing was published. One line: the cause, then the log's last lines."""
 
     def __init__(self, message: str, log_tail: str = "") -> None:
-        super().__init__(message + (f"\n--- last log lines ---\n{log_tail}" if log_tail else ""))
+        lines = [ln.strip() for ln in log_tail.strip().splitlines() if ln.strip()]
+        super().__init__(message + (f"; nothing was cached; last log lines: {' | '.join(lines)}" if lines else ""))
         self.log_tail = log_tail
 
 
