@@ -34,10 +34,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--max-errors", type=int, default=None,
                    help="stop a backend's level after this many failed requests (default: half)")
     g.add_argument("--replay", metavar="RESULTS_DIR", help="replay the exact requests of an earlier run")
+    g.add_argument("--repeats", type=int, default=1,
+                   help="runs per backend, each with a fresh engine, interleaved A B A B (>= 2 gives "
+                        "confidence intervals; 3 recommended for baselines)")
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, default=Path("results"), help="results root (default ./results)")
     o.add_argument("--run-id", default=None, help="results subdirectory name (default: timestamp)")
-    o.add_argument("--format", choices=["table", "json"], default="table")
+    o.add_argument("--format", choices=["table", "json", "md", "html"], default="table",
+                   help="table: console; json: run.json + verdict on stdout; md: Markdown report on "
+                        "stdout; html: RESULTS/report.html (all rendered from the results files)")
+    o.add_argument("--gpu-hour-price", type=float, default=None,
+                   help="price of one accelerator-hour: adds cost per million output tokens to the verdict")
+    o.add_argument("--margin", type=float, default=None,
+                   help="equivalence / non-inferiority margin for the verdict, e.g. 0.05")
     p.set_defaults(func=_run)
 
 
@@ -51,6 +60,11 @@ def _validate_load(args: argparse.Namespace):
         raise UserError(str(e)) from None
     if args.warmup < 0:
         raise UserError("--warmup must be >= 0")
+    if args.repeats < 1:
+        raise UserError("--repeats must be >= 1 (2 or more give confidence intervals)")
+    from compare.commands.report import check_price_margin
+
+    check_price_margin(args.gpu_hour_price, args.margin)
     if args.timeout <= 0:
         raise UserError("--timeout must be > 0 seconds")
     return levels
@@ -115,7 +129,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError("--max-errors must be >= 0")
     cfg = RunConfig(backends=backends, spec=spec, workload=workload, requests=requests, levels=levels,
                     slo=slo, warmup=args.warmup, timeout_s=args.timeout, max_errors=args.max_errors,
-                    out_root=args.out, **({"run_id": args.run_id} if args.run_id else {}))
+                    out_root=args.out, repeats=args.repeats,
+                    **({"run_id": args.run_id} if args.run_id else {}))
     if (args.out / cfg.run_id).exists():
         raise UserError(f"results directory {args.out / cfg.run_id} already exists; pick another --run-id")
     # validate every backend's spec (pure adapters) before anything is started or written
@@ -123,28 +138,36 @@ def _run(args: argparse.Namespace) -> int:
 
     for name in backends:
         plan(name, cfg.spec_for(name))
-    return _execute(cfg, args.format)
+    return _execute(cfg, args.format, args.gpu_hour_price, args.margin)
 
 
-def _execute(cfg, fmt: str) -> int:
+def _execute(cfg, fmt: str, price: float | None = None, margin: float | None = None) -> int:
     from rich.console import Console
 
-    from compare.console import ConsoleProgress, caveats, comparison_table
+    from compare.console import ConsoleProgress, comparison_table
     from compare.runner import run
 
-    console = Console(stderr=fmt == "json")
+    console = Console(stderr=fmt in ("json", "md"))
     writer = None
     try:
-        writer = asyncio.run(run(cfg, ConsoleProgress(console)))
+        writer = asyncio.run(run(cfg, ConsoleProgress(console), extra_header=(
+            {"gpu_hour_price": price} if price is not None else None)))
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted; partial results in {cfg.out_root / cfg.run_id}[/yellow]")
         raise
     run_data = writer.run
+    from compare.verdict import print_verdict, verdict_json
+
     if fmt == "json":
-        print(json.dumps(run_data, indent=2, default=str))
+        print(json.dumps({**run_data, "verdict": verdict_json(writer.dir, price, margin)}, indent=2, default=str))
+    elif fmt in ("md", "html"):
+        from compare.commands.report import render
+
+        written = render(writer.dir, fmt == "html", None, price, margin)
+        if written:
+            console.print(f"report: {written}")
     else:
         console.print(comparison_table(run_data))
-        for c in caveats(run_data):
-            console.print(f"[yellow]! {c}[/yellow]")
+        print_verdict(console, writer.dir, price, margin)
         console.print(f"results: {writer.dir}")
     return 0 if run_data["status"] == "complete" else 1
