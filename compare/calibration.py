@@ -1,0 +1,253 @@
+"""Client self-check: a loopback streaming server with KNOWN timing, and the measurement of how
+well our HTTP client (backends/http, the exact code path of ``compare run``) timestamps it.
+
+The calibration server speaks the OpenAI completions streaming protocol (with vLLM's per-chunk
+``token_ids``) over real HTTP/1.1 on 127.0.0.1. It waits ``ttft_ms`` before the first event and
+``itl_ms`` between events, each event carrying ``tokens_per_event`` tokens. Every token event
+carries, in its SSE ``id:`` field, ``perf_counter_ns()`` taken just before the bytes were written.
+perf_counter_ns is CLOCK_MONOTONIC, shared by all processes of a machine, so
+``client stamp - server stamp`` is the client's timing error for that event: loopback transit +
+time the client's event loop took to get to the bytes. That is what ``compare calibrate`` reports.
+
+The server is a bare asyncio.Protocol (no framework) so that it, not the client, is never the
+bottleneck; it runs in its own process (``python -m compare.calibration --port N``), pinned to
+other cores than the client where possible.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+_perf = time.perf_counter_ns
+
+
+@dataclass(frozen=True)
+class CalibrationTiming:
+    ttft_ms: float = 20.0
+    itl_ms: float = 40.0
+    tokens_per_event: int = 1
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection: parses requests, streams chunked SSE responses."""
+
+    def __init__(self, timing: CalibrationTiming) -> None:
+        self.timing = timing
+        self.buf = b""
+        self.tr: asyncio.Transport | None = None
+        self.busy = False
+        self.loop = asyncio.get_running_loop()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.tr = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.tr = None
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self._next()
+
+    def _next(self) -> None:
+        while not self.busy and self.tr is not None:
+            head_end = self.buf.find(b"\r\n\r\n")
+            if head_end < 0:
+                return
+            head = self.buf[:head_end].decode("latin-1").split("\r\n")
+            method, path, _ = (head[0].split(" ") + ["", ""])[:3]
+            length = 0
+            for h in head[1:]:
+                k, _, v = h.partition(":")
+                if k.strip().lower() == "content-length":
+                    length = int(v.strip())
+            if len(self.buf) < head_end + 4 + length:
+                return
+            body = self.buf[head_end + 4: head_end + 4 + length]
+            self.buf = self.buf[head_end + 4 + length:]
+            self._handle(method, path.split("?")[0], body)
+
+    def _simple(self, status: str, body: bytes, ctype: str = "application/json") -> None:
+        assert self.tr is not None
+        self.tr.write(f"HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+                      + body)
+
+    def _handle(self, method: str, path: str, body: bytes) -> None:
+        if method == "GET" and path == "/health":
+            return self._simple("200 OK", b"")
+        if method == "GET" and path == "/v1/models":
+            return self._simple("200 OK", b'{"object":"list","data":[{"id":"calibration","object":"model"}]}')
+        if method != "POST" or path != "/v1/completions":
+            return self._simple("404 Not Found", b'{"error":"not found"}')
+        try:
+            n = int(json.loads(body)["max_tokens"])
+        except (ValueError, KeyError, TypeError):
+            return self._simple("400 Bad Request", b'{"error":"body needs max_tokens"}')
+        assert self.tr is not None
+        self.busy = True
+        self.tr.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        t0 = self.loop.time() + self.timing.ttft_ms / 1e3
+        self.loop.call_at(t0, self._emit, n, 0, t0)
+
+    def _chunk(self, payload: bytes) -> None:
+        assert self.tr is not None
+        self.tr.write(b"%x\r\n%b\r\n" % (len(payload), payload))
+
+    def _emit(self, n: int, sent: int, target: float) -> None:
+        if self.tr is None:
+            return  # the client went away
+        k = min(self.timing.tokens_per_event, n - sent)
+        ids = ",".join(str(100 + (sent + i) % 1000) for i in range(k))
+        last = sent + k >= n
+        fin = '"length"' if last else "null"
+        # the stamp is taken as late as possible: right before the write syscall
+        t = _perf()
+        self._chunk(b'id: %d\ndata: {"object":"text_completion","choices":[{"index":0,"text":"%b",'
+                    b'"token_ids":[%b],"finish_reason":%b}]}\n\n'
+                    % (t, b"x" * k, ids.encode(), fin.encode()))
+        if not last:
+            nxt = target + self.timing.itl_ms / 1e3
+            self.loop.call_at(nxt, self._emit, n, sent + k, nxt)
+            return
+        self._chunk(b'data: {"object":"text_completion","choices":[],"usage":{"prompt_tokens":1,'
+                    b'"completion_tokens":%d,"total_tokens":%d}}\n\ndata: [DONE]\n\n' % (n, n + 1))
+        self._chunk(b"")  # end of the chunked body
+        self.busy = False
+        self._next()
+
+
+async def serve(host: str, port: int, timing: CalibrationTiming, ready: Any = None) -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _Conn(timing), host, port, backlog=8192, reuse_address=True)
+    if ready is not None:
+        ready(server.sockets[0].getsockname()[1])
+    async with server:
+        await server.serve_forever()
+
+
+def _raise_nofile() -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="loopback streaming server with known TTFT/ITL")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--ttft-ms", type=float, default=20.0)
+    p.add_argument("--itl-ms", type=float, default=40.0)
+    p.add_argument("--tokens-per-event", type=int, default=1)
+    p.add_argument("--cpus", default="", help="pin to these CPUs, e.g. 1 or 1,2")
+    a = p.parse_args(argv)
+    _raise_nofile()
+    if a.cpus:
+        os.sched_setaffinity(0, {int(c) for c in a.cpus.split(",")})
+    try:  # the server may use uvloop (it is the reference, not the thing measured)
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    timing = CalibrationTiming(a.ttft_ms, a.itl_ms, a.tokens_per_event)
+    asyncio.run(serve(a.host, a.port, timing, ready=lambda port: print(f"READY {port}", flush=True)))
+
+
+@dataclass
+class CalibrationServerProcess:
+    """``with CalibrationServerProcess(timing) as url:`` - the server in a subprocess, always stopped."""
+
+    timing: CalibrationTiming = field(default_factory=CalibrationTiming)
+    cpus: str = ""
+    proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> str:
+        t = self.timing
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "compare.calibration", "--ttft-ms", str(t.ttft_ms), "--itl-ms", str(t.itl_ms),
+             "--tokens-per-event", str(t.tokens_per_event), *(["--cpus", self.cpus] if self.cpus else [])],
+            stdout=subprocess.PIPE, text=True, start_new_session=True)
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line.startswith("READY "):
+            self.__exit__()
+            raise RuntimeError(f"calibration server did not start (exit {self.proc.poll()})")
+        return f"http://127.0.0.1:{int(line.split()[1])}"
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+# ---------------------------------------------------------------- the measurement (client side)
+
+async def measure(base_url: str, streams: int, tokens: int, rounds: int = 1, timeout_s: float = 120.0) -> dict[str, Any]:
+    """Run ``streams`` concurrent streams of ``tokens`` tokens through HttpStreamBackend and the
+    runner's executor; compare every token event's client stamp with the server's send stamp."""
+    import numpy as np
+
+    from backends.base import GenerationRequest
+    from backends.http_backends import HttpStreamBackend
+    from compare.executor import run_level
+    from compare.schedule import LoadLevel
+
+    pairs_srv: list[int] = []
+    pairs_cli: list[int] = []
+
+    def observe(rid: str, raw: Any) -> None:
+        if raw.id is not None:
+            pairs_srv.append(int(raw.id))
+            pairs_cli.append(raw.t_ns)
+
+    reqs = [GenerationRequest(request_id=f"cal-{i}", max_tokens=tokens, prompt_token_ids=(1, 2, 3))
+            for i in range(streams * rounds)]
+    backend = HttpStreamBackend(None, "calibration", protocol="openai", base_url=base_url, metrics=None,
+                                max_connections=streams + 16)
+    backend.raw_observer = observe
+    async with backend:
+        out = await run_level(backend, reqs, LoadLevel("concurrency", streams), seed=0, timeout_s=timeout_s,
+                              max_errors=len(reqs))
+    srv = np.asarray(pairs_srv, dtype=np.int64)
+    cli = np.asarray(pairs_cli, dtype=np.int64)
+    err_ms = (cli - srv) / 1e6
+    recs = out.records
+    ok = [r for r in recs if r.ok]
+    n_tok = sum(r.output_tokens for r in ok)
+    # steady-state ingest rate: the middle 60 % of the time tokens were arriving (no ramp-up/down)
+    rate = 0.0
+    if cli.size > 10:
+        lo, hi = np.percentile(cli, [20, 80])
+        if hi > lo:
+            rate = float(((cli >= lo) & (cli <= hi)).sum()) / ((hi - lo) / 1e9)
+    # the records the runner keeps must be the very stamps the observer saw (same code path)
+    consistent = sum(len(r.event_times_ns) for r in recs) == cli.size
+    pct = (lambda q: float(np.percentile(err_ms, q))) if err_ms.size else (lambda q: float("nan"))
+    return {
+        "streams": streams, "tokens_per_stream": tokens, "requests": len(recs), "ok": len(ok),
+        "errors": {k: sum(1 for r in recs if r.error_kind == k) for k in {r.error_kind for r in recs if r.error_kind}},
+        "events": int(cli.size), "tokens": n_tok,
+        "wall_s": (out.t_end_ns - out.t_start_ns) / 1e9,
+        "steady_events_per_s": rate,
+        "timing_error_ms": {"p50": pct(50), "p90": pct(90), "p99": pct(99), "p999": pct(99.9),
+                            "max": float(err_ms.max()) if err_ms.size else float("nan"),
+                            "min": float(err_ms.min()) if err_ms.size else float("nan")},
+        "loop_lag_ms": out.loop_lag_ms,
+        "records_match_observer": consistent,
+    }
+
+
+if __name__ == "__main__":
+    main()

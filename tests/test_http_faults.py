@@ -1,0 +1,135 @@
+"""Every transport fault becomes ONE typed error on its request record; the run goes on.
+
+Real loopback HTTP servers that misbehave on purpose (tests/http_util.py); the client is the
+exact backend + executor path of ``compare run``.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import pytest
+
+from backends.base import GenerationRequest
+from backends.http_backends import HttpStreamBackend
+from compare.executor import run_level, run_one
+from compare.schedule import LoadLevel
+from tests.http_util import RawHttpServer, silent_response, sse_response, status_response
+
+REQ = GenerationRequest("r", 4, prompt_token_ids=(1, 2, 3))
+TOKEN = b'data: {"choices":[{"index":0,"text":"a","token_ids":[5],"finish_reason":null}]}\n\n'
+
+
+async def _no_probe() -> None:
+    return None
+
+
+async def _one(handler, protocol: str = "openai", timeout_s: float = 10, read_timeout_s: float = 600):
+    async with RawHttpServer(handler) as s:
+        b = HttpStreamBackend(None, "t", protocol=protocol, base_url=s.url, model="m", metrics=None,
+                              read_timeout_s=read_timeout_s)
+        b._probe = _no_probe
+        async with b:
+            req = REQ if protocol != "tgi" else GenerationRequest("r", 4, prompt_text="hi")
+            return await run_one(b, req, "c1", timeout_s)
+
+
+@pytest.mark.parametrize("status,kind", [("422 Unprocessable Entity", "validation"), ("424 Failed Dependency", "generation"),
+                                         ("429 Too Many Requests", "overloaded"), ("404 Not Found", "http_4xx"),
+                                         ("500 Internal Server Error", "http_5xx"), ("503 Service Unavailable", "http_5xx")])
+def test_http_status_kinds(status, kind):
+    body = json.dumps({"error": "Model is overloaded", "error_type": "overloaded"}).encode()
+    rec = asyncio.run(_one(status_response(status, body)))
+    assert rec.error_kind == kind and "Model is overloaded" in rec.error and not rec.ok
+
+
+def test_connection_refused():
+    with socket.socket() as s:  # a port that nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def go():
+        b = HttpStreamBackend(None, "t", protocol="openai", base_url=f"http://127.0.0.1:{port}", model="m", metrics=None)
+        b._probe = _no_probe
+        async with b:
+            return await run_one(b, REQ, "c1", 10)
+
+    rec = asyncio.run(go())
+    assert rec.error_kind == "connect"
+
+
+def test_server_dies_mid_stream():
+    rec = asyncio.run(_one(sse_response([TOKEN, TOKEN], close_early=True)))
+    assert rec.error_kind == "disconnected" and len(rec.token_ids) == 2  # partial tokens are kept
+
+
+def test_stream_ends_without_done_is_an_error():
+    rec = asyncio.run(_one(sse_response([TOKEN])))  # clean end, but no finish reason / [DONE]
+    assert rec.error_kind == "disconnected"
+
+
+def test_cut_inside_an_event():
+    rec = asyncio.run(_one(sse_response([TOKEN, b'data: {"choi'])))
+    assert rec.error_kind == "disconnected"
+
+
+def test_malformed_event_and_wrong_content_type():
+    rec = asyncio.run(_one(sse_response([b"data: {not json\n\n"])))
+    assert rec.error_kind == "protocol"
+    rec = asyncio.run(_one(status_response("200 OK", b'{"text": "not a stream"}')))
+    assert rec.error_kind == "protocol" and "text/event-stream" in rec.error
+
+
+def test_timeouts_never_hang():
+    rec = asyncio.run(_one(silent_response(), timeout_s=0.5))  # whole-request timeout (executor)
+    assert rec.error_kind == "timeout"
+    rec = asyncio.run(_one(silent_response(), read_timeout_s=0.3))  # silent socket (read timeout)
+    assert rec.error_kind == "timeout"
+
+
+def test_tgi_error_inside_200_stream():
+    """TGI sends validation/overload errors as events of a 200 stream."""
+    ev = b'data:{"error":"Input validation error: `temperature` must be strictly positive","error_type":"validation"}\n\n'
+    rec = asyncio.run(_one(sse_response([ev]), protocol="tgi"))
+    assert rec.error_kind == "validation" and "temperature" in rec.error
+
+
+def test_level_continues_and_counts_failures_by_kind():
+    """Half the requests fail: the level finishes, every request has a record, errors are counted."""
+    n = {"i": 0}
+
+    async def flaky(reader, writer):
+        n["i"] += 1
+        if n["i"] % 2:
+            await status_response("429 Too Many Requests", b'{"error":"busy"}')(reader, writer)
+        else:
+            done = b'data: {"choices":[{"index":0,"text":"b","token_ids":[6],"finish_reason":"length"}]}\n\ndata: [DONE]\n\n'
+            await sse_response([TOKEN, done])(reader, writer)
+
+    async def go():
+        async with RawHttpServer(flaky) as s:
+            b = HttpStreamBackend(None, "t", protocol="openai", base_url=s.url, model="m", metrics=None)
+            b._probe = _no_probe
+            async with b:
+                reqs = [GenerationRequest(f"r{i}", 2, prompt_token_ids=(1,)) for i in range(8)]
+                return await run_level(b, reqs, LoadLevel("concurrency", 2), seed=0, timeout_s=10, max_errors=8)
+
+    out = asyncio.run(go())
+    kinds = sorted(r.error_kind or "ok" for r in out.records)
+    assert len(out.records) == 8 and kinds == ["ok"] * 4 + ["overloaded"] * 4 and out.aborted is None
+
+
+def test_unreachable_endpoint_fails_start_with_one_line():
+    from backends.base import BackendStartError
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def go():
+        async with HttpStreamBackend(None, "openai@x", protocol="openai", base_url=f"http://127.0.0.1:{port}"):
+            pass
+
+    with pytest.raises(BackendStartError, match="cannot reach .* start the server or fix the URL"):
+        asyncio.run(go())

@@ -1,0 +1,114 @@
+"""The shared SSE reader and the wire protocols, over real HTTP on loopback (no engine)."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from backends.base import GenerationRequest, TokenEvent
+from backends.http import openai, tgi
+from backends.http.protocol import Done, Error
+from backends.http.sse import RawEvent, post_events
+from backends.http_backends import HttpStreamBackend
+from compare.executor import run_one
+from compare.metrics import itls_ns
+from tests.http_util import RawHttpServer, sse_response
+
+
+async def _events(server: RawHttpServer) -> list[RawEvent]:
+    async with httpx.AsyncClient(base_url=server.url) as c:
+        return [ev async for ev in post_events(c, "/x", {})]
+
+
+def test_events_split_anywhere_crlf_comments_multiline():
+    body = (b": keep-alive\r\n\r\nid: 7\r\ndata: {\"a\": 1}\r\n\r\n"
+            b"event: note\ndata:line1\ndata: line2\n\n: only a comment\n\ndata: last\n\n")
+    # split the body into 1..5-byte pieces: a parser that assumes whole events breaks here
+    chunks, i = [], 0
+    while i < len(body):
+        n = 1 + i % 5
+        chunks.append(body[i:i + n])
+        i += n
+
+    async def go():
+        async with RawHttpServer(sse_response(chunks, delay_s=0.0)) as s:
+            return await _events(s)
+
+    evs = asyncio.run(go())
+    assert [(e.data, e.event, e.id) for e in evs] == [('{"a": 1}', None, "7"), ("line1\nline2", "note", None),
+                                                      ("last", None, None)]
+
+
+def test_stamp_is_first_byte_of_event():
+    """An event split over two writes 150 ms apart is stamped when its FIRST byte arrived."""
+    gap = 0.15
+
+    async def go():
+        async with RawHttpServer(sse_response([b"data: hel", b"lo\n\ndata: next\n\n"], delay_s=gap)) as s:
+            return await _events(s)
+
+    evs = asyncio.run(go())
+    assert [e.data for e in evs] == ["hello", "next"]
+    # "hello" started in the first chunk, "next" entirely in the second
+    assert evs[1].t_ns - evs[0].t_ns >= gap * 1e9 * 0.8
+
+
+def test_multi_token_event_counts_every_token_and_itl_goes_to_the_first():
+    chunk = {"choices": [{"index": 0, "text": "abc", "token_ids": [5, 6, 7], "finish_reason": None}]}
+    last = {"choices": [{"index": 0, "text": "d", "token_ids": [8], "finish_reason": "length"}]}
+    usage = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}
+    frames = [f"data: {json.dumps(x)}\n\n".encode() for x in (chunk, last, usage)] + [b"data: [DONE]\n\n"]
+
+    async def go():
+        async with RawHttpServer(sse_response(frames, delay_s=0.05)) as s:
+            b = HttpStreamBackend(None, "t", protocol="openai", base_url=s.url, model="m", metrics=None)
+            b._probe = _no_probe  # the raw server has no /v1/models; streaming is what is tested
+            async with b:
+                return await run_one(b, GenerationRequest("r", 4, prompt_token_ids=(1, 2, 3)), "c1", 10)
+
+    rec = asyncio.run(go())
+    assert rec.ok, rec.error
+    assert rec.token_ids == (5, 6, 7, 8) and rec.event_token_counts == (3, 1)
+    assert rec.output_tokens == 4 and rec.usage_completion_tokens == 4 and rec.prompt_tokens == 3
+    itl = itls_ns(rec)
+    assert len(itl) == 3 and itl[0] == 0 and itl[1] == 0 and itl[2] == rec.event_times_ns[1] - rec.event_times_ns[0]
+    assert itl[2] > 0  # the server waited 50 ms; a starved client may see less, never <= 0
+
+
+async def _no_probe() -> None:
+    return None
+
+
+def test_openai_payloads_and_chat_parse():
+    r = GenerationRequest("r", 16, prompt_token_ids=(1, 2), seed=3, logprobs=2)
+    p = openai.completions_payload(r, "m")
+    assert p["prompt"] == [1, 2] and p["max_tokens"] == 16 and p["stream"] is True
+    assert p["stream_options"] == {"include_usage": True} and p["ignore_eos"] is True
+    assert p["return_token_ids"] is True and p["logprobs"] == 2 and p["seed"] == 3
+    c = openai.chat_payload(GenerationRequest("r", 4, messages=(("user", "hi"),), ignore_eos=False), "m")
+    assert c["messages"] == [{"role": "user", "content": "hi"}] and "ignore_eos" not in c
+    role = RawEvent(1, json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}))
+    assert openai.parse_chat(role) == []
+    tok = RawEvent(2, json.dumps({"choices": [{"index": 0, "delta": {"content": "x"}, "token_ids": [9],
+                                               "finish_reason": "stop"}]}))
+    out = openai.parse_chat(tok)
+    assert out[0] == TokenEvent(t_ns=2, token_ids=(9,), text="x") and out[1] == Done(finish_reason="stop")
+    assert openai.parse_completions(RawEvent(3, "[DONE]")) == [Done(terminal=True)]
+    assert openai.parse_completions(RawEvent(3, "{oops"))[0].kind == "protocol"
+
+
+def test_tgi_payload_maps_greedy_without_temperature_zero():
+    g = tgi.generate_payload(GenerationRequest("r", 8, prompt_text="hi", temperature=0.0, top_p=1.0, seed=0))
+    assert g == {"inputs": "hi", "parameters": {"max_new_tokens": 8, "details": True,
+                                                "decoder_input_details": False, "do_sample": False}}
+    s = tgi.generate_payload(GenerationRequest("r", 8, prompt_text="hi", temperature=0.7, top_p=1.0, seed=0))
+    assert s["parameters"]["do_sample"] is True and s["parameters"]["temperature"] == 0.7
+    assert "top_p" not in s["parameters"] and "seed" not in s["parameters"]  # TGI rejects top_p=1 and seed=0
+    s2 = tgi.generate_payload(GenerationRequest("r", 8, prompt_text="hi", temperature=0.7, top_p=0.9, seed=5, logprobs=3))
+    assert s2["parameters"]["top_p"] == 0.9 and s2["parameters"]["seed"] == 5 and s2["parameters"]["top_n_tokens"] == 3
+    with pytest.raises(ValueError):
+        tgi.generate_payload(GenerationRequest("r", 8, prompt_token_ids=(1,)))
+    err = tgi.parse_generate_stream(RawEvent(1, '{"error":"Model is overloaded","error_type":"overloaded"}'))
+    assert err == [Error("overloaded", "Model is overloaded")]
