@@ -233,6 +233,7 @@ def check(baseline: dict[str, Any], run: dict[str, Any], records: Iterable[Reque
         res.notes.append("the baseline has 1 repeat: no noise estimate, the floor alone sets the thresholds "
                          "(save a baseline from a run with --repeats 3)")
     for backend, levels in baseline["metrics"].items():
+        cand: dict[str, dict[str, list[float]]] = {}
         for level, cell in levels.items():
             s = samples.get((backend, level))
             if s is None:
@@ -241,16 +242,31 @@ def check(baseline: dict[str, Any], run: dict[str, Any], records: Iterable[Reque
             failed = int(run["backends"][backend]["levels"].get(level, {}).get("failed", 0))
             if failed > cell.get("failed", 0):
                 res.problems.append(f"{backend} {level}: failed requests {cell.get('failed', 0)} -> {failed}")
-            for metric, base_vals in cell.items():
-                if metric == "failed" or metric not in METRICS:
-                    continue
-                mc = _check_metric(backend, level, metric, base_vals, repeat_values(s, metric),
-                                   _pooled_noise(levels, metric), floor, k)
-                if mc is None:
-                    res.notes.append(f"{backend} {level} {METRICS[metric].label}: no value to compare")
-                else:
-                    res.checks.append(mc)
+            cand[level] = {m: repeat_values(s, m) for m in cell if m in METRICS}
+        for mc in check_cells(backend, levels, cand, floor, k):
+            if mc.candidate is None:
+                res.notes.append(f"{backend} {mc.level} {METRICS[mc.metric].label}: no value to compare")
+            else:
+                res.checks.append(mc)
     return res
+
+
+def check_cells(backend: str, base: dict[str, dict[str, Any]], cand: dict[str, dict[str, list[float]]],
+                floor: float, k: float) -> list[MetricCheck]:
+    """The gate's arithmetic on per-repeat values ({level: {metric: [values]}}); also used by
+    benchmarks/bench_gate.py to replay recorded repeats. candidate None: nothing to compare."""
+    out = []
+    for level, cell in base.items():
+        if level not in cand:
+            continue
+        for metric, base_vals in cell.items():
+            if metric not in METRICS or metric not in cand[level]:
+                continue
+            mc = _check_metric(backend, level, metric, base_vals, cand[level][metric],
+                               _pooled_noise(base, metric), floor, k)
+            out.append(mc or MetricCheck(backend, level, metric, math.nan, None, math.nan, math.nan,  # type: ignore[arg-type]
+                                         None, False, False))
+    return out
 
 
 def _check_metric(backend: str, level: str, metric: str, base: list[float], cand: list[float],

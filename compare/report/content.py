@@ -1,0 +1,64 @@
+"""The report's text content as neutral sections; markdown.py and html.py only format them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from compare.report.data import ReportData
+from compare.report.plots import server_client_rows
+from compare.verdict import DECISION_HEADERS, decision_rows, header_line, summary_lines
+
+
+@dataclass
+class Section:
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    bullets: list[str] = field(default_factory=list)
+    headers: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+
+
+def _f(d: dict | None, key: str, fmt: str = "{:.1f}") -> str:
+    return "-" if not d or d.get(key) is None else fmt.format(d[key])
+
+
+def sections(d: ReportData) -> list[Section]:
+    run, v = d.run, d.verdict
+    wl = run.get("workload", {})
+    out = [Section("Run", paragraphs=[
+        f"run {run.get('run_id')} ({run.get('status')}), started {run.get('started_at', '?')}; "
+        f"workload {wl.get('name')} (seed {wl.get('seed')}, {wl.get('num_requests')} requests); "
+        f"load levels {', '.join(d.levels)}; {run.get('repeats', 1)} repeat(s) per backend; "
+        f"model {run.get('spec', {}).get('model')}"])]
+    out.append(Section("Verdict", paragraphs=[header_line(v)], bullets=summary_lines(v),
+                       headers=DECISION_HEADERS if v.comparisons else [], rows=decision_rows(v)))
+    out.append(Section("Caveats (apply to every number above)",
+                       bullets=v.caveats or ["none detected (client kept up, lengths forced, no failures)"]))
+    out.append(Section("Quality", bullets=v.quality))
+    rows = []
+    for name in d.backends:
+        for label, s in run["backends"][name].get("levels", {}).items():
+            cost = v.costs.get(name, {}).get(label)
+            rows.append([name, label, f"{s['ok']}/{s['requests']}", f"{s['output_tok_s']:.1f}",
+                         _f(s.get("ttft_ms"), "p50"), _f(s.get("ttft_ms"), "p95"), _f(s.get("tpot_ms"), "p50"),
+                         _f(s.get("tpot_ms"), "p95"), _f(s.get("itl_ms"), "p99"), _f(s.get("e2e_ms"), "p95"),
+                         "-" if s.get("goodput_req_s") is None else f"{s['goodput_req_s']:.2f}",
+                         "-" if cost is None else f"${cost:.3g}"])
+    out.append(Section("Measurements (all repeats pooled; latencies in ms, client-side)",
+                       headers=["backend", "load", "ok", "out tok/s", "TTFT p50", "TTFT p95", "TPOT p50",
+                                "TPOT p95", "ITL p99", "E2E p95", "goodput req/s", "$/M out tok"], rows=rows))
+    sc = server_client_rows(d)
+    if sc:
+        out.append(Section("Server-side vs client-side TTFT (mean, ms)",
+                           paragraphs=["the difference is client/network/API overhead and queueing outside the engine"],
+                           headers=["backend", "load", "client", "server", "difference"],
+                           rows=[[b, lv, f"{c:.1f}", f"{s:.1f}", f"{c - s:+.1f}"] for b, lv, c, s in sc]))
+    env = []
+    hw = run.get("hardware", {})
+    env.append(f"CPU {hw.get('cpu_model')} x{hw.get('cpu_count')}; GPUs: "
+               + (", ".join(f"{g.get('name')} (driver {g.get('driver')})" for g in hw.get("gpus") or []) or "none"))
+    env.append("packages: " + ", ".join(f"{k} {val}" for k, val in (hw.get("packages") or {}).items()))
+    for name in d.backends:
+        desc = run["backends"][name].get("describe") or {}
+        env.append(f"{name}: {desc.get('framework')} {desc.get('version')}, quantization {v.quantization.get(name)}")
+    out.append(Section("Environment", bullets=env))
+    return out

@@ -1,0 +1,210 @@
+"""The report's plots as PNG bytes (matplotlib, Agg backend: no display needed).
+
+Each function returns None when the data for its plot is absent (e.g. no server metrics), so the
+page simply leaves that plot out instead of drawing an empty frame.
+"""
+from __future__ import annotations
+
+import io
+import math
+from typing import Any
+
+import numpy as np
+
+from compare.metrics import itls_ns
+from compare.report.data import ReportData, server_ttft_ms
+from compare.stats import METRICS, single_ci
+
+BAR_METRICS = ("ttft_p50", "tpot_p50", "output_tok_s")
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never opens a window
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
+    _plt().close(fig)
+    return buf.getvalue()
+
+
+def latency_vs_throughput(d: ReportData) -> bytes | None:
+    """One line per backend through its load levels: what latency each throughput costs."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    drawn = False
+    for name in d.backends:
+        levels = d.run["backends"][name].get("levels", {})
+        pts = [(lb, s["output_tok_s"], (s.get("ttft_ms") or {}).get("p50"), (s.get("tpot_ms") or {}).get("p50"))
+               for lb, s in levels.items() if s.get("ttft_ms")]
+        if not pts:
+            continue
+        drawn = True
+        for ax, idx in ((axes[0], 2), (axes[1], 3)):
+            xs = [p[1] for p in pts]
+            ys = [p[idx] if p[idx] is not None else math.nan for p in pts]
+            ax.plot(xs, ys, marker="o", label=name, color=_style(d, name, "")["color"])
+            for p, y in zip(pts, ys):
+                ax.annotate(p[0], (p[1], y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    if not drawn:
+        plt.close(fig)
+        return None
+    for ax, what in zip(axes, ("TTFT p50 (ms)", "TPOT p50 (ms)")):
+        ax.set_xlabel("output tokens/s")
+        ax.set_ylabel(what)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("latency vs throughput across load levels")
+    return _png(fig)
+
+
+_STYLES = ("-", "--", ":", "-.")
+
+
+def _style(d: ReportData, name: str, level: str) -> dict[str, str]:
+    """Same colour per backend in every plot; line style tells the load levels apart."""
+    b = d.backends.index(name) if name in d.backends else 0
+    lv = d.levels.index(level) if level in d.levels else 0
+    return {"color": f"C{b % 10}", "linestyle": _STYLES[lv % len(_STYLES)]}
+
+
+def _cdf(ax: Any, values: np.ndarray, label: str, style: dict[str, str]) -> None:
+    v = np.sort(values[np.isfinite(values)])
+    if v.size:
+        ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=label, **style)
+
+
+def _cells(d: ReportData):
+    """(backend, level) in run order: backends as run, levels as listed."""
+    return [(n, lv) for n in d.backends for lv in d.levels]
+
+
+def ttft_cdf(d: ReportData) -> bytes | None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    n = 0
+    for name, level in _cells(d):
+        s = d.samples.get((name, level))
+        vals = s.per_request["ttft"].ravel() if s is not None else np.array([])
+        if np.isfinite(vals).any():
+            _cdf(ax, vals, f"{name} {level}", _style(d, name, level))
+            n += 1
+    if not n:
+        plt.close(fig)
+        return None
+    ax.set_xlabel("TTFT (ms)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_title("TTFT CDF (all repeats pooled)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def itl_cdf(d: ReportData) -> bytes | None:
+    plt = _plt()
+    groups: dict[tuple[str, str], list[int]] = {}
+    for r in d.records:
+        if r.ok:
+            groups.setdefault((r.backend, r.level), []).extend(itls_ns(r))
+    groups = {k: v for k, v in groups.items() if v}
+    if not groups:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    hi = max(float(np.percentile(v, 99.5)) for v in groups.values()) / 1e6
+    for name, level in _cells(d):
+        if (name, level) in groups:
+            _cdf(ax, np.asarray(groups[(name, level)], dtype=float) / 1e6, f"{name} {level}",
+                 _style(d, name, level))
+    ax.set_xlim(0, hi * 1.05 if hi > 0 else 1)
+    ax.set_xlabel("inter-token latency (ms; x axis cut at p99.5)")
+    ax.set_ylabel("fraction of tokens")
+    ax.set_title("ITL CDF (all repeats pooled)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def bars_with_ci(d: ReportData) -> bytes | None:
+    """Per-backend bars per level; error bars are 95% CIs when the run has >= 2 repeats."""
+    if not d.samples:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(BAR_METRICS), figsize=(4 * len(BAR_METRICS), 4))
+    width = 0.8 / max(1, len(d.backends))
+    for ax, metric in zip(axes, BAR_METRICS):
+        for i, name in enumerate(d.backends):
+            xs, ys, lo, hi = [], [], [], []
+            for j, level in enumerate(d.levels):
+                s = d.samples.get((name, level))
+                if s is None:
+                    continue
+                v = s.value(metric)
+                ci = single_ci(s, metric)
+                xs.append(j + i * width)
+                ys.append(v)
+                lo.append(v - ci[0] if ci else 0.0)
+                hi.append(ci[1] - v if ci else 0.0)
+            if xs:
+                err = np.maximum(np.array([lo, hi], dtype=float), 0.0)
+                ax.bar(xs, ys, width, label=name)
+                ax.errorbar(xs, ys, yerr=err, fmt="none", ecolor="black", capsize=3)
+        ax.set_xticks([j + width * (len(d.backends) - 1) / 2 for j in range(len(d.levels))], d.levels)
+        ax.set_title(f"{METRICS[metric].label} ({METRICS[metric].unit})")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend()
+    few = any(s.n_repeats < 2 for s in d.samples.values())
+    fig.suptitle("per backend" + (" (no error bars: fewer than 2 repeats)" if few else ", 95% CI error bars"))
+    return _png(fig)
+
+
+def server_vs_client_ttft(d: ReportData) -> bytes | None:
+    """Client TTFT includes queueing in the client, network and API overhead; the server's does not."""
+    rows = server_client_rows(d)
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(rows)), 4))
+    x = np.arange(len(rows))
+    ax.bar(x - 0.2, [r[2] for r in rows], 0.4, label="client-side (measured here)")
+    ax.bar(x + 0.2, [r[3] for r in rows], 0.4, label="server-side (scraped /metrics)")
+    ax.set_xticks(x, [f"{r[0]}\n{r[1]}" for r in rows])
+    ax.set_ylabel("mean TTFT (ms)")
+    ax.set_title("server-side vs client-side TTFT")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def server_client_rows(d: ReportData) -> list[tuple[str, str, float, float]]:
+    rows = []
+    for name in d.backends:
+        for level, s in d.run["backends"][name].get("levels", {}).items():
+            srv = server_ttft_ms(s.get("server_metrics"))
+            cli = (s.get("ttft_ms") or {}).get("mean")
+            if srv is not None and cli is not None:
+                rows.append((name, level, float(cli), srv))
+    return rows
+
+
+PLOTS = (
+    ("latency_vs_throughput", "Latency vs throughput", latency_vs_throughput),
+    ("ttft_cdf", "TTFT distribution", ttft_cdf),
+    ("itl_cdf", "Inter-token latency distribution", itl_cdf),
+    ("bars_ci", "Per-backend metrics with confidence intervals", bars_with_ci),
+    ("server_vs_client_ttft", "Server-side vs client-side TTFT", server_vs_client_ttft),
+)
+
+
+def all_plots(d: ReportData) -> list[tuple[str, str, bytes]]:
+    out = []
+    for key, title, fn in PLOTS:
+        png = fn(d)
+        if png:
+            out.append((key, title, png))
+    return out

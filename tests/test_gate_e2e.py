@@ -1,0 +1,31 @@
+"""End to end gate on real engines: save a baseline from a real run, `compare check` passes on
+those results (exit 0) and flags a genuinely slower config (exit 1: vLLM limited to one sequence
+at a time under concurrency 2, so every second request queues behind another)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.synth import real_run
+
+pytestmark = pytest.mark.engine
+
+
+def test_baseline_then_check_pass_and_real_regression(tmp_path_factory):
+    d, proc = real_run(tmp_path_factory.mktemp("real-run"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    bl = tmp_path_factory.mktemp("baselines")
+    r = run_cli("baseline", "save", str(d), "--name", "tiny-cpu", "--dir", str(bl))
+    assert r.returncode == 0, r.stderr
+    r = run_cli("check", "--baseline", "tiny-cpu", "--dir", str(bl), str(d))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "RESULT: PASS" in r.stdout
+    slow_root = tmp_path_factory.mktemp("slow")
+    r = run_cli("run", "--backends", "vllm,hf", "--num-requests", "6", "--output-len", "8",
+                "--concurrency", "2", "--warmup", "1", "--max-num-seqs", "1", "--out", str(slow_root),
+                "--run-id", "slow", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = run_cli("check", "--baseline", "tiny-cpu", "--dir", str(bl), str(slow_root / "slow"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "REGRESSION vllm c2 TTFT" in r.stdout
+    assert "backends.vllm.spec.max_num_seqs: None -> 1" in r.stdout  # what changed, next to what got slower

@@ -1,0 +1,91 @@
+"""End to end: a real run of the real engines with --repeats, then `compare report --html`
+rendered in headless Chromium, with a pixel check that the plots are there and not blank."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_cli
+from tests.synth import real_run
+
+pytestmark = pytest.mark.engine
+
+# matplotlib's first two default colours: the first and second backend in every plot
+C0, C1 = (31, 119, 180), (255, 127, 14)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    d, proc = real_run(tmp_path_factory.mktemp("real-run"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return d, proc
+
+
+def test_repeats_are_interleaved_and_stored_per_repeat(results):
+    d, proc = results
+    out = json.loads(proc.stdout)
+    assert out["repeats"] == 2
+    for name in ("vllm", "hf"):
+        reps = out["backends"][name]["repeats"]
+        assert [r["repeat"] for r in reps] == [0, 1] and all(r["status"] == "complete" for r in reps)
+        assert all(r["levels"]["c2"]["ok"] == 6 for r in reps)
+        assert out["backends"][name]["levels"]["c2"]["requests"] == 12  # pooled over both repeats
+    order = []
+    for line in (d / "requests.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        key = (rec["backend"], rec["repeat"])
+        if not order or order[-1] != key:
+            order.append(key)
+    assert order == [("vllm", 0), ("hf", 0), ("vllm", 1), ("hf", 1)]  # A B A B
+    v = out["verdict"]
+    assert v["reference"] == "vllm" and v["comparisons"]
+    assert all(c["ci"] is not None for c in v["comparisons"])  # 2 repeats: intervals exist
+    assert v["cost_per_million_output_tokens"]["vllm"]["c2"] > 0
+
+
+def test_markdown_report(results):
+    d, _ = results
+    r = run_cli("report", str(d))
+    assert r.returncode == 0, r.stderr
+    assert "## Verdict" in r.stdout and "| c2 | TTFT p50 |" in r.stdout and "## Caveats" in r.stdout
+
+
+def _colour_pixels(img: np.ndarray, rgb: tuple[int, int, int], tol: int = 30) -> int:
+    return int((np.abs(img[:, :, :3].astype(int) - rgb).max(axis=2) <= tol).sum())
+
+
+def test_html_report_renders_with_plots_in_chromium(results, tmp_path):
+    from PIL import Image
+
+    d, _ = results
+    out = tmp_path / "report.html"
+    r = run_cli("report", str(d), "--html", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    html = out.read_text()
+    assert not re.search(r'(src|href)="(https?:)?//', html)  # self-contained
+    pngs = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+    assert len(pngs) >= 4  # latency/throughput, TTFT CDF, ITL CDF, bars with CIs
+    for b64 in pngs:  # each embedded plot has real content, not an empty frame
+        img = np.asarray(Image.open(io.BytesIO(base64.b64decode(b64))).convert("RGB"))
+        assert (img.min(axis=2) < 200).mean() > 0.01
+        assert _colour_pixels(img, C0) > 50
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium missing: scripts/setup.d/30-chromium.sh installs it"
+    shot = tmp_path / "shot.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+                    f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,7000",
+                    f"--screenshot={shot}", out.as_uri()], capture_output=True, timeout=180, check=False)
+    assert shot.exists(), "chromium did not write a screenshot"
+    page = np.asarray(Image.open(shot).convert("RGB"))
+    # the plots drew both backends' colours on the page Chromium rendered
+    assert _colour_pixels(page, C0) > 2000 and _colour_pixels(page, C1) > 2000
+    rows = np.nonzero((np.abs(page.astype(int) - C0).max(axis=2) <= 30).any(axis=1))[0]
+    assert rows.max() - rows.min() > 1000  # plot colour spread down the page: several plots, not one
