@@ -24,6 +24,7 @@ class RequestRecord:
     error: str | None = None
     engine_metrics: dict[str, float] = field(default_factory=dict)
     logprobs: tuple[float, ...] | None = None
+    repeat: int = 0  # which repeat of the backend (``compare run --repeats``) produced it
 
     @property
     def ok(self) -> bool:
