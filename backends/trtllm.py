@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import tempfile
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -29,7 +30,10 @@ from backends.base import (
     BackendDescription, BackendRequestError, BackendStartError, Capabilities, GenerationRequest,
     StreamEnd, StreamItem, TokenEvent,
 )
+from backends.http import openai as openai_proto
 from backends.http.openai import COMPLETIONS, completions_payload
+from backends.http.protocol import UNKNOWN_ID, Done, Parsed
+from backends.http.sse import RawEvent
 from backends.http_backends import HttpStreamBackend
 from backends.registry import BackendEntry, register
 
@@ -39,20 +43,61 @@ START_TIMEOUT_S = 1800.0  # trtllm-serve loads weights / engines and autotunes b
 
 
 def trtllm_payload(detokenize: bool = True):
-    """trtllm-serve's CompletionRequest is ``extra="forbid"`` (serve/openai_protocol.py): vLLM's
-    ``return_token_ids`` would be a 400. Token ids come with ``detokenize: false`` (a TRT-LLM field
-    read at main in 2026), at the price of empty text; otherwise each event counts as one token."""
+    """trtllm-serve's CompletionRequest is ``extra="forbid"`` (serve/openai_protocol.py, read at main
+    2026): vLLM's ``return_token_ids`` would be a 400, so it is dropped. Token counts per event come
+    from ``stream_options.continuous_usage_stats`` (cumulative completion_tokens in every chunk; a
+    StreamOptions field in TRT-LLM and vLLM), so an event whose text is empty (a partial UTF-8
+    character) still counts. ``detokenize: false`` (a TRT-LLM CompletionRequest field) streams the
+    token ids themselves, with empty text."""
     def build(req: GenerationRequest, model: str) -> dict[str, Any]:
         p = completions_payload(req, model)
         p.pop("return_token_ids", None)
+        p["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         if not detokenize:
             p["detokenize"] = False
         return p
     return build
 
 
+_SEEN: "OrderedDict[str, int]" = OrderedDict()  # chunk id -> cumulative completion tokens so far
+_SEEN_MAX = 65536  # bounded: streams cut off before their usage chunk must not leak
+
+
+def parse_trtllm_completions(raw: RawEvent) -> list[Parsed]:
+    """OpenAI completions chunks, counting tokens from cumulative usage when no ids are streamed.
+    Chunks of one request share their ``id`` (both servers), which keys the running count."""
+    obj, out = openai_proto._common(raw)
+    if obj is None:
+        return out
+    usage = obj.get("usage") or {}
+    cid = str(obj.get("id", ""))
+    total = usage.get("completion_tokens")
+    for ch in obj.get("choices") or ():
+        ids = ch.get("token_ids")
+        n = 0
+        if not ids and isinstance(total, int):
+            n = max(total - _SEEN.get(cid, 0), 0)
+        text = ch.get("text") or ""
+        if ids or n:
+            out.append(TokenEvent(t_ns=raw.t_ns, token_ids=tuple(ids) if ids else (UNKNOWN_ID,) * n, text=text))
+        elif text:  # no usage in this chunk: one event, one token (the reader's documented fallback)
+            out.append(TokenEvent(t_ns=raw.t_ns, token_ids=(UNKNOWN_ID,), text=text))
+        if ch.get("finish_reason"):
+            out.append(Done(finish_reason=ch["finish_reason"]))
+    if isinstance(total, int):
+        _SEEN[cid] = total
+        _SEEN.move_to_end(cid)
+        while len(_SEEN) > _SEEN_MAX:
+            _SEEN.popitem(last=False)
+        out.append(Done(prompt_tokens=usage.get("prompt_tokens"), completion_tokens=total))
+        if not obj.get("choices"):  # the final usage-only chunk: this request is done
+            _SEEN.pop(cid, None)
+    return out
+
+
 def trtllm_protocol(detokenize: bool = True):
-    return dataclasses.replace(COMPLETIONS, name="trtllm-openai", build_payload=trtllm_payload(detokenize))
+    return dataclasses.replace(COMPLETIONS, name="trtllm-openai", build_payload=trtllm_payload(detokenize),
+                               parse_event=parse_trtllm_completions)
 
 
 def detect_gpu() -> tuple[str | None, str | None]:
@@ -75,6 +120,10 @@ def plan(spec: ServingSpec, target: str | None = None) -> dict[str, Any]:
     """`compare plan`: the flow, quantize/build commands, LlmArgs YAML and container settings."""
     if target:
         return {"endpoint": target, "protocol": "trtllm-serve OpenAI /v1/completions", "note": NOT_RUN}
+    if Path(spec.model).exists():  # `compare run` checks this before anything starts
+        from compare.engine_cache import validate_checkpoint
+
+        validate_checkpoint(spec.model)
     p = resolve_plan(spec)
     out = p.as_dict()
     out["llm_args_yaml_text"] = yaml.safe_dump(p.llm_args, sort_keys=False) if p.llm_args else ""
@@ -106,6 +155,10 @@ class TrtllmBackend(HttpStreamBackend):
     def __init__(self, spec: ServingSpec, name: str = "trtllm", target: str | None = None,
                  metrics: str | None = "trtllm-json", cache_dir: str | None = None, pull: bool = False) -> None:
         native = spec.native_for("trtllm")
+        if not target:
+            from compare.engine_cache import validate_checkpoint
+
+            validate_checkpoint(spec.model)  # missing files: one line, before any container starts
         self.plan = None if target else resolve_plan(spec)  # raises UnsupportedSpecError before any I/O
         super().__init__(spec, name, protocol=trtllm_protocol(bool(native.get("detokenize", True))),
                          target=target, metrics=metrics)
@@ -127,11 +180,10 @@ class TrtllmBackend(HttpStreamBackend):
     async def _start_server(self) -> None:
         if self.plan is None:  # trtllm@URL: an already running trtllm-serve
             return
-        from compare.engine_cache import EngineCache, validate_checkpoint
+        from compare.engine_cache import EngineCache
         from containers.manager import ManagedContainer, connect, ensure_image, parse_gpus
 
         native = self.spec.native_for("trtllm")
-        validate_checkpoint(self.spec.model)
         client = await asyncio.to_thread(connect)
         await asyncio.to_thread(ensure_image, client, self.plan.image, self.pull)
         artifact = None

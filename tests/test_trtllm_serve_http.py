@@ -15,6 +15,7 @@ import pytest
 from adapters.spec import ServingSpec
 from backends.base import GenerationRequest, TokenEvent
 from backends.http.protocol import UNKNOWN_ID
+from backends.http.sse import RawEvent
 from backends.trtllm import TrtllmBackend, trtllm_payload
 from tests.conftest import run_cli
 
@@ -39,6 +40,29 @@ def test_payload_only_uses_fields_trtllm_serve_accepts(detok):
     assert set(p["stream_options"]) <= TRTLLM_STREAM_OPTIONS
     assert p["ignore_eos"] is True and p["prompt"] == [1, 2, 3] and "return_token_ids" not in p
     assert ("detokenize" in p) is (not detok)
+
+
+def _raw(obj, t=1):
+    return RawEvent(t_ns=t, data=json.dumps(obj) if not isinstance(obj, str) else obj)
+
+
+def test_parser_counts_tokens_from_cumulative_usage_even_with_empty_text():
+    from backends.trtllm import parse_trtllm_completions as parse
+
+    u = lambda n: {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n}  # noqa: E731
+    chunks = [{"id": "cmpl-a", "choices": [{"index": 0, "text": "He"}], "usage": u(1)},
+              {"id": "cmpl-a", "choices": [{"index": 0, "text": ""}], "usage": u(2)},  # partial UTF-8
+              {"id": "cmpl-b", "choices": [{"index": 0, "text": "x"}], "usage": u(1)},  # another request
+              {"id": "cmpl-a", "choices": [{"index": 0, "text": "llo", "finish_reason": "length"}], "usage": u(4)},
+              {"id": "cmpl-a", "choices": [], "usage": u(4)}]
+    events = [x for c in chunks for x in parse(_raw(c)) if isinstance(x, TokenEvent)]
+    assert [e.n_tokens for e in events] == [1, 1, 1, 2]
+    done = [x for x in parse(_raw({"id": "cmpl-z", "choices": [], "usage": u(0)})) if not isinstance(x, TokenEvent)]
+    assert done[0].completion_tokens == 0
+    # detokenize=false: the ids themselves
+    (ev, _) = parse(_raw({"id": "cmpl-c", "choices": [{"index": 0, "text": "", "token_ids": [7, 8]}], "usage": u(2)}))
+    assert ev.token_ids == (7, 8)
+    assert parse(_raw("[DONE]"))[0].terminal
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +99,7 @@ def test_trtllm_endpoint_streams_and_counts_tokens(openai_server, tiny_model):
         assert len(events) >= 1 and all(isinstance(e, TokenEvent) for e in events)
         # without server token ids every event is one token, and the usage total agrees with it
         assert sum(e.n_tokens for e in events) == 10 == end.completion_tokens
-        assert all(e.token_ids == (UNKNOWN_ID,) for e in events)
+        assert all(set(e.token_ids) == {UNKNOWN_ID} for e in events)
         ts = [e.t_ns for e in events]
         assert ts == sorted(ts) and end.t_ns >= ts[-1]
         assert end.finish_reason == "length"
