@@ -61,16 +61,26 @@ def comparison_table(run: dict[str, Any]) -> Table:
     for col in ("backend", "load", "ok", "out tok/s", "req/s", "TTFT p50", "TTFT p95", "TPOT p50",
                 "TPOT p95", "ITL p99", "E2E p95"):
         t.add_column(col, justify="left" if col in ("backend", "load") else "right")
+    # server-side TTFT (engine histogram, /metrics) beside the client's: the gap is API-server
+    # queueing + HTTP/SSE + network overhead (backends/server_metrics.py)
+    has_srv = any((s.get("server_metrics") or {}).get("server_ttft_ms")
+                  for b in run["backends"].values() for s in b.get("levels", {}).values())
+    if has_srv:
+        t.add_column("TTFT mean client/server", justify="right")
     if has_slo:
         t.add_column("goodput req/s", justify="right")
         t.add_column("SLO", justify="center")
     for name, b in run["backends"].items():
         if not b.get("levels"):
-            t.add_row(name, "-", b.get("status", "?"), *["-"] * 8, *(["-", "-"] if has_slo else []))
+            t.add_row(name, "-", b.get("status", "?"), *["-"] * 8, *(["-"] if has_srv else []),
+                      *(["-", "-"] if has_slo else []))
         for label, s in b.get("levels", {}).items():
             row = [name, label, f"{s['ok']}/{s['requests']}", f"{s['output_tok_s']:.1f}", f"{s['req_s']:.2f}",
                    _fmt(s.get("ttft_ms"), "p50"), _fmt(s.get("ttft_ms"), "p95"), _fmt(s.get("tpot_ms"), "p50"),
                    _fmt(s.get("tpot_ms"), "p95"), _fmt(s.get("itl_ms"), "p99"), _fmt(s.get("e2e_ms"), "p95")]
+            if has_srv:
+                srv = (s.get("server_metrics") or {}).get("server_ttft_ms")
+                row.append(f"{_fmt(s.get('ttft_ms'), 'mean')}/{_fmt(srv, 'mean')}")
             if has_slo:
                 row += [f"{s.get('goodput_req_s', 0):.2f}", "✓" if s.get("slo_met") else "✗"]
             t.add_row(*row)
