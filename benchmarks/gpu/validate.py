@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-dir", type=Path, help="use this model directory instead of --model-config")
     ap.add_argument("--num-requests", type=int, help="override the workload's request count")
     ap.add_argument("--concurrency", default="8,32,128")
-    ap.add_argument("--rate", default="10,25,50,inf")
+    ap.add_argument("--rate", default="15,30,60,inf")
     ap.add_argument("--c1-requests", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--decode-tokens", type=int, default=128)
