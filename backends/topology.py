@@ -1,0 +1,337 @@
+"""Topologies: N devices as one tensor-parallel engine, or as N replicas behind a load balancer.
+
+    --backends tp@2*vllm                      one engine, tensor_parallel=2, over devices 0-1
+    --backends replicas@2*vllm:lb=lor:kill=5  two engines (one device each) behind a client-side
+                                              least-outstanding-requests balancer; replica 1 is
+                                              SIGKILLed 5 s into the first load level
+    compare run --topology tp=2,replicas=2 --lb rr --kill-replica-after 5 ...  (builds those names)
+
+A "device" is a GPU where there is one (``CUDA_VISIBLE_DEVICES``), else a CPU core (vLLM's
+``VLLM_CPU_OMP_THREADS_BIND``). Each engine gets its own devices: the variables are set while that
+engine starts, so the engine processes it spawns inherit them.
+
+Replica failure: the balancer learns of a dead replica only from its errors (``engine_dead``,
+``connect``), as a real client-side balancer would, then routes around it. ``on_level_end``
+reports what the failure cost: requests failed, output tokens/s before and after the kill.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from typing import Any, AsyncIterator, Iterator
+
+from adapters.spec import ServingSpec, UnsupportedSpecError
+from backends import registry
+from backends.base import (
+    Backend, BackendDescription, BackendRequestError, Capabilities, GenerationRequest, StreamItem,
+    TokenEvent,
+)
+
+LB_POLICIES = {"rr": "round-robin", "lor": "least outstanding requests"}
+_DEAD_KINDS = {"engine_dead", "connect"}
+
+
+def parse_target(kind: str, target: str | None) -> dict[str, Any]:
+    """``2*vllm:lb=lor:kill=5`` -> {n, inner, lb, kill_after_s}; raises a one-line error."""
+    if not target or "*" not in target:
+        raise UnsupportedSpecError(kind, f"target {target!r}", f"expected {kind}@N*BACKEND, e.g. {kind}@2*vllm")
+    n_text, _, rest = target.partition("*")
+    inner, *opts = rest.split(":")
+    try:
+        n = int(n_text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UnsupportedSpecError(kind, f"N={n_text!r}", "N must be a whole number >= 1")
+    out: dict[str, Any] = {"n": n, "inner": inner, "lb": "rr", "kill_after_s": None}
+    for opt in opts:
+        k, eq, v = opt.partition("=")
+        if kind == "replicas" and k == "lb" and v in LB_POLICIES:
+            out["lb"] = v
+        elif kind == "replicas" and k == "kill" and _positive(v):
+            out["kill_after_s"] = float(v)
+        else:
+            raise UnsupportedSpecError(kind, f"option {opt!r}", "known: lb=rr|lor, kill=SECONDS (replicas only)")
+    if inner in ("replicas", "tp"):
+        raise UnsupportedSpecError(kind, f"inner backend {inner!r}", "topologies do not nest")
+    registry.entry_for(inner)  # unknown inner backend -> one line naming the known ones
+    return out
+
+
+def _positive(v: str) -> bool:
+    try:
+        return float(v) > 0
+    except ValueError:
+        return False
+
+
+def devices_present() -> tuple[str, list[str]]:
+    """("gpu", ids) when GPUs are visible, else ("cpu core", ids of the cores we may run on)."""
+    from compare.hardware import _gpus
+
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = _gpus()
+    if gpus:
+        ids = [d for d in vis.split(",") if d.strip()] if vis else [str(i) for i in range(len(gpus))]
+        return "gpu", ids
+    return "cpu core", [str(c) for c in sorted(os.sched_getaffinity(0))]
+
+
+def assign_devices(kind: str, n_engines: int, per_engine: int) -> list[list[str]]:
+    dev_kind, ids = devices_present()
+    need = n_engines * per_engine
+    if need > len(ids):
+        raise UnsupportedSpecError(
+            kind, f"{kind}={n_engines}" + (f" x tensor_parallel {per_engine}" if per_engine > 1 else ""),
+            f"needs {need} {dev_kind}s, {len(ids)} present", f"{kind}={len(ids) // per_engine}")
+    return [ids[i * per_engine:(i + 1) * per_engine] for i in range(n_engines)]
+
+
+@contextlib.contextmanager
+def device_env(dev_kind: str, devices: list[str], tp: int) -> Iterator[None]:
+    """Environment an engine must be started under to use exactly ``devices``."""
+    if dev_kind == "gpu":
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(devices)}
+    else:
+        # one '|'-separated core list per TP rank (vllm/utils/ompmultiprocessing.py)
+        per = max(1, len(devices) // tp)
+        env = {"VLLM_CPU_OMP_THREADS_BIND": "|".join(",".join(devices[r * per:(r + 1) * per]) for r in range(tp))}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _descendants() -> set[int]:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+# ---------------------------------------------------------------- tp@N*BACKEND
+
+
+class TensorParallel:
+    """One engine over N devices: the inner backend with ``tensor_parallel=N``."""
+
+    def __init__(self, spec: ServingSpec, name: str = "tp", target: str | None = None) -> None:
+        t = parse_target("tp", target)
+        self.name, self.n = name, t["n"]
+        self.devices = assign_devices("tp", 1, t["n"])[0]
+        self.inner = registry.build(t["inner"], spec.model_copy(update={"tensor_parallel": t["n"]}))
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
+
+    async def __aenter__(self) -> "TensorParallel":
+        with device_env(devices_present()[0], self.devices, self.n):
+            await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.inner.__aexit__(*exc)
+
+    def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+        return self.inner.stream(req)
+
+    def describe(self) -> BackendDescription:
+        d = self.inner.describe()
+        return BackendDescription(name=self.name, framework=d.framework, version=d.version,
+                                  native_config=d.native_config,
+                                  extra={**d.extra, "topology": {"tp": self.n, "devices": self.devices}})
+
+
+# ---------------------------------------------------------------- replicas@N*BACKEND
+
+
+class ReplicaSet:
+    """N independent engines behind a client-side balancer (round-robin or least-outstanding)."""
+
+    def __init__(self, spec: ServingSpec, name: str = "replicas", target: str | None = None) -> None:
+        t = parse_target("replicas", target)
+        self.name, self.n, self.lb, self.kill_after_s = name, t["n"], t["lb"], t["kill_after_s"]
+        self.devices = assign_devices("replicas", t["n"], spec.tensor_parallel)
+        self.tp = spec.tensor_parallel
+        self.replicas: list[Backend] = [registry.build(t["inner"], spec) for _ in range(self.n)]
+        self.pids: list[set[int]] = [set() for _ in range(self.n)]
+        self.alive = [False] * self.n
+        self.outstanding = [0] * self.n
+        self._rr = 0
+        self._kill_task: asyncio.Task | None = None
+        self._reset_stats()
+
+    def _reset_stats(self) -> None:
+        self.routed = [0] * self.n
+        self.failed = [0] * self.n
+        self.token_times: list[tuple[int, int]] = []  # (t_ns, tokens) of every streamed event
+        self.t_level_ns = time.perf_counter_ns()
+        self.killed: dict[str, Any] | None = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        c = self.replicas[0].capabilities
+        return Capabilities(c.forced_output_length, c.token_id_prompts, c.logprobs, True, False,
+                            c.notes + (f"{self.n} replicas, {LB_POLICIES[self.lb]} balancing",))
+
+    async def __aenter__(self) -> "ReplicaSet":
+        dev_kind = devices_present()[0]
+        try:
+            for i, rep in enumerate(self.replicas):
+                before = _descendants()
+                with device_env(dev_kind, self.devices[i], self.tp):  # started one by one: env is global
+                    await rep.__aenter__()
+                self.pids[i] = _descendants() - before  # this replica's engine processes
+                self.alive[i] = True
+        except BaseException:
+            await self.__aexit__()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._kill_task:
+            self._kill_task.cancel()
+        for i, rep in enumerate(self.replicas):
+            if self.alive[i] or self.pids[i]:
+                with contextlib.suppress(Exception):
+                    await rep.__aexit__(*exc)
+                self.alive[i] = False
+
+    def _pick(self) -> int:
+        live = [i for i in range(self.n) if self.alive[i]]
+        if not live:
+            raise BackendRequestError("no_replica", f"all {self.n} replicas are down")
+        if self.lb == "lor":
+            low = min(self.outstanding[i] for i in live)
+            live = [i for i in live if self.outstanding[i] == low]  # ties: round-robin among them
+        self._rr += 1
+        return live[self._rr % len(live)]
+
+    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+        i = self._pick()
+        self.routed[i] += 1
+        self.outstanding[i] += 1
+        try:
+            async for item in self.replicas[i].stream(req):
+                if isinstance(item, TokenEvent):
+                    self.token_times.append((item.t_ns, item.n_tokens))
+                yield item
+        except BackendRequestError as e:
+            self.failed[i] += 1
+            if e.kind in _DEAD_KINDS:
+                self.alive[i] = False  # passive health check: route around it from now on
+            raise BackendRequestError(e.kind, f"replica {i}: {e.message}", e.status) from e
+        finally:
+            self.outstanding[i] -= 1
+
+    def kill_replica(self, i: int) -> None:
+        """Failure injection: SIGKILL replica i's engine processes (the balancer is not told)."""
+        for pid in self.pids[i]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.killed = {"replica": i, "t_ns": time.perf_counter_ns(), "pids": sorted(self.pids[i])}
+
+    async def on_level_start(self, label: str) -> None:
+        self._reset_stats()
+        if self.kill_after_s is not None and self._kill_task is None:
+            async def later() -> None:
+                await asyncio.sleep(self.kill_after_s)  # type: ignore[arg-type]
+                self.kill_replica(self.n - 1)
+            self._kill_task = asyncio.create_task(later())
+
+    async def on_level_end(self, label: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"topology": "replicas", "replicas": self.n, "lb": self.lb,
+                               "routed": list(self.routed), "failed": list(self.failed),
+                               "alive_at_end": list(self.alive)}
+        if self.killed:
+            out["failure"] = failure_cost(self.token_times, self.t_level_ns, self.killed["t_ns"],
+                                          self.n, self.failed[self.killed["replica"]])
+            out["failure"]["replica"] = self.killed["replica"]
+        return out
+
+    def describe(self) -> BackendDescription:
+        d = self.replicas[0].describe()
+        return BackendDescription(name=self.name, framework=d.framework, version=d.version,
+                                  native_config=d.native_config,
+                                  extra={**d.extra, "topology": {"replicas": self.n, "lb": self.lb,
+                                                                 "devices": self.devices}})
+
+
+def failure_cost(token_times: list[tuple[int, int]], t0: int, t_kill: int, n: int,
+                 failed_on_killed: int) -> dict[str, Any]:
+    """Output tokens/s before and after the kill (from the streamed events) and requests lost."""
+    before = sum(k for t, k in token_times if t < t_kill)
+    after = [(t, k) for t, k in token_times if t >= t_kill]
+    t_last = max((t for t, _ in after), default=t_kill)
+    rate_before = before / max((t_kill - t0) / 1e9, 1e-9)
+    rate_after = sum(k for _, k in after) / ((t_last - t_kill) / 1e9) if t_last > t_kill else 0.0
+    return {"killed_at_s": round((t_kill - t0) / 1e9, 3), "requests_failed": failed_on_killed,
+            "out_tok_s_before": rate_before, "out_tok_s_after": rate_after,
+            "capacity_lost_measured": (1 - rate_after / rate_before) if rate_before else None,
+            "capacity_lost_nominal": 1 / n}
+
+
+# ---------------------------------------------------------------- registration and CLI
+
+
+def _plan(kind: str):
+    def plan(spec: ServingSpec, target: str | None = None) -> dict[str, Any]:
+        t = parse_target(kind, target)
+        if kind == "tp":
+            devs = assign_devices("tp", 1, t["n"])
+            inner_spec = spec.model_copy(update={"tensor_parallel": t["n"]})
+        else:
+            devs = assign_devices("replicas", t["n"], spec.tensor_parallel)
+            inner_spec = spec
+        return {"topology": kind, **t, "devices": devs, "engine": registry.plan(t["inner"], inner_spec)}
+    return plan
+
+
+_tp_plan, _replicas_plan = _plan("tp"), _plan("replicas")
+
+registry.register(registry.BackendEntry(
+    name="tp", summary="one engine, tensor parallel over N devices: tp@N*BACKEND",
+    factory="backends.topology:TensorParallel", plan="backends.topology:_tp_plan", needs_target=True))
+registry.register(registry.BackendEntry(
+    name="replicas", summary="N engines behind a client-side balancer: replicas@N*BACKEND[:lb=rr|lor][:kill=S]",
+    factory="backends.topology:ReplicaSet", plan="backends.topology:_replicas_plan", needs_target=True))
+
+
+def add_topology_options(p: Any) -> None:
+    g = p.add_argument_group("topology (see backends/topology.py)")
+    g.add_argument("--topology", metavar="tp=N,replicas=N",
+                   help="run each backend as one TP=N engine and/or N replicas (each its own devices)")
+    g.add_argument("--lb", choices=sorted(LB_POLICIES), default="lor", help="replica load balancing (default lor)")
+    g.add_argument("--kill-replica-after", type=float, metavar="S",
+                   help="SIGKILL the last replica S seconds into the first load level (failure cost)")
+
+
+def apply_topology(args: Any, backends: list[str]) -> list[str]:
+    """``--topology tp=2,replicas=2`` -> [tp@2*b, replicas@2*b:lb=..] for every backend b."""
+    from compare.errors import UserError
+
+    text = getattr(args, "topology", None)
+    if not text:
+        return backends
+    out = []
+    for item in text.split(","):
+        kind, eq, n = item.strip().partition("=")
+        if kind not in ("tp", "replicas") or not n.isdigit() or int(n) < 1:
+            raise UserError(f"--topology {item!r}: expected tp=N or replicas=N, e.g. --topology tp=2,replicas=2")
+        for b in backends:
+            name = f"{kind}@{n}*{b}"
+            if kind == "replicas":
+                name += f":lb={args.lb}"
+                if args.kill_replica_after:
+                    name += f":kill={args.kill_replica_after:g}"
+            out.append(name)
+    return out

@@ -1,0 +1,86 @@
+"""Exhaustive knob grid for vLLM on the tiny model (CPU), every point a real engine start.
+
+Records, per grid point, exactly what a ``compare tune`` trial measures (goodput under the SLO by
+the bracketing load search, its CI, every probe), into a fixture the search-quality test replays:
+tests/test_tune_search.py checks that the tuner's search, given these recorded measurements,
+finds a config within 5% of the grid's best with at most a third of the grid's trials.
+
+    .venv/bin/python benchmarks/tune_grid.py [--out tests/fixtures/tune_grid_vllm_cpu.json]
+
+Resumable: points already in the output file are skipped. Engines run one after another in this
+process (one `import vllm` for all points instead of one per point: on 2 shared cores the
+import dominates); each point is still a fresh engine (own engine-core process), stopped after.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from adapters.spec import ServingSpec  # noqa: E402
+from compare.fsutil import write_json_atomic  # noqa: E402
+from compare.hardware import fingerprint  # noqa: E402
+from compare.metrics import parse_slo  # noqa: E402
+from compare.tinymodel import ensure_tiny_model  # noqa: E402
+from compare.tune_probe import LoadSearch  # noqa: E402
+from compare.tune_space import apply_config, config_label, grid_points, space_for  # noqa: E402
+from compare.tune_trial import run_trial  # noqa: E402
+from compare.workload import WorkloadSpec, build_requests, request_to_dict  # noqa: E402
+
+GRID = {"max_num_seqs": (1, 4, 16), "max_num_batched_tokens": (96, 512, 2048)}
+SLO = "ttft_p95=400ms,tpot_p95=60ms"
+WORKLOAD = {"name": "tune-grid", "num_requests": 24, "input": {"dist": "uniform", "min": 32, "max": 96},
+            "output": {"dist": "fixed", "value": 16}}
+LOAD = LoadSearch(kind="rate", start=4.0, tol=0.15, max_probes=6, repeats=2, timeout_s=120.0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("tests/fixtures/tune_grid_vllm_cpu.json"))
+    args = ap.parse_args()
+    spec = ServingSpec(model=str(ensure_tiny_model()), dtype="float32", max_model_len=512,
+                       kv_cache_memory_bytes=64 * 2**20, enforce_eager=True)
+    workload = WorkloadSpec(**WORKLOAD)
+    requests = build_requests(workload)
+    slo = parse_slo(SLO)
+    space = space_for("vllm")
+    doc = json.loads(args.out.read_text()) if args.out.exists() else {
+        "what": "vLLM knob grid on the tiny Qwen2 model, CPU; every point a real engine start",
+        "grid": {k: list(v) for k, v in GRID.items()}, "slo": SLO, "workload": WORKLOAD,
+        "load_search": LOAD.as_dict(), "hardware": fingerprint(), "points": []}
+    done = {p["label"] for p in doc["points"]}
+    for cfg in grid_points(GRID):
+        label = config_label(cfg)
+        if label in done:
+            continue
+        reason = space.rules(cfg, spec, False)
+        t0 = time.time()
+        load_before = os.getloadavg()
+        if reason:
+            res = {"status": "rejected", "reason": reason, "feasible": False, "goodput": 0.0}
+        else:
+            job = {"backend": "vllm", "spec": apply_config(space, spec, cfg).model_dump(mode="json"),
+                   "requests": [request_to_dict(r) for r in requests],
+                   "slo": [t.__dict__ for t in slo], "search": LOAD.as_dict()}
+            res = asyncio.run(run_trial(job))
+            if res["status"] != "measured":
+                res.update(feasible=False, goodput=0.0)
+        res.pop("describe", None)
+        point = {"config": cfg, "label": label, **res, "wall_s": round(time.time() - t0, 1),
+                 "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+                 "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        doc["points"].append(point)
+        write_json_atomic(args.out, doc)
+        print(f"{label}: {res['status']} goodput {res.get('goodput')} in {point['wall_s']} s "
+              f"(load {load_before[0]:.1f})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""One tuning trial in its own process: start the engine with the candidate config, find its
+goodput under the SLO (compare/tune_probe.py), stop it, write the result.
+
+Run by compare/tune.py as ``python -m compare.tune_trial JOB.json RESULT.json`` in a new process
+group, so an engine that crashes, OOMs or hangs kills only this trial (recorded as infeasible),
+never the tune, and nothing it spawned outlives it.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from adapters.spec import ServingSpec, UnsupportedSpecError
+from backends import registry
+from backends.base import BackendStartError
+from compare.fsutil import write_json_atomic
+from compare.metrics import SloTerm
+from compare.tune_probe import LoadSearch, max_load_under_slo
+from compare.workload import request_from_dict
+
+
+async def run_trial(job: dict[str, Any]) -> dict[str, Any]:
+    spec = ServingSpec(**job["spec"])
+    requests = [request_from_dict(r) for r in job["requests"]]
+    slo = tuple(SloTerm(**t) for t in job["slo"])
+    search = LoadSearch(**job["search"])
+    try:
+        backend = registry.build(job["backend"], spec)
+    except UnsupportedSpecError as e:
+        return {"status": "rejected", "reason": str(e)}
+    t0 = time.perf_counter()
+    try:
+        async with backend:
+            start_s = time.perf_counter() - t0
+            result = await max_load_under_slo(backend, requests, slo, search)
+            result["describe"] = backend.describe().as_dict()
+    except BackendStartError as e:
+        return {"status": "start_failed", "reason": str(e)}
+    result["status"] = "measured"
+    result["start_s"] = round(start_s, 2)
+    return result
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(Path(argv[0]).read_text())
+    result = asyncio.run(run_trial(job))
+    write_json_atomic(argv[1], result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
