@@ -1,9 +1,9 @@
 """Topologies: N devices as one tensor-parallel engine, or as N replicas behind a load balancer.
 
     --backends tp@2*vllm                      one engine, tensor_parallel=2, over devices 0-1
-    --backends replicas@2*vllm:lb=lor:kill=5  two engines (one device each) behind a client-side
+    --backends replicas@2*vllm:lb=lor:kill=5@c8  two engines (one device each) behind a client-side
                                               least-outstanding-requests balancer; replica 1 is
-                                              SIGKILLed 5 s into the first load level
+                                              SIGKILLed 5 s into load level c8 (default: the first)
     compare run --topology tp=2,replicas=2 --lb rr --kill-replica-after 5 ...  (builds those names)
 
 A "device" is a GPU where there is one (``CUDA_VISIBLE_DEVICES``), else a CPU core (vLLM's
@@ -46,15 +46,16 @@ def parse_target(kind: str, target: str | None) -> dict[str, Any]:
         n = 0
     if n < 1:
         raise UnsupportedSpecError(kind, f"N={n_text!r}", "N must be a whole number >= 1")
-    out: dict[str, Any] = {"n": n, "inner": inner, "lb": "rr", "kill_after_s": None}
+    out: dict[str, Any] = {"n": n, "inner": inner, "lb": "rr", "kill_after_s": None, "kill_level": None}
     for opt in opts:
         k, eq, v = opt.partition("=")
         if kind == "replicas" and k == "lb" and v in LB_POLICIES:
             out["lb"] = v
-        elif kind == "replicas" and k == "kill" and _positive(v):
-            out["kill_after_s"] = float(v)
+        elif kind == "replicas" and k == "kill" and _positive(v.partition("@")[0]):
+            out["kill_after_s"] = float(v.partition("@")[0])
+            out["kill_level"] = v.partition("@")[2] or None
         else:
-            raise UnsupportedSpecError(kind, f"option {opt!r}", "known: lb=rr|lor, kill=SECONDS (replicas only)")
+            raise UnsupportedSpecError(kind, f"option {opt!r}", "known: lb=rr|lor, kill=SECONDS[@LEVEL] (replicas only)")
     if inner in ("replicas", "tp"):
         raise UnsupportedSpecError(kind, f"inner backend {inner!r}", "topologies do not nest")
     registry.entry_for(inner)  # unknown inner backend -> one line naming the known ones
@@ -81,12 +82,16 @@ def devices_present() -> tuple[str, list[str]]:
 
 
 def assign_devices(kind: str, n_engines: int, per_engine: int) -> list[list[str]]:
+    """Split the devices present: ``n_engines`` engines of ``per_engine`` devices each."""
     dev_kind, ids = devices_present()
     need = n_engines * per_engine
     if need > len(ids):
-        raise UnsupportedSpecError(
-            kind, f"{kind}={n_engines}" + (f" x tensor_parallel {per_engine}" if per_engine > 1 else ""),
-            f"needs {need} {dev_kind}s, {len(ids)} present", f"{kind}={len(ids) // per_engine}")
+        if kind == "tp":
+            option, nearest = f"tp={per_engine}", f"tp={len(ids)}"
+        else:
+            option = f"replicas={n_engines}" + (f" x tensor_parallel {per_engine}" if per_engine > 1 else "")
+            nearest = f"replicas={len(ids) // per_engine}"
+        raise UnsupportedSpecError(kind, option, f"needs {need} {dev_kind}s, {len(ids)} present", nearest)
     return [ids[i * per_engine:(i + 1) * per_engine] for i in range(n_engines)]
 
 
@@ -160,6 +165,7 @@ class ReplicaSet:
     def __init__(self, spec: ServingSpec, name: str = "replicas", target: str | None = None) -> None:
         t = parse_target("replicas", target)
         self.name, self.n, self.lb, self.kill_after_s = name, t["n"], t["lb"], t["kill_after_s"]
+        self.kill_level = t["kill_level"]  # None: the first load level
         self.devices = assign_devices("replicas", t["n"], spec.tensor_parallel)
         self.tp = spec.tensor_parallel
         self.replicas: list[Backend] = [registry.build(t["inner"], spec) for _ in range(self.n)]
@@ -242,7 +248,7 @@ class ReplicaSet:
 
     async def on_level_start(self, label: str) -> None:
         self._reset_stats()
-        if self.kill_after_s is not None and self._kill_task is None:
+        if self.kill_after_s is not None and self._kill_task is None and self.kill_level in (None, label):
             async def later() -> None:
                 await asyncio.sleep(self.kill_after_s)  # type: ignore[arg-type]
                 self.kill_replica(self.n - 1)
@@ -312,7 +318,8 @@ def add_topology_options(p: Any) -> None:
                    help="run each backend as one TP=N engine and/or N replicas (each its own devices)")
     g.add_argument("--lb", choices=sorted(LB_POLICIES), default="lor", help="replica load balancing (default lor)")
     g.add_argument("--kill-replica-after", type=float, metavar="S",
-                   help="SIGKILL the last replica S seconds into the first load level (failure cost)")
+                   help="SIGKILL the last replica S seconds into a load level (failure cost)")
+    g.add_argument("--kill-level", metavar="LABEL", help="the level of --kill-replica-after, e.g. c8 (default: the first)")
 
 
 def apply_topology(args: Any, backends: list[str]) -> list[str]:
@@ -332,6 +339,6 @@ def apply_topology(args: Any, backends: list[str]) -> list[str]:
             if kind == "replicas":
                 name += f":lb={args.lb}"
                 if args.kill_replica_after:
-                    name += f":kill={args.kill_replica_after:g}"
+                    name += f":kill={args.kill_replica_after:g}" + (f"@{args.kill_level}" if args.kill_level else "")
             out.append(name)
     return out

@@ -85,12 +85,21 @@ def tuned_specs(tune_dir: str, backends: list[str], base: ServingSpec) -> dict[s
     data = json.loads(path.read_text())
     best = {r["backend"]: r.get("best") for r in data.get("backends", [])}
     out = {}
-    for name in backends:
+    for full in backends:
+        name = _tuned_name(full)
         if name not in best:
             raise UserError(f"--tuned {tune_dir}: backend {name} was not tuned there (tuned: "
                             f"{', '.join(best) or 'none'}); run `compare tune --backend {name}` first")
         if best[name] is None:
             raise UserError(f"--tuned {tune_dir}: no config of {name} met the SLO in that tune; "
                             f"relax the SLO and tune again")
-        out[name] = apply_config(space_for(name), base, best[name]["config"])
+        out[full] = apply_config(space_for(name), base, best[name]["config"])
     return out
+
+
+def _tuned_name(full: str) -> str:
+    """``replicas@2*vllm:lb=lor`` and ``tp@2*vllm`` run the tuned config of ``vllm``."""
+    kind, _, target = full.partition("@")
+    if kind in ("tp", "replicas") and "*" in target:
+        return target.partition("*")[2].split(":")[0]
+    return full

@@ -47,6 +47,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="price of one accelerator-hour: adds cost per million output tokens to the verdict")
     o.add_argument("--margin", type=float, default=None,
                    help="equivalence / non-inferiority margin for the verdict, e.g. 0.05")
+    # --- tuning and topology (owned by compare/tune_report.py and backends/topology.py) ---
+    from backends.topology import add_topology_options
+
+    add_topology_options(p)
+    p.add_argument("--tuned", metavar="TUNE_DIR",
+                   help="run each backend at its best config from `compare tune` (TUNE_DIR/tune.json)")
+    # --- end tuning and topology ---
     p.set_defaults(func=_run)
 
 
@@ -98,6 +105,9 @@ def _run(args: argparse.Namespace) -> int:
     from compare.metrics import parse_slo
 
     backends = parse_backends(args.backends)
+    from backends.topology import apply_topology  # --topology tp=N,replicas=N: wraps each backend
+
+    backends = apply_topology(args, backends)
     levels = _validate_load(args)
     try:
         slo = parse_slo(args.slo)
@@ -133,6 +143,10 @@ def _run(args: argparse.Namespace) -> int:
                     **({"run_id": args.run_id} if args.run_id else {}))
     if (args.out / cfg.run_id).exists():
         raise UserError(f"results directory {args.out / cfg.run_id} already exists; pick another --run-id")
+    if args.tuned:  # each backend at its best config from `compare tune` (compare/tune_report.py)
+        from compare.tune_report import tuned_specs
+
+        cfg.backend_specs.update(tuned_specs(args.tuned, backends, spec))
     # validate every backend's spec (pure adapters) before anything is started or written
     from backends.registry import plan
 
