@@ -50,6 +50,8 @@ def parse_prometheus(text: str) -> dict[str, float]:
         if not fam.name.startswith(KEEP_PREFIXES):
             continue
         for s in fam.samples:
+            if s.name.endswith("_created"):  # prometheus_client's creation timestamps: not data
+                continue
             key = s.name + (f"{{le={s.labels['le']}}}" if "le" in s.labels else "")
             out[key] = out.get(key, 0.0) + float(s.value)
     return out
