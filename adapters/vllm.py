@@ -7,20 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.spec import ServingSpec, UnsupportedSpecError
-
-# Framework-neutral quantization name -> vLLM ``quantization=`` value.
-# None: vLLM detects the method from the checkpoint's quantization_config (compressed-tensors,
-# AWQ, GPTQ, FP8 checkpoints); the loaded method is verified after start.
-VLLM_QUANTIZATION: dict[str, str | None] = {
-    "none": None,
-    "w4a16-awq": None,
-    "w4a16-gptq": None,
-    "w4a16": None,
-    "w8a8-int8": None,
-    "w8a16-int8": None,
-    "w8a8-fp8": "fp8",  # online dynamic FP8 when the checkpoint is not pre-quantized
-}
+from adapters.quant import vllm_quant_args
+from adapters.spec import ServingSpec
 
 # spec field -> vLLM engine-arg name, for fields that map one to one
 _DIRECT = {
@@ -37,16 +25,17 @@ _DIRECT = {
 }
 
 
-def vllm_engine_args(spec: ServingSpec) -> dict[str, Any]:
-    """Keyword arguments for ``vllm.engine.arg_utils.AsyncEngineArgs``."""
+def vllm_engine_args(spec: ServingSpec, device: str | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``vllm.engine.arg_utils.AsyncEngineArgs``.
+
+    ``device`` ("cuda"/"cpu", default: detected) decides the online FP8 flavour and which schemes
+    have a kernel (adapters/quant.py); bad combinations raise UnsupportedSpecError here.
+    """
     args: dict[str, Any] = {"model": spec.model, "seed": spec.seed}
     if spec.dtype != "auto":
         args["dtype"] = spec.dtype
-    if spec.quantization not in VLLM_QUANTIZATION:
-        raise UnsupportedSpecError("vllm", f"quantization={spec.quantization}", "unknown scheme")
-    q = VLLM_QUANTIZATION[spec.quantization]
-    if q is not None:
-        args["quantization"] = q
+    # quantization= (online), or a config-only model copy for dummy weights; checks the checkpoint
+    args.update(vllm_quant_args(spec, device))
     for field, name in _DIRECT.items():
         value = getattr(spec, field)
         if value is not None:

@@ -160,6 +160,39 @@ class HFBackend:
             return "abort"
         return "stop" if (last and last[0] in eos_set and n < req.max_tokens) else "length"
 
+    async def score(self, req: GenerationRequest, continuation: list[int],
+                    want: list[list[int]] | None = None) -> list[dict[str, Any]]:
+        """Teacher-forced reference logprobs for a continuation another backend produced.
+
+        One forward pass over prompt + continuation. For each continuation position: the
+        reference's argmax token and its logprob, the logprob it gives the continuation's token,
+        and the logprobs of the token ids in ``want[i]`` (e.g. the candidate's top-k, for KL).
+        """
+        if self._model is None:
+            raise BackendRequestError("engine_dead", "model is not loaded")
+        ids = self._input_ids(req)
+        async with self._lock:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(None, self._score, ids, list(continuation), want)
+
+    def _score(self, ids: list[int], cont: list[int], want: list[list[int]] | None) -> list[dict[str, Any]]:
+        import torch
+
+        with torch.inference_mode():
+            x = torch.tensor([ids + cont], device=self._device)
+            logits = self._model(x, attention_mask=torch.ones_like(x)).logits[0].float()
+            # position p predicts token p+1: the continuation is predicted by [len(ids)-1, ...)
+            lp = torch.log_softmax(logits[len(ids) - 1: len(ids) - 1 + len(cont)], dim=-1).cpu()
+        out = []
+        for i, tok in enumerate(cont):
+            row = lp[i]
+            top = int(row.argmax())
+            d = {"token": tok, "logprob": float(row[tok]), "argmax": top, "argmax_logprob": float(row[top])}
+            if want is not None and i < len(want):
+                d["want"] = {int(t): float(row[int(t)]) for t in want[i]}
+            out.append(d)
+        return out
+
     def describe(self) -> BackendDescription:
         cfg = dict(self.config)
         if self._model is not None:

@@ -32,6 +32,7 @@ class VllmBackend:
         self._resolved: dict[str, Any] = {}
         self._version = "unknown"
         self._n = 0
+        self._quant: dict[str, Any] | None = None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -45,12 +46,15 @@ class VllmBackend:
         self._version = getattr(vllm, "__version__", "unknown")
         args = dict(self.engine_args)
         args.setdefault("disable_log_stats", False)
+        # lets us ask the worker process what it loaded (compare/quant_verify.py)
+        args.setdefault("worker_extension_cls", "compare.quant_verify.VllmQuantProbe")
         try:
             self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
         except Exception as e:  # engine start failures come in many types; report one line
             raise BackendStartError(f"vLLM engine failed to start: {type(e).__name__}: "
                                     f"{str(e).splitlines()[0] if str(e) else ''}") from e
         self._resolved = _resolved_config(self._engine)
+        self._quant = await _quant_report(self._engine, self._resolved)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -115,7 +119,20 @@ class VllmBackend:
     def describe(self) -> BackendDescription:
         return BackendDescription(name=self.name, framework="vllm", version=self._version,
                                   native_config={"engine_args": self.engine_args,
-                                                 "resolved": self._resolved})
+                                                 "resolved": self._resolved},
+                                  extra={"quantization": self._quant} if self._quant else {})
+
+
+async def _quant_report(engine: Any, resolved: dict[str, Any]) -> dict[str, Any] | None:
+    """Resolved quantization method, linear kernels and weight bytes, from the worker process."""
+    try:
+        reports = await engine.collective_rpc("llm_compare_quant_report")
+    except Exception as e:  # a custom worker_extension_cls, or an older vLLM: say so, don't fail
+        return {"method": resolved.get("quantization"), "error": f"{type(e).__name__}: {e}"[:300]}
+    rep = dict(reports[0]) if reports else {}
+    rep["method"] = resolved.get("quantization")
+    rep["kv_cache_dtype"] = resolved.get("kv_cache_dtype")
+    return rep
 
 
 def _engine_metrics(m: Any) -> dict[str, float]:

@@ -133,6 +133,9 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
             entry["describe"] = backend.describe().as_dict()
             entry["status"] = "running"
             writer.flush()
+            if rep == 0:  # loaded vs requested quantization + quality parity -> entry (compare/quality.py)
+                from compare.quality import record as record_quality
+                await record_quality(cfg, name, backend, entry)
             await _warmup(cfg, backend)
             for level in cfg.levels:
                 # optional hooks: backends with server-side metrics sample them around each level
