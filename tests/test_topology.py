@@ -1,0 +1,89 @@
+"""Topology for real on CPU: 1 vLLM engine vs 2 vLLM replicas (one core each) behind the
+least-outstanding-requests balancer, identical workload and SLO; in the second load level one
+replica's engine processes are SIGKILLed and the run reports what that cost.
+
+3 engine starts in all (one compare run). The pure parts (target grammar, balancing policy,
+failure arithmetic, device check) are tested without engines."""
+from __future__ import annotations
+
+import json
+
+import psutil
+import pytest
+
+from adapters.spec import UnsupportedSpecError
+from backends.topology import ReplicaSet, apply_topology, failure_cost, parse_target
+from tests.conftest import run_cli
+
+
+def test_target_grammar():
+    t = parse_target("replicas", "2*vllm:lb=lor:kill=1.5@c8")
+    assert t == {"n": 2, "inner": "vllm", "lb": "lor", "kill_after_s": 1.5, "kill_level": "c8"}
+    for bad, needle in [("vllm", "N*BACKEND"), ("0*vllm", ">= 1"), ("2*vllm:lb=random", "lb=rr|lor"),
+                        ("2*replicas", "do not nest")]:
+        with pytest.raises(UnsupportedSpecError, match=needle):
+            parse_target("replicas", bad)
+
+
+def test_apply_topology_builds_backend_names():
+    class A:
+        topology, lb, kill_replica_after, kill_level = "tp=2,replicas=2", "rr", 3.0, "c8"
+
+    assert apply_topology(A, ["vllm"]) == ["tp@2*vllm", "replicas@2*vllm:lb=rr:kill=3@c8"]
+
+
+def test_least_outstanding_balancing_and_passive_health(tiny_model):
+    from adapters.spec import ServingSpec
+
+    if len(psutil.Process().cpu_affinity()) < 2:
+        pytest.skip("needs 2 CPU cores (one per replica)")
+    rs = ReplicaSet(ServingSpec(model=str(tiny_model)), name="r", target="2*vllm:lb=lor")
+    rs.alive = [True, True]
+    rs.outstanding = [3, 1]
+    assert rs._pick() == 1  # fewer requests in flight
+    rs.outstanding = [0, 0]
+    assert {rs._pick(), rs._pick()} == {0, 1}  # ties: round-robin
+    rs.alive = [True, False]
+    assert {rs._pick() for _ in range(4)} == {0}  # never a replica known dead
+
+
+def test_failure_cost_arithmetic():
+    s = 1_000_000_000
+    events = [(int(0.5 * s), 10), (int(1.5 * s), 10), (int(2.5 * s), 5), (int(3.0 * s), 5)]
+    c = failure_cost(events, 0, 2 * s, 2, 3)
+    assert c["out_tok_s_before"] == 10.0 and c["out_tok_s_after"] == 10.0
+    assert c["capacity_lost_measured"] == 0.0 and c["capacity_lost_nominal"] == 0.5 and c["requests_failed"] == 3
+
+
+@pytest.mark.engine
+def test_two_replicas_vs_one_engine_and_a_replica_killed_mid_run(tmp_path):
+    if len(psutil.Process().cpu_affinity()) < 2:
+        pytest.skip("needs 2 CPU cores (one per replica)")
+    kill = "replicas@2*vllm:lb=lor:kill=0.5@c8"
+    r = run_cli("run", "--backends", f"vllm,{kill}", "--concurrency", "4,8", "--num-requests", "48",
+                "--input-len", "64", "--output-len", "48", "--slo", "ttft_p95=2s,tpot_p95=200ms",
+                "--max-errors", "40", "--out", str(tmp_path), "--run-id", "topo", "--format", "json",
+                timeout=1500)
+    assert r.returncode in (0, 1), r.stderr[-3000:]
+    run = json.loads((tmp_path / "topo" / "run.json").read_text())
+    one, reps = run["backends"]["vllm"], run["backends"][kill]
+    # identical workload on both; every level has goodput and TTFT/TPOT percentiles
+    for b in (one, reps):
+        for label in ("c4", "c8"):
+            s = b["levels"][label]
+            assert s["requests"] == 48 and "goodput_req_s" in s and s["ttft_ms"]["p95"] > 0 and s["tpot_ms"]["p95"] > 0
+    assert one["levels"]["c8"]["failed"] == 0
+    # healthy level: both replicas served, nothing failed
+    h = reps["levels"]["c4"]["server_metrics"]
+    assert h["alive_at_end"] == [True, True] and min(h["routed"]) > 0 and sum(h["failed"]) == 0
+    devices = reps["describe"]["extra"]["topology"]["devices"]
+    assert len(devices) == 2 and not set(devices[0]) & set(devices[1])  # each replica its own core
+    # the killed level: replica 1 died, its in-flight requests failed, replica 0 took the rest
+    k = reps["levels"]["c8"]["server_metrics"]
+    f = k["failure"]
+    assert f["replica"] == 1 and k["alive_at_end"] == [True, False]
+    assert f["requests_failed"] >= 1 and f["requests_failed"] == k["failed"][1] and k["failed"][0] == 0
+    s = reps["levels"]["c8"]
+    assert s["failed"] == f["requests_failed"] and s["ok"] == 48 - s["failed"]
+    assert set(s["errors"]) <= {"engine_dead", "engine"}
+    assert f["out_tok_s_after"] > 0 and f["capacity_lost_nominal"] == 0.5

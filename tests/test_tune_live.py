@@ -1,0 +1,79 @@
+"""One small real tune: vLLM on the tiny model, real engine starts (default + one candidate), the
+bracketing load search, the Pareto plot; then the same tune again resumes from the cache (no
+engine start), and an SLO nothing can meet ends with exit 2 naming the closest config."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compare.tune_report import tuned_specs
+from adapters.spec import ServingSpec
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.engine
+
+COMMON = ["tune", "--backend", "vllm", "--knob", "max_num_seqs=1,8", "--num-requests", "12",
+          "--input-len", "32", "--output-len", "8", "--start-load", "4", "--max-probes", "3",
+          "--repeats", "2", "--trial-timeout", "600"]
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tune")
+    cache = root / "cache"
+    args = [*COMMON, "--slo", "ttft_p95=2s,tpot_p95=500ms", "--budget", "2", "--out", str(root),
+            "--cache-dir", str(cache)]
+    first = run_cli(*args, "--run-id", "a", timeout=1500)
+    again = run_cli(*args, "--run-id", "b", timeout=300)
+    return root, first, again
+
+
+def test_tune_measures_real_trials_and_writes_results(tuned):
+    root, first, _ = tuned
+    assert first.returncode == 0, first.stderr[-3000:]
+    doc = json.loads((root / "a" / "tune.json").read_text())
+    rep = doc["backends"][0]
+    labels = [t["label"] for t in rep["trials"]]
+    assert labels[0] == "default" and len(labels) == 2 and labels[1].startswith("max_num_seqs=")
+    assert rep["engine_starts"] == 2 and rep["cache_hits"] == 0
+    for t in rep["trials"]:
+        assert t["status"] == "measured" and t["describe"]["framework"] == "vllm"
+        loads = [p["load"] for p in t["probes"]]
+        assert len(loads) >= 3 and loads[0] == 4.0  # bracketing started at --start-load
+        if t["feasible"]:
+            ci = t["goodput_req_s"]
+            assert ci["n"] == 2 and ci["lo"] <= ci["mean"] <= ci["hi"]
+            assert t["bracket"][0] == t["goodput"]
+    # the engine really ran the candidate config
+    cand = rep["trials"][1]
+    assert cand["describe"]["native_config"]["resolved"]["max_num_seqs"] == cand["config"]["max_num_seqs"]
+    assert rep["best"] is not None and "verdict" in rep["gain"]
+    png = (root / "a" / "pareto.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert "tuned vs default" in first.stderr
+
+
+def test_rerun_resumes_from_the_cache_without_engine_starts(tuned):
+    root, first, again = tuned
+    assert again.returncode == 0, again.stderr[-2000:]
+    a = json.loads((root / "a" / "tune.json").read_text())["backends"][0]
+    b = json.loads((root / "b" / "tune.json").read_text())["backends"][0]
+    assert b["engine_starts"] == 0 and b["cache_hits"] == 2
+    assert [t["goodput"] for t in a["trials"]] == [t["goodput"] for t in b["trials"]]
+
+
+def test_tuned_config_feeds_compare_run(tuned):
+    root, _, _ = tuned
+    best = json.loads((root / "a" / "tune.json").read_text())["backends"][0]["best"]
+    spec = tuned_specs(str(root / "a"), ["vllm"], ServingSpec(model="/m"))["vllm"]
+    assert spec.max_num_seqs == best["config"].get("max_num_seqs")
+
+
+def test_an_slo_no_config_meets_says_so_and_shows_the_closest(tmp_path):
+    r = run_cli(*COMMON, "--slo", "ttft_p95=1us", "--budget", "1", "--out", str(tmp_path),
+                "--cache-dir", str(tmp_path / "cache"), timeout=1200)
+    assert r.returncode == 2, r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: no config of vllm meets the SLO ttft_p95=1us") and "closest: default" in last
+    assert "Traceback" not in r.stderr
