@@ -33,6 +33,7 @@ from backends.base import (
 )
 from backends.http.protocol import Done, Error, Protocol, get_protocol
 from backends.http.sse import RawEvent, post_events
+from backends.http.transport import StreamingTransport
 from backends.registry import BackendEntry, register
 
 # Connect fast, but let one silent gap last as long as a request may (the executor's
@@ -50,7 +51,7 @@ class HttpStreamBackend:
     def __init__(self, spec: ServingSpec | None = None, name: str = "http", *, protocol: str | Protocol = "openai",
                  base_url: str | None = None, target: str | None = None, model: str | None = None,
                  metrics: str | None = "prometheus", max_connections: int = 4096,
-                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
+                 read_timeout_s: float = READ_TIMEOUT_S, fast_transport: bool = True) -> None:
         self.spec = spec
         self.name = name
         self.protocol = get_protocol(protocol) if isinstance(protocol, str) else protocol
@@ -62,6 +63,7 @@ class HttpStreamBackend:
         self.metrics_kind = metrics
         self.max_connections = max_connections
         self.read_timeout_s = read_timeout_s
+        self.fast_transport = fast_transport
         # optional tap on every raw event (compare calibrate compares them with server stamps)
         self.raw_observer: Callable[[str, RawEvent], None] | None = None
         self._client: httpx.AsyncClient | None = None
@@ -96,8 +98,10 @@ class HttpStreamBackend:
             key = os.environ.get(API_KEY_ENV)
             if key:
                 headers["Authorization"] = f"Bearer {key}"
+            # plain http: our lean transport (stamps on receipt; docs/benchmarks.md); https: httpx's own
+            transport = StreamingTransport() if self.base_url.startswith("http://") and self.fast_transport else None
             self._client = httpx.AsyncClient(
-                base_url=self.base_url, headers=headers,
+                base_url=self.base_url, headers=headers, transport=transport,
                 timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=self.read_timeout_s, pool=None),
                 limits=httpx.Limits(max_connections=self.max_connections,
                                     max_keepalive_connections=self.max_connections))

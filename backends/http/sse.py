@@ -72,7 +72,8 @@ async def iter_events(response: httpx.Response) -> AsyncIterator[RawEvent]:
     pending_cr = False
     try:
         async for chunk in response.aiter_raw():
-            t = _perf()
+            # stamped on receipt by our transport (backends/http/transport.py), else now
+            t = getattr(chunk, "t_ns", 0) or _perf()
             if not buf:
                 ev_t = t
             if b"\r" in chunk or pending_cr:  # normalise CRLF / CR line ends (rare: axum, vLLM use LF)
