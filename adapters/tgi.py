@@ -48,7 +48,8 @@ FLAG_TYPES: dict[str, str] = {
 }
 # Flags our container layer owns: an override would break the port mapping / model mount.
 RESERVED = {"--hostname", "--port", "--model-id"}
-# Flags whose value is a secret: passed through the container env, never through argv or plans.
+# Flags whose value is a secret: never taken from the spec (specs are printed and stored in
+# results); backends/tgi.py passes $LLM_COMPARE_API_KEY to the container as API_KEY instead.
 SECRET_FLAGS = {"--api-key", "--ngrok-authtoken"}
 
 
@@ -169,8 +170,9 @@ def tgi_launcher_args(spec: ServingSpec, model_path: str | None = None,
             raise UnsupportedSpecError("tgi", f"native {flag}", "set by the container layer (port mapping, "
                                        "model mount)", "the spec's model field")
         if flag in SECRET_FLAGS:
-            env[flag[2:].replace("-", "_").upper()] = str(value)
-            continue
+            raise UnsupportedSpecError("tgi", f"native {flag}", "a secret in the spec would be printed in "
+                                       "plans and stored in results", "export LLM_COMPARE_API_KEY; the "
+                                       "container gets it as API_KEY and the client sends it")
         if flag not in FLAG_TYPES:
             raise UnsupportedSpecError("tgi", f"native {flag}", "not a text-generation-launcher 3.3 flag we pass",
                                        ", ".join(sorted(set(FLAG_TYPES) - RESERVED)))

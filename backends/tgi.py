@@ -26,8 +26,9 @@ from containers.manager import ContainerSpec
 DEFAULT_IMAGE = "ghcr.io/huggingface/text-generation-inference:3.3.7"
 DEFAULTS = {"image": DEFAULT_IMAGE, "gpus": "all", "shm_size": "1g", "host_port": None,
             "pull": False, "ready_timeout_s": 900}
-# passed from the user's environment when set (gated hub models); never shown or stored
-PASSTHROUGH_ENV = ("HF_TOKEN",)
+# container env from the user's environment when set: (container name, our env name); never shown
+# or stored. The HTTP client sends $LLM_COMPARE_API_KEY as its bearer token, TGI checks API_KEY.
+PASSTHROUGH_ENV = (("HF_TOKEN", "HF_TOKEN"), ("API_KEY", "LLM_COMPARE_API_KEY"))
 MAINTENANCE_NOTE = ("TGI is in maintenance mode upstream (its README: minor fixes and maintenance only; "
                     "Hugging Face recommends vLLM, SGLang or local engines going forward)")
 LENGTH_NOTE = "TGI cannot force output length (no ignore_eos): compare length-matched tokens"
@@ -53,7 +54,8 @@ def tgi_plan(spec: ServingSpec, target: str | None = None) -> dict[str, Any]:
     return {
         "image": cs.image,
         "launcher_argv": ["text-generation-launcher", *argv],
-        "launcher_env": cs.redacted_env(),
+        "launcher_env": {**cs.redacted_env(),
+                         **{k: f"*** from ${src} when set" for k, src in PASSTHROUGH_ENV}},
         "container": cs.settings(),
         "pull": opts["pull"],
         "protocol": "tgi native (POST /generate_stream, SSE); ready = GET /health 200",
@@ -68,7 +70,7 @@ class TgiContainerBackend(ContainerHttpBackend):
 
     def __init__(self, spec: ServingSpec, name: str = "tgi", **kw: Any) -> None:
         cs, opts, argv, env = container_spec(spec)  # UnsupportedSpecError before any I/O
-        passthrough = tuple((k, os.environ[k]) for k in PASSTHROUGH_ENV if os.environ.get(k))
+        passthrough = tuple((k, os.environ[src]) for k, src in PASSTHROUGH_ENV if os.environ.get(src))
         if passthrough:
             cs = replace(cs, env=cs.env + passthrough)
         self.launcher_argv = argv

@@ -1,0 +1,129 @@
+"""adapters/tgi.py: spec -> text-generation-launcher argv/env, golden and checked against TGI 3.3's
+own flag reference (shared/specs/tgi-3.3-launcher-flags.json). Pure: nothing starts."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adapters.spec import ServingSpec, UnsupportedSpecError
+from adapters.tgi import FLAG_TYPES, TGI_QUANTIZE, tgi_launcher_args, validate_argv
+
+TAIL = ["--usage-stats", "off", "--hostname", "0.0.0.0", "--port", "80"]
+
+
+@pytest.fixture(scope="module")
+def reference(shared_dir):
+    return json.loads((shared_dir / "specs" / "tgi-3.3-launcher-flags.json").read_text())["flags"]
+
+
+def _spec(**kw):
+    return ServingSpec(model=kw.pop("model", "org/model"), **kw)
+
+
+def test_minimal_spec_golden():
+    argv, env = tgi_launcher_args(_spec())
+    assert argv == ["--model-id", "org/model", *TAIL]
+    assert env == {}
+
+
+def test_full_spec_golden(tiny_model):
+    spec = ServingSpec(model=str(tiny_model), dtype="bfloat16", max_model_len=4096, max_num_seqs=64,
+                       max_num_batched_tokens=8192, gpu_memory_utilization=0.9, tensor_parallel=2,
+                       kv_cache_dtype="fp8", enforce_eager=True, kv_cache_memory_bytes=2**30,
+                       native={"tgi": {"--max-concurrent-requests": 512, "--waiting-served-ratio": 1.2,
+                                       "--max-waiting-tokens": 10, "image": "ignored-here"}})
+    argv, env = tgi_launcher_args(spec, model_path="/models/m", host_model_dir=str(tiny_model))
+    # tiny Qwen2: KV bytes per token = 2 (K, V) x 4 layers x 2 KV heads x 32 head dim x 1 byte (fp8)
+    assert argv == [
+        "--model-id", "/models/m", "--dtype", "bfloat16", "--kv-cache-dtype", "fp8_e4m3fn",
+        "--max-total-tokens", "4096", "--max-input-tokens", "4095", "--max-batch-size", "64",
+        "--max-batch-prefill-tokens", "8192", "--cuda-memory-fraction", "0.9",
+        "--max-batch-total-tokens", str(2**30 // 512), "--num-shard", "2", "--cuda-graphs", "0",
+        "--usage-stats", "off", "--max-concurrent-requests", "512", "--waiting-served-ratio", "1.2",
+        "--max-waiting-tokens", "10", "--hostname", "0.0.0.0", "--port", "80"]
+    assert env == {}
+
+
+@pytest.mark.parametrize("quant,flag", [(q, f) for q, f in TGI_QUANTIZE.items() if f])
+def test_quantization_mapping(quant, flag):
+    argv, _ = tgi_launcher_args(_spec(quantization=quant))
+    assert argv[argv.index("--quantize") + 1] == flag
+
+
+@pytest.mark.parametrize("method", ["marlin", "exl2", "bitsandbytes", "bitsandbytes-nf4", "bitsandbytes-fp4"])
+def test_native_quantize_methods(method, reference):
+    argv, _ = tgi_launcher_args(_spec(native={"tgi": {"--quantize": method}}))
+    assert argv[argv.index("--quantize") + 1] == method
+    assert validate_argv(argv, reference) == []
+
+
+def test_kv_budget_from_the_checkpoint_dtype(tiny_model):
+    # dtype auto: the tiny model is float32, 4 bytes per value -> 2048 bytes per token
+    argv, _ = tgi_launcher_args(ServingSpec(model=str(tiny_model), kv_cache_memory_bytes=64 * 2**20))
+    assert argv[argv.index("--max-batch-total-tokens") + 1] == str(64 * 2**20 // 2048)
+
+
+def test_secret_flags_are_refused_in_the_spec():
+    # specs are printed by `compare plan` and stored in run.json: secrets come from the environment
+    with pytest.raises(UnsupportedSpecError, match="LLM_COMPARE_API_KEY"):
+        tgi_launcher_args(_spec(native={"tgi": {"--api-key": "s3cret"}}))
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"dtype": "float32"}, "dtype=float32"),
+    ({"dtype": "float16", "quantization": "w4a16-awq"}, "--dtype cannot be used with --quantize"),
+    ({"block_size": 16}, "block_size"),
+    ({"prefix_caching": True}, "prefix_caching"),
+    ({"chunked_prefill": False}, "chunked_prefill"),
+    ({"load_format": "dummy"}, "dummy"),
+    ({"tokenizer": "other/tok"}, "tokenizer"),
+    ({"kv_cache_memory_bytes": 2**20}, "--max-batch-total-tokens"),  # no config.json for a hub id
+    ({"native": {"tgi": {"--port": 8080}}}, "container layer"),
+    ({"native": {"tgi": {"--no-such-flag": 1}}}, "not a text-generation-launcher 3.3 flag"),
+    ({"native": {"tgi": {"--quantize": "int3"}}}, "must be one of"),
+    ({"native": {"tgi": {"--max-batch-size": 0}}}, "positive integer"),
+    ({"native": {"tgi": {"--cuda-memory-fraction": 1.5}}}, "(0, 1]"),
+])
+def test_unsupported_options_raise(kw, needle):
+    with pytest.raises(UnsupportedSpecError) as e:
+        tgi_launcher_args(_spec(**kw))
+    assert needle in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def _every_option_spec(tiny_model) -> list[ServingSpec]:
+    base = dict(model=str(tiny_model), max_model_len=2048, max_num_seqs=8, max_num_batched_tokens=4096,
+                gpu_memory_utilization=0.85, tensor_parallel=4, enforce_eager=True, kv_cache_memory_bytes=2**28)
+    specs = [ServingSpec(**base, dtype=d) for d in ("auto", "float16", "bfloat16")]
+    specs += [ServingSpec(**base, quantization=q) for q in TGI_QUANTIZE]
+    specs += [ServingSpec(**base, kv_cache_dtype=k) for k in ("fp8", "fp8_e4m3", "fp8_e5m2")]
+    natives = {"--max-concurrent-requests": 64, "--waiting-served-ratio": 0.5, "--cuda-graphs": "1,2,4,8",
+               "--max-waiting-tokens": 5, "--sharded": True, "--trust-remote-code": True,
+               "--enable-prefill-logprobs": True, "--max-best-of": 1, "--rope-scaling": "dynamic",
+               "--rope-factor": 2.0, "--speculate": 2, "--max-top-n-tokens": 10}
+    specs.append(ServingSpec(**base, native={"tgi": natives}))
+    return specs
+
+
+def test_every_emitted_flag_exists_with_a_legal_value(tiny_model, reference):
+    for spec in _every_option_spec(tiny_model):
+        argv, _ = tgi_launcher_args(spec, model_path="/models/m", host_model_dir=str(tiny_model))
+        assert validate_argv(argv, reference) == [], spec
+
+
+def test_flag_table_matches_the_reference(reference):
+    # every flag we know a type for is a real 3.3 flag, and our enumerations are the reference's
+    assert set(FLAG_TYPES) <= set(reference)
+    for flag, kind in FLAG_TYPES.items():
+        values = reference[flag].get("values")
+        if values:
+            assert kind.startswith("enum:") and sorted(kind[5:].split(",")) == sorted(values), flag
+
+
+def test_validate_argv_catches_bad_argv(reference):
+    problems = validate_argv(["--model-id", "m", "--quantize", "int3", "--bogus", "--max-batch-size", "x"],
+                             reference)
+    assert any("--quantize int3" in p for p in problems)
+    assert any("--bogus" in p for p in problems)
+    assert any("'x' is not a number" in p for p in problems)
