@@ -256,7 +256,8 @@ def print_verdict(console: Any, results_dir: Any, price: float | None = None, ma
             t.add_column(h, justify="left" if h in ("load", "metric", "verdict") else "right")
         for row in decision_rows(v):
             t.add_row(*row)
-        console.print(t)
+        # piped output (CI logs) would squeeze the table to 80 columns; keep it readable there
+        console.print(t, width=None if console.is_terminal else max(console.width, 160))
     for line in summary_lines(v):
         console.print(f"[bold]{line}[/bold]", highlight=False)
     for line in v.quality:

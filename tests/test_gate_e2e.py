@@ -23,8 +23,9 @@ def test_baseline_then_check_pass_and_real_regression(tmp_path_factory):
     slow_root = tmp_path_factory.mktemp("slow")
     r = run_cli("run", "--backends", "vllm,hf", "--num-requests", "6", "--output-len", "8",
                 "--concurrency", "2", "--warmup", "1", "--max-num-seqs", "1", "--out", str(slow_root),
-                "--run-id", "slow", timeout=900)
+                "--run-id", "slow", "--format", "html", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "<img" in (slow_root / "slow" / "report.html").read_text()  # `compare run --format html`
     r = run_cli("check", "--baseline", "tiny-cpu", "--dir", str(bl), str(slow_root / "slow"))
     assert r.returncode == 1, r.stdout + r.stderr
     assert "REGRESSION vllm c2 TTFT" in r.stdout

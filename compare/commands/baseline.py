@@ -19,8 +19,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--dir", type=Path, default=Path("baselines"), help="baseline directory (default ./baselines)")
     s.add_argument("--force", action="store_true", help="overwrite an existing baseline of that name")
     s.set_defaults(func=_save)
-    p.set_defaults(func=lambda args: (_ for _ in ()).throw(
-        UserError("compare baseline: name an action, e.g. `compare baseline save RESULTS --name NAME`")))
+    p.set_defaults(func=_no_action)
+
+
+def _no_action(args: argparse.Namespace) -> int:
+    raise UserError("compare baseline: name an action, e.g. `compare baseline save RESULTS --name NAME`")
 
 
 def load_results(path: Path):

@@ -148,7 +148,7 @@ def bars_with_ci(d: ReportData) -> bytes | None:
                 ci = single_ci(s, metric)
                 xs.append(j + i * width)
                 ys.append(v)
-                lo.append(v - ci[0] if ci else 0.0)
+                lo.append(min(v - ci[0], v) if ci else 0.0)  # bars of rates and times stop at 0
                 hi.append(ci[1] - v if ci else 0.0)
             if xs:
                 err = np.maximum(np.array([lo, hi], dtype=float), 0.0)
