@@ -43,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--decode-tokens", type=int, default=128)
+    ap.add_argument("--log-stats", choices=["on", "default"], default="on",
+                    help="on: disable_log_stats=False, as backends/vllm_inproc.py starts AsyncLLM (the "
+                         "matched config); default: LLM's own default (stats off)")
+    ap.add_argument("--skip-single-stream", action="store_true")
     a = ap.parse_args(argv)
     set_engine_env()
 
@@ -53,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     workload = load_workload(a.workload, a.num_requests)
     reqs = build_requests(workload)
     args = vllm_engine_args(spec)
+    if a.log_stats == "on":
+        args.setdefault("disable_log_stats", False)
     res: dict = {"phase": "offline", "engine_args": args, "workload": workload.model_dump(mode="json"),
                  "num_requests": len(reqs)}
 
@@ -87,6 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"OFFLINE generate #{i}: {len(outs)} requests, {n_out} output tokens in {dt:.3f}s = "
               f"{n_out / dt:.0f} tok/s", flush=True)
 
+    if a.skip_single_stream:
+        res["gpu_memory"] = _gpu_memory()
+        write_json_atomic(a.out, res)
+        llm.llm_engine.engine_core.shutdown()
+        return 0
     # single stream: prefill + 1 token, then prefill + 1 + K tokens; the difference is K decode steps
     one = prompts[0]
     k = a.decode_tokens

@@ -3,7 +3,9 @@
 Phases, most important first, each in its own process group with a deadline:
   env        nvidia-smi, package versions
   microbench copy bandwidth + bf16 matrix rate (the roofline's ceilings)
-  offline    vLLM's own LLM.generate on the workload (the yardstick) + single-stream decode
+  offline    vLLM's own LLM.generate on the workload (the yardstick), engine config matched to the
+             in-process backend (log stats on) + single-stream decode
+  offline-default  the same with LLM's default config (stats off), throughput only
   inproc     `compare run --backends vllm`: closed-loop concurrency levels, a Poisson rate sweep and
              a burst (rate=inf, the level compared with LLM.generate)
   server     the same through vLLM's OpenAI server (`--backends vllm-server`): API overhead
@@ -38,10 +40,11 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.gpu.common import ENGINE_ENV  # noqa: E402
 from compare.fsutil import write_json_atomic  # noqa: E402
 
-PHASES = ["env", "microbench", "offline", "inproc", "server", "inproc-c1", "server-c1", "report"]
+PHASES = ["env", "microbench", "offline", "inproc", "offline-default", "server", "inproc-c1", "server-c1",
+          "report"]
 # rough seconds each needs (cold compile for the first engine); a phase is skipped rather than
 # started when less than this is left, so the pack at the end still happens
-MIN_S = {"env": 5, "microbench": 20, "offline": 120, "inproc": 90, "server": 100,
+MIN_S = {"env": 5, "microbench": 20, "offline": 120, "inproc": 90, "offline-default": 45, "server": 100,
          "inproc-c1": 40, "server-c1": 50, "report": 5}
 
 
@@ -124,10 +127,14 @@ def _phase_cmd(name: str, a: argparse.Namespace) -> list[str]:
         return [py, str(HERE / "envinfo.py"), str(a.work / "env.json")]
     if name == "microbench":
         return [py, str(HERE / "microbench.py"), str(a.work / "microbench.json")] + (["--small"] if a.small else [])
-    if name == "offline":
+    if name.startswith("offline"):
+        # offline: the in-process backend's exact engine config (log stats on) + single stream;
+        # offline-default: LLM's own defaults (stats off), throughput only
+        dflt = name == "offline-default"
         return [py, str(HERE / "offline.py"), "--spec", str(a.spec), "--model", str(a.model_path),
-                "--workload", str(a.workload), "--out", str(a.work / "offline.json"),
-                "--repeats", str(a.repeats), "--decode-tokens", str(a.decode_tokens)] + (
+                "--workload", str(a.workload), "--out", str(a.work / f"{name}.json"),
+                "--repeats", str(a.repeats), "--decode-tokens", str(a.decode_tokens),
+                "--log-stats", "default" if dflt else "on"] + (["--skip-single-stream"] if dflt else []) + (
                     ["--num-requests", str(a.num_requests)] if a.num_requests else [])
     if name == "report":
         return [py, str(HERE / "report.py"), str(a.work)]
@@ -183,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             sampler.phase = name
             print(f"VALIDATE start {name} ({left:.0f}s left)", flush=True)
-            res = _run(_phase_cmd(name, a), a.work / "logs" / f"{name}.log", left, env)
+            # the report is pure arithmetic on what is already on disk: it always gets its time
+            res = _run(_phase_cmd(name, a), a.work / "logs" / f"{name}.log",
+                       max(left, 60.0) if name == "report" else left, env)
             res["gpu"] = sampler.stats.get(name)
             state["phases"][name] = res
             sampler.phase = "idle"
