@@ -5,6 +5,7 @@ when the backend starts, so the rest of the tool runs without it.
 """
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any, AsyncIterator
 
@@ -67,7 +68,8 @@ class VllmBackend:
             return {"prompt_token_ids": list(req.prompt_token_ids)}
         if req.messages is not None:
             if self._tokenizer is None:
-                self._tokenizer = await self._engine.get_tokenizer()
+                tok = self._engine.get_tokenizer()  # a coroutine in older vLLM, plain in 0.32
+                self._tokenizer = await tok if inspect.isawaitable(tok) else tok
             ids = self._tokenizer.apply_chat_template(
                 [{"role": r, "content": c} for r, c in req.messages],
                 add_generation_prompt=True, tokenize=True)

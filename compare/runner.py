@@ -125,6 +125,8 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
     if cfg.repeats > 1:
         entry.setdefault("repeats", []).append(this)
     progress.backend_start(name if cfg.repeats == 1 else f"{name} (repeat {rep + 1}/{cfg.repeats})")
+    if hasattr(backend, "attach_results_dir"):
+        backend.attach_results_dir(writer.dir)  # server/container logs are kept with the results
     t0 = time.perf_counter()
     try:
         async with backend:
