@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from compare.baseline import DEFAULT_FLOOR, DEFAULT_NOISE_K, check_cells, repeat_values  # noqa: E402
+from compare.baseline import DEFAULT_ALPHA, DEFAULT_FLOOR, check_cells, repeat_values  # noqa: E402
 from compare.results import iter_records, load_run  # noqa: E402
 from compare.stats import METRICS, collect, default_metrics  # noqa: E402
 
@@ -156,7 +156,7 @@ def _cells(samples, backend, reps, metrics, scale=1.0):
     return out
 
 
-def evaluate(path: Path, repeats: int, draws: int, floors: list[float], ks: list[float], seed: int = 0) -> dict:
+def evaluate(path: Path, repeats: int, draws: int, floors: list[float], alphas: list[float], seed: int = 0) -> dict:
     run = load_run(path)
     samples = collect(run, iter_records(path))
     metrics = default_metrics(run)
@@ -170,11 +170,11 @@ def evaluate(path: Path, repeats: int, draws: int, floors: list[float], ks: list
     aa = rng.sample(aa, min(draws, len(aa)))
     ab = rng.sample(ab, min(draws, len(ab)))
 
-    def rate(pairs, cand_backend, scale, floor, k):
+    def rate(pairs, cand_backend, scale, floor, alpha):
         hits, per_metric = 0, {m: 0 for m in metrics}
         for base_r, cand_r in pairs:
             checks = check_cells("A", _cells(samples, "A", base_r, metrics),
-                                 _cells(samples, cand_backend, cand_r, metrics, scale), floor, k)
+                                 _cells(samples, cand_backend, cand_r, metrics, scale), floor, alpha)
             hits += any(c.regression for c in checks)
             for c in checks:
                 per_metric[c.metric] += c.regression
@@ -194,11 +194,11 @@ def evaluate(path: Path, repeats: int, draws: int, floors: list[float], ks: list
                                     for m in metrics if len(repeat_values(s, m)) > 1}
     grid = []
     for floor in floors:
-        for k in ks:
-            fa, fa_m = rate(aa, "A", 1.0, floor, k)
-            det_real, det_real_m = rate(ab, "B", 1.0, floor, k)
-            det10, det10_m = rate(aa, "A", 1.10, floor, k)
-            grid.append({"floor": floor, "k": k, "false_alarm": round(fa, 3),
+        for alpha in alphas:
+            fa, fa_m = rate(aa, "A", 1.0, floor, alpha)
+            det_real, det_real_m = rate(ab, "B", 1.0, floor, alpha)
+            det10, det10_m = rate(aa, "A", 1.10, floor, alpha)
+            grid.append({"floor": floor, "alpha": alpha, "false_alarm": round(fa, 3),
                          "detect_config_change": round(det_real, 3), "detect_10pct": round(det10, 3),
                          "false_alarm_by_metric": fa_m, "detect_10pct_by_metric": det10_m,
                          "detect_config_by_metric": det_real_m})
@@ -228,15 +228,15 @@ def main() -> None:
     e.add_argument("--repeats", type=int, default=3, help="repeats per side (the gate's recommended 3)")
     e.add_argument("--draws", type=int, default=300)
     e.add_argument("--floors", default=str(DEFAULT_FLOOR))
-    e.add_argument("--ks", default=f"2,{DEFAULT_NOISE_K},4,5")
+    e.add_argument("--alphas", default=f"{DEFAULT_ALPHA}")
     args = p.parse_args()
     if args.cmd == "record":
         path = record(args)
-        print(json.dumps(evaluate(path, 3, 300, [DEFAULT_FLOOR], [DEFAULT_NOISE_K]), indent=2))
+        print(json.dumps(evaluate(path, 3, 300, [DEFAULT_FLOOR], [DEFAULT_ALPHA]), indent=2))
     else:
         print(json.dumps(evaluate(args.results, args.repeats, args.draws,
                                   [float(x) for x in args.floors.split(",")],
-                                  [float(x) for x in args.ks.split(",")]), indent=2))
+                                  [float(x) for x in args.alphas.split(",")]), indent=2))
 
 
 if __name__ == "__main__":

@@ -4,13 +4,16 @@ A baseline keeps, per backend, load level and metric, the value of every repeat 
 saved from, plus that run's workload identity and environment fingerprint. The gate's threshold
 for a metric comes from the baseline's own repeat-to-repeat noise:
 
-    threshold = max(floor, k * noise * sqrt(1/n_baseline + 1/n_candidate))     (in log space)
+    threshold = max(floor, t(1 - alpha/m, df) * noise * sqrt(1/n_baseline + 1/n_candidate))
 
-where noise is the standard deviation of log(value) across the baseline's repeats, pooled over
-load levels (more degrees of freedom than one level's 2-3 repeats), and the statistic is the
-difference of the mean log values (the geometric-mean ratio). A metric got worse when that ratio
-moves in the bad direction (latency up, throughput down) by more than the threshold. With one
-baseline repeat there is no noise estimate and the floor alone decides (said in the output).
+in log space, where noise is the standard deviation of log(value) across the baseline's repeats,
+pooled over load levels (df = its degrees of freedom), m the number of metrics checked and alpha
+the family-wise false-alarm rate (default 5%): a one-sided t test per metric with a Bonferroni
+split, so checking more metrics does not raise the false-alarm rate, and a noise estimate from
+few repeats (small df) is not trusted more than it deserves. The statistic is the difference of
+the mean log values (the geometric-mean ratio); a metric got worse when it moves in the bad
+direction (latency up, throughput down) beyond the threshold. With one baseline repeat there is
+no noise estimate and the floor alone decides (said in the output).
 
 Every check also prints what changed in the environment (framework/driver versions, GPU, CPU,
 spec), so "what got slower" comes with "what changed".
@@ -36,8 +39,7 @@ from compare.stats import METRICS, LevelSample, collect, default_metrics
 BASELINE_FORMAT = "llm-compare-baseline"
 BASELINE_VERSION = 1
 DEFAULT_FLOOR = 0.05
-# k of the threshold: chosen from the A/A measurements in docs/benchmarks.md (bench_gate.py)
-DEFAULT_NOISE_K = 3.0
+DEFAULT_ALPHA = 0.05  # family-wise false-alarm rate of one `compare check`
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
@@ -160,11 +162,12 @@ class MetricCheck:
     noise: float | None  # std of log values across baseline repeats, pooled over levels
     regression: bool
     improvement: bool
+    multiplier: float | None = None  # t quantile applied to noise * sqrt(1/n_b + 1/n_c)
 
-    def line(self, floor: float, k: float) -> str:
+    def line(self, floor: float) -> str:
         m = METRICS[self.metric]
         tag = "REGRESSION" if self.regression else ("faster    " if self.improvement else "ok        ")
-        why = (f"max(floor {floor:.0%}, {k:g} x noise {self.noise:.1%} x repeats factor)"
+        why = (f"max(floor {floor:.0%}, t {self.multiplier:.2f} x noise {self.noise:.1%} x repeats factor)"
                if self.noise is not None else f"floor {floor:.0%}: no repeat noise in the baseline")
         return (f"{tag} {self.backend} {self.level} {m.label}: {self.baseline:.4g} -> {self.candidate:.4g} "
                 f"{m.unit} ({self.change:+.1%}; worse beyond {'-' if m.higher_is_better else '+'}"
@@ -211,19 +214,19 @@ def ensure_comparable(baseline: dict[str, Any], run: dict[str, Any], workload_sh
                         f"do not: re-run with --backends {','.join(baseline['metrics'])}")
 
 
-def _pooled_noise(cells: dict[str, dict[str, Any]], metric: str) -> float | None:
-    """Std of log values across repeats, pooled over load levels (variance weighted by df)."""
+def _pooled_noise(cells: dict[str, dict[str, Any]], metric: str) -> tuple[float, int] | None:
+    """(std of log values across repeats, pooled over load levels; its degrees of freedom)."""
     ss, df = 0.0, 0
     for cell in cells.values():
         v = np.asarray([x for x in cell.get(metric, []) if x and x > 0 and math.isfinite(x)])
         if v.size >= 2:
             ss += float(np.var(np.log(v), ddof=1)) * (v.size - 1)
             df += v.size - 1
-    return math.sqrt(ss / df) if df else None
+    return (math.sqrt(ss / df), df) if df else None
 
 
 def check(baseline: dict[str, Any], run: dict[str, Any], records: Iterable[RequestRecord], *,
-          floor: float = DEFAULT_FLOOR, k: float = DEFAULT_NOISE_K,
+          floor: float = DEFAULT_FLOOR, alpha: float = DEFAULT_ALPHA,
           samples: dict[tuple[str, str], LevelSample] | None = None) -> GateResult:
     samples = samples if samples is not None else collect(run, records)
     res = GateResult(env_changes=diff_fingerprints(baseline.get("fingerprint", {}), fingerprint_of(run)))
@@ -232,6 +235,8 @@ def check(baseline: dict[str, Any], run: dict[str, Any], records: Iterable[Reque
     if baseline.get("repeats", 0) < 2:
         res.notes.append("the baseline has 1 repeat: no noise estimate, the floor alone sets the thresholds "
                          "(save a baseline from a run with --repeats 3)")
+    family = sum(1 for levels in baseline["metrics"].values() for cell in levels.values()
+                 for m in cell if m in METRICS)
     for backend, levels in baseline["metrics"].items():
         cand: dict[str, dict[str, list[float]]] = {}
         for level, cell in levels.items():
@@ -243,7 +248,7 @@ def check(baseline: dict[str, Any], run: dict[str, Any], records: Iterable[Reque
             if failed > cell.get("failed", 0):
                 res.problems.append(f"{backend} {level}: failed requests {cell.get('failed', 0)} -> {failed}")
             cand[level] = {m: repeat_values(s, m) for m in cell if m in METRICS}
-        for mc in check_cells(backend, levels, cand, floor, k):
+        for mc in check_cells(backend, levels, cand, floor, alpha, family):
             if mc.candidate is None:
                 res.notes.append(f"{backend} {mc.level} {METRICS[mc.metric].label}: no value to compare")
             else:
@@ -252,9 +257,11 @@ def check(baseline: dict[str, Any], run: dict[str, Any], records: Iterable[Reque
 
 
 def check_cells(backend: str, base: dict[str, dict[str, Any]], cand: dict[str, dict[str, list[float]]],
-                floor: float, k: float) -> list[MetricCheck]:
+                floor: float, alpha: float = DEFAULT_ALPHA, family: int | None = None) -> list[MetricCheck]:
     """The gate's arithmetic on per-repeat values ({level: {metric: [values]}}); also used by
-    benchmarks/bench_gate.py to replay recorded repeats. candidate None: nothing to compare."""
+    benchmarks/bench_gate.py to replay recorded repeats. ``family``: number of metrics checked
+    in all (default: those here). candidate None: nothing to compare."""
+    family = family or sum(1 for cell in base.values() for m in cell if m in METRICS)
     out = []
     for level, cell in base.items():
         if level not in cand:
@@ -263,22 +270,27 @@ def check_cells(backend: str, base: dict[str, dict[str, Any]], cand: dict[str, d
             if metric not in METRICS or metric not in cand[level]:
                 continue
             mc = _check_metric(backend, level, metric, base_vals, cand[level][metric],
-                               _pooled_noise(base, metric), floor, k)
+                               _pooled_noise(base, metric), floor, alpha / max(1, family))
             out.append(mc or MetricCheck(backend, level, metric, math.nan, None, math.nan, math.nan,  # type: ignore[arg-type]
                                          None, False, False))
     return out
 
 
 def _check_metric(backend: str, level: str, metric: str, base: list[float], cand: list[float],
-                  noise: float | None, floor: float, k: float) -> MetricCheck | None:
+                  noise: tuple[float, int] | None, floor: float, alpha_each: float) -> MetricCheck | None:
     b = np.asarray([x for x in base if x and x > 0 and math.isfinite(x)])
     c = np.asarray([x for x in cand if x and x > 0 and math.isfinite(x)])
     if not b.size or not c.size:
         return None
     d = float(np.log(c).mean() - np.log(b).mean())
     thr = math.log1p(floor)
+    mult = None
     if noise is not None:
-        thr = max(thr, k * noise * math.sqrt(1 / b.size + 1 / c.size))
+        from compare.stats import _t_ppf
+
+        mult = _t_ppf(1 - alpha_each, noise[1])
+        thr = max(thr, mult * noise[0] * math.sqrt(1 / b.size + 1 / c.size))
     worse = -d if METRICS[metric].higher_is_better else d
     return MetricCheck(backend, level, metric, float(np.exp(np.log(b).mean())), float(np.exp(np.log(c).mean())),
-                       math.expm1(d), math.expm1(thr), noise, regression=worse > thr, improvement=-worse > thr)
+                       math.expm1(d), math.expm1(thr), noise[0] if noise else None,
+                       regression=worse > thr, improvement=-worse > thr, multiplier=mult)

@@ -13,7 +13,7 @@ from compare.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from compare.baseline import DEFAULT_FLOOR, DEFAULT_NOISE_K
+    from compare.baseline import DEFAULT_ALPHA, DEFAULT_FLOOR
 
     p = sub.add_parser("check", help="check RESULTS against a saved baseline (exit 1 on regression)")
     p.add_argument("results", type=Path, help="results directory of the candidate run")
@@ -21,8 +21,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dir", type=Path, default=Path("baselines"), help="baseline directory (default ./baselines)")
     p.add_argument("--floor", type=float, default=DEFAULT_FLOOR,
                    help=f"smallest relative change ever called a regression (default {DEFAULT_FLOOR})")
-    p.add_argument("--noise-k", type=float, default=DEFAULT_NOISE_K,
-                   help=f"threshold = max(floor, K x baseline repeat noise x sqrt(1/n_b+1/n_c)) (default {DEFAULT_NOISE_K})")
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                   help=f"false-alarm rate of the whole check: threshold = max(floor, t(1-alpha/metrics, df) x "
+                        f"baseline repeat noise x sqrt(1/n_b+1/n_c)) (default {DEFAULT_ALPHA})")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=_check)
 
@@ -33,12 +34,12 @@ def _check(args: argparse.Namespace) -> int:
 
     if not 0 <= args.floor < 1:
         raise UserError("--floor is a fraction, e.g. 0.05 for 5%")
-    if args.noise_k <= 0:
-        raise UserError("--noise-k must be > 0")
+    if not 0 < args.alpha < 1:
+        raise UserError("--alpha is a probability, e.g. 0.05")
     base = load_baseline(args.baseline, args.dir)
     run, records = load_results(args.results)
     ensure_comparable(base, run, workload_digest(args.results))
-    res = check(base, run, records, floor=args.floor, k=args.noise_k)
+    res = check(base, run, records, floor=args.floor, alpha=args.alpha)
     if args.format == "json":
         print(json.dumps({"baseline": base["name"], "results": str(args.results), "regression": res.regressed,
                           "problems": res.problems, "notes": res.notes, "environment_changes": res.env_changes,
@@ -47,7 +48,7 @@ def _check(args: argparse.Namespace) -> int:
     print(f"compare check: {args.results} against baseline {base['name']} (run {base.get('run_id')}, "
           f"{base.get('repeats')} repeat(s))")
     for c in res.checks:
-        print("  " + c.line(args.floor, args.noise_k))
+        print("  " + c.line(args.floor))
     for p in res.problems:
         print(f"  REGRESSION {p}")
     for n in res.notes:
