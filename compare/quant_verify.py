@@ -62,7 +62,7 @@ def linear_report(model: Any, dtype: str) -> dict[str, Any]:
 
     elem = _DTYPE_BITS.get(dtype, 16) // 8
     groups: dict[str, dict[str, Any]] = {}
-    linear_bytes = linear_dense_bytes = 0
+    linear_bytes = linear_dense_bytes = packed = 0
     seen: set[int] = set()
     for name, m in model.named_modules():
         if not isinstance(m, LinearBase):
@@ -78,20 +78,27 @@ def linear_report(model: Any, dtype: str) -> dict[str, Any]:
         g["layers"] += 1
         n_in = getattr(m, "input_size_per_partition", getattr(m, "input_size", 0))
         n_out = sum(getattr(m, "output_partition_sizes", None) or [getattr(m, "output_size", 0)])
-        linear_dense_bytes += int(n_in) * int(n_out) * elem
+        dense = int(n_in) * int(n_out) * elem
+        linear_dense_bytes += dense
+        w = getattr(m, "weight", None)
+        if w is not None and w.numel() == 0 and hasattr(m, "cpu_linear"):
+            # vLLM's CPU path packs unquantized weights into a oneDNN handle and empties .weight:
+            # the packed copy has the layer's dtype, so its dense size is the best estimate
+            linear_bytes += dense
+            packed += dense
         for t in list(m.parameters(recurse=False)) + list(m.buffers(recurse=False)):
-            if t.data_ptr() not in seen:
+            if t.numel() and t.data_ptr() not in seen:
                 seen.add(t.data_ptr())
                 linear_bytes += t.numel() * t.element_size()
-    total = 0
+    total = packed
     seen_all: set[int] = set()
     for t in list(model.parameters()) + list(model.buffers()):
-        if t.data_ptr() not in seen_all:
+        if t.numel() and t.data_ptr() not in seen_all:
             seen_all.add(t.data_ptr())
             total += t.numel() * t.element_size()
     return {"dtype": dtype, "linear_groups": sorted(groups.values(), key=lambda g: -g["layers"]),
             "weight_bytes": total, "linear_weight_bytes": linear_bytes,
-            "linear_dense_bytes": linear_dense_bytes,
+            "linear_dense_bytes": linear_dense_bytes, "packed_estimated_bytes": packed,
             "linear_ratio": round(linear_bytes / linear_dense_bytes, 4) if linear_dense_bytes else None}
 
 
