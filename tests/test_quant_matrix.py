@@ -149,3 +149,23 @@ def test_cli_plan_refuses_a_scheme_the_backend_cannot_load(tiny_model):
     assert "w8a16-int8" in r.stderr and "nearest supported: w8a8-int8" in r.stderr
     r = run_cli("plan", "--backends", "vllm", "--model", str(tiny_model), "--quantization", "w4a16")
     assert r.returncode == 2 and "compare quantize" in r.stderr
+
+
+def test_tgi_and_trtllm_reports_are_judged_by_the_same_rules():
+    from compare.quant_verify import from_tgi, from_trtllm_config
+
+    # TGI: /info has no quantization field; the launch flag (or the checkpoint, as TGI reads it) decides
+    rep = from_tgi({"--quantize": "awq"}, {"model_dtype": "torch.float16"}, None)
+    assert rep["method"] == "awq" and rep["dtype"] == "float16"
+    assert verify(ServingSpec(model="/m", quantization="w4a16-awq"), rep, framework="tgi")["valid"] is True
+    rep = from_tgi({}, {}, {"quantization_config": {"quant_method": "gptq"}})
+    bad = verify(ServingSpec(model="/m", quantization="w4a16-awq"), rep, framework="tgi")
+    assert bad["valid"] is False and "'gptq'" in bad["problems"][0]
+    # TensorRT-LLM engine config.json
+    cfg = {"pretrained_config": {"dtype": "bfloat16", "quantization": {"quant_algo": "FP8",
+                                                                        "kv_cache_quant_algo": "FP8"}}}
+    rep = from_trtllm_config(cfg)
+    spec = ServingSpec(model="/m", quantization="w8a8-fp8", kv_cache_dtype="fp8")
+    assert verify(spec, rep, framework="trtllm")["valid"] is True
+    rep = from_trtllm_config({"pretrained_config": {"dtype": "bfloat16", "quantization": {"quant_algo": None}}})
+    assert verify(spec, rep, framework="trtllm")["valid"] is False
