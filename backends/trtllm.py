@@ -255,9 +255,17 @@ class TrtllmInprocBackend:
                             continuous_batching=True, notes=(NOT_RUN,))
 
     async def __aenter__(self) -> "TrtllmInprocBackend":
-        from backends.lazy import require
+        import importlib
 
-        trt = require("tensorrt_llm", "tensorrt_llm")
+        from backends.lazy import MissingFrameworkError
+
+        try:
+            trt = importlib.import_module("tensorrt_llm")
+        except ImportError as e:
+            raise MissingFrameworkError(
+                f"{self.name} needs the Python package tensorrt_llm ({e.name or 'tensorrt_llm'} is not importable): "
+                "use the `trtllm` backend (NGC container), or on an NVIDIA GPU machine: "
+                "pip install tensorrt_llm --extra-index-url https://pypi.nvidia.com") from e
         self._version = getattr(trt, "__version__", self._version)
         try:
             self._llm = await asyncio.to_thread(trt.LLM, model=self.spec.model, tokenizer=self.spec.tokenizer,
