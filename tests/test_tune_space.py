@@ -131,9 +131,9 @@ def test_search_never_exceeds_budget_and_skips_rejected_configs():
 
     def evaluate(cfg):
         calls.append(cfg)
-        return {"status": "measured", "feasible": True, "goodput": float(cfg["a"])}
+        return {"status": "measured", "feasible": True, "goodput": float(cfg.get("a", 0))}
 
-    log = search(grid, 3, evaluate, seed=1, rules=lambda c: "no" if c["a"] == 4 else None, baseline={})
+    log = search(grid, 3, evaluate, seed=1, rules=lambda c: "no" if c.get("a") == 4 else None, baseline={})
     assert log.measured == 3 == len(calls)
     assert {} in calls and all(c.get("a") != 4 for c in calls)
     assert len({json.dumps(c, sort_keys=True) for c in calls}) == len(calls)  # never measured twice
