@@ -22,6 +22,7 @@ All randomness is a seeded numpy Generator: the same inputs give the same interv
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -247,12 +248,9 @@ def _nanpct(x: np.ndarray, q: float) -> np.ndarray:
     ok = ~np.isnan(x)
     if ok.all():
         return np.percentile(x, q, axis=1)
-    with np.errstate(all="ignore"):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # an all-failed resample -> NaN, dropped
-            return np.nanpercentile(x, q, axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-failed resample -> NaN, dropped later
+        return np.nanpercentile(x, q, axis=1)
 
 
 def _from_samples(c: Comparison, ratios: np.ndarray, alpha: float, method: str) -> None:

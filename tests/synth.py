@@ -70,7 +70,6 @@ def real_run(tmp_root) -> tuple[object, object]:
     """``compare run --backends vllm,hf ... --repeats 2`` on the tiny model, once per session
     (the report and gate end-to-end tests share it: engine starts are the expensive part).
     Returns (results directory, CompletedProcess)."""
-    import subprocess  # noqa: F401  (run_cli returns a CompletedProcess)
     from pathlib import Path
 
     from tests.conftest import run_cli
