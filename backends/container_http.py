@@ -117,6 +117,12 @@ class ContainerHttpBackend(HttpStreamBackend):
             # a transport failure may mean the container died: say so (the executor stops the level)
             if e.kind in ("connect", "disconnected", "read", "protocol", "http_5xx", "timeout"):
                 state = await asyncio.to_thread(self.container.state)
+                for _ in range(3 if e.kind in ("connect", "disconnected") else 0):
+                    # a container being killed still reads "running" for a moment
+                    if state.get("Status") != "running":
+                        break
+                    await asyncio.sleep(0.2)
+                    state = await asyncio.to_thread(self.container.state)
                 if state.get("Status") not in ("running", None):
                     raise BackendRequestError(
                         "engine_dead", f"container {self.container.name} is {state.get('Status')} "
