@@ -117,7 +117,7 @@ def docker_check() -> tuple[bool, str]:
 
     try:
         client = connect()
-        ensure_image(client, DEFAULT_IMAGE)
+        ensure_image(client, DEFAULT_IMAGE, pull_flag="--native tgi.pull=true")
     except UserError as e:
         return False, f"{e} (tgi@URL needs no Docker)"
     return True, "ready (Docker daemon up, image present)"

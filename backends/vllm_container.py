@@ -65,7 +65,7 @@ def docker_check() -> tuple[bool, str]:
     from containers.manager import connect, ensure_image
 
     try:
-        ensure_image(connect(), DEFAULT_IMAGE)
+        ensure_image(connect(), DEFAULT_IMAGE, pull_flag="--native vllm-container.pull=true")
     except UserError as e:
         return False, str(e)
     return True, "ready (Docker daemon up, image present)"

@@ -155,17 +155,20 @@ def connect() -> Any:
             f"(`sudo dockerd &` or `systemctl start docker`, or run scripts/setup.d/20-docker.sh)") from None
 
 
-def ensure_image(client: Any, image: str, pull: bool = False) -> Any:
-    """The local image; pulled only when ``pull`` (never implicitly)."""
+def ensure_image(client: Any, image: str, pull: bool = False, pull_flag: str = "") -> Any:
+    """The local image; pulled only when ``pull`` (never implicitly). ``pull_flag``: how the
+    user spells --pull for this backend, e.g. ``--native tgi.pull=true``."""
     from docker.errors import APIError, ImageNotFound
 
     try:
         return client.images.get(image)
     except ImageNotFound:
         if not pull:
+            how = f" (as {pull_flag})" if pull_flag else ""
+            local = " (local images: containers/images/build.sh)" if image.startswith("llm-compare/") else ""
             raise ImageNotPresentError(
                 f"image {image} is not present locally; pull it with `docker pull {image}` or pass "
-                f"--pull (build the local images with containers/images/build.sh)") from None
+                f"--pull{how}{local}") from None
     repo, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "latest")
     try:
         return client.images.pull(repo, tag=tag)
@@ -232,7 +235,8 @@ class ManagedContainer:
         """Daemon reachable and image present: checked before any backend starts."""
         if self.client is None:
             self.client = connect()
-        self.image_id = ensure_image(self.client, self.spec.image, self.pull).id
+        self.image_id = ensure_image(self.client, self.spec.image, self.pull,
+                                     f"--native {self.backend.partition('@')[0]}.pull=true").id
 
     def labels(self) -> dict[str, str]:
         import psutil

@@ -116,13 +116,15 @@ def test_exit_during_start_names_the_last_log_lines(docker_client):
 
 def test_missing_image_fails_before_anything_starts(docker_client, tiny_model, tmp_path):
     image = "llm-compare/no-such-image:0"
+    rid = f"missing-image-{os.getpid()}"
     r = run_cli("run", "--backends", "vllm-container", "--model", str(tiny_model), "--num-requests", "2",
-                "--native", f"vllm-container.image={image}", "--out", str(tmp_path), timeout=120)
+                "--native", f"vllm-container.image={image}", "--out", str(tmp_path), timeout=120,
+                env={"LLM_COMPARE_RUN_ID": rid})
     assert r.returncode == 2, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.startswith("error:")]
     assert len(lines) == 1 and "Traceback" not in r.stderr
     assert f"not present locally; pull it with `docker pull {image}` or pass --pull" in lines[0]
-    assert _ours(docker_client, backend="vllm-container") == []
+    assert _ours(docker_client, run_id=rid) == []
 
 
 def test_pull_is_opt_in_and_reports_failure(docker_client):
@@ -151,11 +153,12 @@ def test_port_conflict_is_one_line(docker_client, tiny_model, tmp_path):
         s.listen()
         port = s.getsockname()[1]
         r = run_cli("run", "--backends", "vllm-container", "--model", str(tiny_model), "--num-requests", "2",
-                    "--native", f"vllm-container.host_port={port}", "--out", str(tmp_path), timeout=120)
+                    "--native", f"vllm-container.host_port={port}", "--out", str(tmp_path), timeout=120,
+                    env={"LLM_COMPARE_RUN_ID": f"port-{os.getpid()}"})
     assert r.returncode == 2, r.stderr
     err = [x for x in r.stderr.splitlines() if x.startswith("error:")]
     assert len(err) == 1 and f"port 127.0.0.1:{port} is already in use" in err[0]
-    assert _ours(docker_client, backend="vllm-container") == []
+    assert _ours(docker_client, run_id=f"port-{os.getpid()}") == []
 
 
 def test_gpus_unavailable_is_one_line(docker_client, tiny_model, tmp_path):
@@ -163,11 +166,12 @@ def test_gpus_unavailable_is_one_line(docker_client, tiny_model, tmp_path):
     if any("nvidia" in k for k in (docker_client.info().get("Runtimes") or {})):
         pytest.skip("this Docker engine has the NVIDIA runtime: GPUs are available")
     r = run_cli("run", "--backends", "vllm-container", "--model", str(tiny_model), "--num-requests", "2",
-                "--native", "vllm-container.gpus=all", "--out", str(tmp_path), timeout=120)
+                "--native", "vllm-container.gpus=all", "--out", str(tmp_path), timeout=120,
+                env={"LLM_COMPARE_RUN_ID": f"gpus-{os.getpid()}"})
     assert r.returncode == 2, r.stderr
     err = [x for x in r.stderr.splitlines() if x.startswith("error:")]
     assert len(err) == 1 and "GPUs were requested (gpus=all)" in err[0] and "gpus=none" in err[0]
-    assert _ours(docker_client, backend="vllm-container") == []
+    assert _ours(docker_client, run_id=f"gpus-{os.getpid()}") == []
 
 
 def _owner_script(body: str) -> str:

@@ -8,6 +8,7 @@ Images are built once by scripts/setup.d/20-docker.sh, never here. Each test sta
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -27,6 +28,11 @@ def _spec_args(model: Path) -> list[str]:
     return ["--model", str(model), "--max-model-len", "512", "--kv-cache-memory-bytes", str(64 * 2**20)]
 
 
+def _rid(test: str) -> str:
+    """A run id per test: the containers' llm-compare.run-id label (LLM_COMPARE_RUN_ID)."""
+    return f"e2e-{test}-{os.getpid()}"
+
+
 def _records(run_dir: Path) -> list[RequestRecord]:
     p = run_dir / "requests.jsonl"
     if not p.exists():
@@ -40,7 +46,7 @@ def test_vllm_container_end_to_end(docker_client, tiny_model, tmp_path):
     r = run_cli("run", "--backends", "vllm-container", *_spec_args(tiny_model), "--dtype", "float32",
                 "--enforce-eager", "true", "--num-requests", "6", "--input-len", "32", "--output-len", "8",
                 "--concurrency", "2", "--warmup", "1", "--out", str(tmp_path), "--run-id", "vc",
-                "--format", "json", timeout=900)
+                "--format", "json", timeout=900, env={"LLM_COMPARE_RUN_ID": _rid("vc")})
     assert r.returncode == 0, r.stderr[-3000:]
     run = json.loads((tmp_path / "vc" / "run.json").read_text())
     b = run["backends"]["vllm-container"]
@@ -57,7 +63,8 @@ def test_vllm_container_end_to_end(docker_client, tiny_model, tmp_path):
     assert c["port"].startswith("127.0.0.1:") and c["labels"]["llm-compare.backend"] == "vllm-container"
     assert "Application startup complete" in c["logs_tail"]  # the server's log, captured into run.json
     assert d["version"].startswith("0.32")
-    assert _ours(docker_client, backend="vllm-container") == []
+    assert c["labels"]["llm-compare.run-id"] == _rid("vc")
+    assert _ours(docker_client, run_id=_rid("vc")) == []
 
 
 def test_tgi_backend_on_the_tgi_protocol_double_image(docker_client, tiny_model, tmp_path):
@@ -65,7 +72,8 @@ def test_tgi_backend_on_the_tgi_protocol_double_image(docker_client, tiny_model,
     r = run_cli("run", "--backends", "tgi", *_spec_args(tiny_model), "--native", f"tgi.image={TGI_DOUBLE}",
                 "--native", "tgi.gpus=none", "--native", "tgi.--max-concurrent-requests=64",
                 "--num-requests", "6", "--input-len", "32", "--output-len", "8", "--concurrency", "2",
-                "--warmup", "1", "--out", str(tmp_path), "--run-id", "tgi", "--format", "json", timeout=900)
+                "--warmup", "1", "--out", str(tmp_path), "--run-id", "tgi", "--format", "json", timeout=900,
+                env={"LLM_COMPARE_RUN_ID": _rid("tgi")})
     assert r.returncode == 0, r.stderr[-3000:]
     run = json.loads((tmp_path / "tgi" / "run.json").read_text())
     b = run["backends"]["tgi"]
@@ -86,18 +94,19 @@ def test_tgi_backend_on_the_tgi_protocol_double_image(docker_client, tiny_model,
     assert "test double" in info["version"]  # the double says what it is
     logs = b["describe"]["extra"]["container"]["logs_tail"]
     assert "tgi-double:" in logs and "--kv-cache-memory-bytes 67108864" in logs  # KV budget round trip
-    assert _ours(docker_client, backend="tgi") == []
+    assert _ours(docker_client, run_id=_rid("tgi")) == []
 
 
 def test_server_exiting_during_start_reports_its_last_log_lines(docker_client, tiny_model, tmp_path):
     require_image(docker_client, VLLM_IMAGE)
     r = run_cli("run", "--backends", "vllm-container", *_spec_args(tiny_model), "--native", "vllm.no_such_flag=1",
-                "--num-requests", "2", "--out", str(tmp_path), "--run-id", "x", timeout=600)
+                "--num-requests", "2", "--out", str(tmp_path), "--run-id", "x", timeout=600,
+                env={"LLM_COMPARE_RUN_ID": _rid("x")})
     assert r.returncode == 1, r.stderr[-3000:]  # the run measured nothing: partial, not a user error
     b = json.loads((tmp_path / "x" / "run.json").read_text())["backends"]["vllm-container"]
     assert b["status"] == "failed"
     assert "exited with code" in b["error"] and "--no-such-flag" in b["error"] and "\n" not in b["error"]
-    assert _ours(docker_client, backend="vllm-container") == []
+    assert _ours(docker_client, run_id=_rid("x")) == []
 
 
 def test_container_killed_mid_run_keeps_partial_results_and_leaves_nothing(docker_client, tiny_model, tmp_path):
