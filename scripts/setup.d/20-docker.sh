@@ -30,3 +30,8 @@ if ! docker info >/dev/null 2>&1; then
 fi
 
 bash containers/images/build.sh all
+
+# containers left by runs that died (their owner pid is gone, e.g. a killed session); live ones stay
+if [ -x .venv/bin/compare ]; then
+  .venv/bin/compare containers prune | tail -n 1 | sed 's/^/[docker] /' >&2 || true
+fi
