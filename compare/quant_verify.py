@@ -42,9 +42,9 @@ class VllmQuantProbe:
         return linear_report(model, dtype)
 
 
-def _kernel_of(obj: Any) -> str | None:
+def _kernel_of(*holders: Any) -> str | None:
     """The kernel object a linear method or scheme delegates to (``.kernel`` in vLLM >= 0.10)."""
-    for holder in (obj, getattr(obj, "scheme", None)):
+    for holder in holders:
         if holder is None:
             continue
         k = getattr(holder, "kernel", None)
@@ -68,24 +68,27 @@ def linear_report(model: Any, dtype: str) -> dict[str, Any]:
         if not isinstance(m, LinearBase):
             continue
         qm = getattr(m, "quant_method", None)
-        scheme = getattr(qm, "scheme", None)
+        # compressed-tensors keeps its scheme on the layer, other methods on the method
+        scheme = getattr(m, "scheme", None) or getattr(qm, "scheme", None)
+        kernel = _kernel_of(qm, scheme)
         key = "/".join(x for x in (type(qm).__name__ if qm is not None else "None",
-                                   type(scheme).__name__ if scheme is not None else None,
-                                   _kernel_of(qm)) if x)
+                                   type(scheme).__name__ if scheme is not None else None, kernel) if x)
         g = groups.setdefault(key, {"method": type(qm).__name__ if qm is not None else None,
                                     "scheme": type(scheme).__name__ if scheme is not None else None,
-                                    "kernel": _kernel_of(qm), "layers": 0, "example": name})
+                                    "kernel": kernel, "layers": 0, "example": name})
         g["layers"] += 1
         n_in = getattr(m, "input_size_per_partition", getattr(m, "input_size", 0))
         n_out = sum(getattr(m, "output_partition_sizes", None) or [getattr(m, "output_size", 0)])
         dense = int(n_in) * int(n_out) * elem
         linear_dense_bytes += dense
         w = getattr(m, "weight", None)
-        if w is not None and w.numel() == 0 and hasattr(m, "cpu_linear"):
-            # vLLM's CPU path packs unquantized weights into a oneDNN handle and empties .weight:
-            # the packed copy has the layer's dtype, so its dense size is the best estimate
-            linear_bytes += dense
-            packed += dense
+        if w is None or w.numel() == 0:
+            # vLLM's CPU kernels prepack weights into oneDNN handles and drop .weight; estimate
+            # the packed copy from its storage type: the layer dtype (unquantized) or int8
+            est = dense if kernel is None and hasattr(m, "cpu_linear") else (
+                int(n_in) * int(n_out) if kernel and "Int8" in kernel else 0)
+            linear_bytes += est
+            packed += est
         for t in list(m.parameters(recurse=False)) + list(m.buffers(recurse=False)):
             if t.numel() and t.data_ptr() not in seen:
                 seen.add(t.data_ptr())

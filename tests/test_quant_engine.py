@@ -46,7 +46,8 @@ def quant_run(tiny_model, quantized, tmp_path_factory) -> dict:
                 "--kv-cache-memory-bytes", str(32 << 20), "--enforce-eager", "true",
                 "--out", str(out), "--run-id", "q", "--format", "json", timeout=1500)
     assert r.returncode == 0, r.stderr[-3000:]
-    table = json.loads(r.stdout)
+    table = json.loads(r.stdout)  # stdout is pure JSON (vLLM's logs go to stderr)
+    assert table == json.loads((out / "q" / "quant.json").read_text())
     run = json.loads((out / "q" / "run.json").read_text())
     return {"table": table, "run": run, "dir": out / "q"}
 

@@ -160,6 +160,10 @@ def _run(args: argparse.Namespace) -> int:
     from compare.schedule import parse_levels
     from compare.workload import build_requests
 
+    if args.format == "json":  # vLLM logs to stdout by default; keep stdout pure JSON
+        import os
+
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     if args.spec_quantization is not None:
         raise UserError("compare quant run takes the schemes from --schemes, not --quantization")
     if args.dummy and args.accuracy:
