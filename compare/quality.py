@@ -143,10 +143,10 @@ def wanted(spec: ServingSpec, opts: QualityOptions) -> str | None:
     if spec.load_format == "dummy":
         return "refused: load_format=dummy runs random weights; only speed is meaningful"
     if opts.mode == "auto":
+        cfg = Path(spec.model, "config.json")
         reduced = (spec.quantization != "none" or spec.kv_cache_dtype != "auto"
                    or spec.dtype in ("bfloat16", "float16")
-                   or "quantization_config" in json.loads(Path(spec.model, "config.json").read_text())
-                   if Path(spec.model, "config.json").is_file() else spec.quantization != "none")
+                   or (cfg.is_file() and "quantization_config" in json.loads(cfg.read_text())))
         if not reduced:
             return "skipped: unquantized float32/auto run (use `compare quant run` to measure it anyway)"
     return None
