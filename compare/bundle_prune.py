@@ -4,8 +4,10 @@ Two tools, both refusing rather than guessing:
 - ``import_sites(tree, module)``: every static import of a module in the tree's Python files,
   classified by ``ast`` as ``guarded`` (inside ``try: ... except ImportError`` or
   ``with contextlib.suppress(ImportError)``), ``lazy`` (inside a function: runs only on the code
-  path that calls it) or ``module-level`` (runs on import). A file is only removed when none of
-  its import sites is module-level and unguarded.
+  path that calls it), ``conditional`` (under a module-level ``if``, e.g. an availability probe;
+  listed in the manifest) or ``module-level`` (runs on import). A file is only removed when none of
+  its import sites is module-level and unguarded, unless the importing module is itself only
+  imported that way (followed a few levels).
 - ``prune_fatbin(src, dst, arch)``: in an ELF's ``.nv_fatbin`` section, every cubin that cannot
   run on ``sm_<arch>`` (another major; the driver never loads it) is replaced by the smallest
   valid cubin of the same kind/arch in the same file, so each entry still decodes and the file
@@ -32,7 +34,7 @@ _COMPRESSED = 0xA000  # entry flag bits for LZ4/zstd-compressed payloads
 class ImportSite:
     file: str
     line: int
-    kind: str  # guarded | lazy | module-level
+    kind: str  # guarded | lazy | conditional | module-level
 
 
 def _catches_import_error(handler: ast.ExceptHandler) -> bool:
@@ -79,21 +81,24 @@ def import_sites(tree: Path, module: str) -> list[ImportSite]:
         rel = path.relative_to(tree)
         pkg = ".".join(rel.with_suffix("").parts[:-1] if rel.name != "__init__.py" else rel.parts[:-1])
 
-        def visit(node: ast.AST, guarded: bool, lazy: bool) -> None:
+        def visit(node: ast.AST, guarded: bool, lazy: bool, cond: bool = False) -> None:
             for mod in _imports(node, pkg):
                 if mod == module or mod.startswith(module + "."):
-                    kind = "guarded" if guarded else "lazy" if lazy else "module-level"
+                    kind = ("guarded" if guarded else "lazy" if lazy else "conditional" if cond
+                            else "module-level")
                     out.append(ImportSite(str(rel), node.lineno, kind))  # type: ignore[attr-defined]
                     break
             for child in ast.iter_child_nodes(node):
-                g, lz = guarded, lazy
+                g, lz, c = guarded, lazy, cond
+                if isinstance(node, ast.If) and child is not node.test:
+                    c = True  # runs only when the condition holds (e.g. an availability probe)
                 if isinstance(node, ast.Try) and child in node.body:
                     g = g or any(_catches_import_error(h) for h in node.handlers)
                 if isinstance(node, ast.With) and child in node.body:
                     g = g or any(_suppresses_import_error(i) for i in node.items)
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                     lz = True
-                visit(child, g, lz)
+                visit(child, g, lz, c)
 
         visit(root, False, False)
     return out

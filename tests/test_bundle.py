@@ -118,8 +118,10 @@ def test_import_sites_classifies_guarded_lazy_and_module_level(tmp_path):
     (pkg / "b.py").write_text("import contextlib\nwith contextlib.suppress(ImportError):\n    import pkg._ext\n")
     (pkg / "c.py").write_text("def f():\n    import pkg._ext.sub\n    return 1\n")
     (pkg / "d.py").write_text("from pkg import _ext\n")
+    (pkg / "e.py").write_text("import os\nif os.environ.get('X'):\n    from pkg._ext import y\n")
     kinds = {s.file: s.kind for s in import_sites(tmp_path, "pkg._ext")}
-    assert kinds == {"pkg/a.py": "guarded", "pkg/b.py": "guarded", "pkg/c.py": "lazy", "pkg/d.py": "module-level"}
+    assert kinds == {"pkg/a.py": "guarded", "pkg/b.py": "guarded", "pkg/c.py": "lazy", "pkg/d.py": "module-level",
+                     "pkg/e.py": "conditional"}
 
 
 KERNEL = "__global__ void k{n}(float *x) {{ int i = threadIdx.x; {body} }}\n"
