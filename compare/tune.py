@@ -172,10 +172,9 @@ class LiveTrials:
         if path.exists():
             self.cache_hits += 1
             return {**json.loads(path.read_text()), "key": key, "cached": True}
-        res = self._run(cfg, key)
+        res = self._run(cfg, key)  # an interrupted trial raises: nothing is cached for it
         res["key"] = key
-        if res["status"] != "interrupted":
-            write_json_atomic(path, res)
+        write_json_atomic(path, res)
         return {**res, "cached": False}
 
     def _run(self, cfg: Config, key: str) -> dict[str, Any]:
@@ -205,12 +204,13 @@ class LiveTrials:
 def _run_group(argv: list[str], log_path: Path, timeout_s: float, env: dict[str, str]) -> int | None:
     """Run the trial; on timeout, interrupt or exit, it and every process it spawned are killed.
 
-    The child stays in our process group (Ctrl-C reaches it) and dies with us (PDEATHSIG) if we
-    are killed outright; its engine processes are found as its descendants and killed after it.
+    The child leads its own process group, which holds the engine processes it spawns; it dies
+    with us (PDEATHSIG) if we are killed outright, and its watchdog then kills the group
+    (compare/tune_trial.py). Here the group is killed whenever the trial ends.
     """
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                preexec_fn=_die_with_parent)
+                                preexec_fn=_die_with_parent, process_group=0)
         try:
             return proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -232,7 +232,9 @@ def _kill_tree(proc: subprocess.Popen) -> None:
         tree = psutil.Process(proc.pid).children(recursive=True)
     except psutil.NoSuchProcess:
         tree = []
-    for p in [*tree]:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for p in tree:  # descendants that left the group
         with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
     if proc.poll() is None:

@@ -1,14 +1,17 @@
 """One tuning trial in its own process: start the engine with the candidate config, find its
 goodput under the SLO (compare/tune_probe.py), stop it, write the result.
 
-Run by compare/tune.py as ``python -m compare.tune_trial JOB.json RESULT.json`` in a new process
+Run by compare/tune.py as ``python -m compare.tune_trial JOB.json RESULT.json`` in its own process
 group, so an engine that crashes, OOMs or hangs kills only this trial (recorded as infeasible),
-never the tune, and nothing it spawned outlives it.
+never the tune, and nothing it spawned outlives it (the tune kills the group when the trial ends;
+a watchdog kills it if the trial process itself is killed).
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -45,7 +48,24 @@ async def run_trial(job: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _watchdog() -> None:
+    """If this process dies, even by SIGKILL, a forked watchdog kills its process group: the
+    engine processes vLLM spawned (they do not die with their parent on their own)."""
+    r, w = os.pipe()  # non-inheritable: spawned engine processes do not hold the write end
+    if os.fork() == 0:
+        os.close(w)
+        os.read(r, 1)  # b"" once the trial process is gone
+        os.killpg(0, signal.SIGKILL)
+        os._exit(0)
+    os.close(r)
+    _KEEP.append(w)
+
+
+_KEEP: list[int] = []
+
+
 def main(argv: list[str]) -> int:
+    _watchdog()
     job = json.loads(Path(argv[0]).read_text())
     result = asyncio.run(run_trial(job))
     write_json_atomic(argv[1], result)

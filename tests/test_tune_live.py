@@ -11,7 +11,8 @@ from compare.tune_report import tuned_specs
 from adapters.spec import ServingSpec
 from tests.conftest import run_cli
 
-pytestmark = pytest.mark.engine
+# generous per-test timeout: two engine starts on 2 shared cores took over 10 min on 2026-11-30
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(2400)]
 
 COMMON = ["tune", "--backend", "vllm", "--knob", "max_num_seqs=1,8", "--num-requests", "12",
           "--input-len", "32", "--output-len", "8", "--start-load", "4", "--max-probes", "3",
