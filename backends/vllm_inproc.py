@@ -52,8 +52,9 @@ class VllmBackend:
         try:
             self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
         except Exception as e:  # engine start failures come in many types; report one line
-            raise BackendStartError(f"vLLM engine failed to start: {type(e).__name__}: "
-                                    f"{str(e).splitlines()[0] if str(e) else ''}") from e
+            first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+            raise BackendStartError(f"vLLM engine failed to start: {type(e).__name__}: {first} "
+                                    f"(the engine log above has the root cause)") from e
         self._resolved = _resolved_config(self._engine)
         self._quant = await _quant_report(self._engine, self._resolved)
         return self
@@ -73,7 +74,7 @@ class VllmBackend:
             ids = self._tokenizer.apply_chat_template(
                 [{"role": r, "content": c} for r, c in req.messages],
                 add_generation_prompt=True, tokenize=True)
-            if isinstance(ids, dict):  # transformers 5 returns a BatchEncoding
+            if hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding (not a dict)
                 ids = ids["input_ids"]
             return {"prompt_token_ids": list(ids)}
         return {"prompt": req.prompt_text}
@@ -108,7 +109,9 @@ class VllmBackend:
             raise
         except Exception as e:
             kind = "engine_dead" if type(e).__name__ == "EngineDeadError" else "engine"
-            raise BackendRequestError(kind, f"{type(e).__name__}: {e}") from e
+            cause = e.__cause__ or e.__context__
+            detail = str(e) or (f"{type(cause).__name__}: {cause}" if cause else "no detail")
+            raise BackendRequestError(kind, f"{type(e).__name__}: {detail}") from e
         t_end = time.perf_counter_ns()
         c = final.outputs[0] if final is not None else None
         yield StreamEnd(
