@@ -24,7 +24,7 @@ SPEC = ["--dtype", "float32", "--max-model-len", "512", "--kv-cache-memory-bytes
 def e2e_run(tmp_path_factory, tiny_model):
     out = tmp_path_factory.mktemp("results")
     p = run_cli("run", "--backends", "vllm,hf", "--model", str(tiny_model), *SPEC,
-                "--num-requests", "6", "--input-len", "24", "--output-len", "12",
+                "--num-requests", "6", "--input-len", "24", "--output-len", "12", "--prompt-format", "chat",
                 "--concurrency", "2", "--rate", "20", "--slo", "ttft_p95=30s,tpot_p95=5s",
                 "--out", str(out), "--run-id", "e2e", "--format", "json")
     assert p.returncode == 0, p.stderr[-3000:]
@@ -72,6 +72,7 @@ def test_open_loop_schedule_is_recorded_and_followed(e2e_run):
 
 
 def test_vllm_and_transformers_agree_on_greedy_tokens_fp32(e2e_run):
+    # chat prompts: both backends render the same chat template with the model's tokenizer
     _, _, recs = e2e_run
     by = {}
     for r in recs:
@@ -104,6 +105,7 @@ def _descendants(pid):
         return []
 
 
+@pytest.mark.timeout(1200)
 def test_engine_crash_mid_run_keeps_results_and_leaves_no_process(tmp_path, tiny_model):
     out = tmp_path / "r"
     proc = subprocess.Popen(
