@@ -185,7 +185,7 @@ def free_port() -> int:
 
 # ------------------------------------------------------------------ process-wide teardown
 _LIVE: dict[str, "ManagedContainer"] = {}
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # re-entered when SIGTERM arrives while the main thread holds it
 _HOOKS = False
 
 
