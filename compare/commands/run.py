@@ -165,6 +165,10 @@ def _execute(cfg, fmt: str, price: float | None = None, margin: float | None = N
     from compare.runner import run
 
     console = Console(stderr=fmt in ("json", "md"))
+    if fmt in ("json", "md"):
+        # stdout carries the machine-readable output; vLLM logs to stdout unless told otherwise
+        # (read when vllm is first imported, i.e. at the first engine start, so setting it here works)
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     writer = None
     try:
         writer = asyncio.run(run(cfg, ConsoleProgress(console), extra_header=(
