@@ -11,7 +11,9 @@ A "device" is a GPU where there is one (``CUDA_VISIBLE_DEVICES``), else a CPU co
 engine starts, so the engine processes it spawns inherit them.
 
 Replica failure: the balancer learns of a dead replica only from its errors (``engine_dead``,
-``connect``), as a real client-side balancer would, then routes around it. ``on_level_end``
+``connect``), as a real client-side balancer would, then routes around it. Those requests fail
+as ``replica_dead`` (the level goes on with the other replicas); only when every replica is down
+does the backend report ``engine_dead``, which stops the level like a single engine's death. ``on_level_end``
 reports what the failure cost: requests failed, output tokens/s before and after the kill.
 """
 from __future__ import annotations
@@ -215,7 +217,7 @@ class ReplicaSet:
     def _pick(self) -> int:
         live = [i for i in range(self.n) if self.alive[i]]
         if not live:
-            raise BackendRequestError("no_replica", f"all {self.n} replicas are down")
+            raise BackendRequestError("engine_dead", f"all {self.n} replicas are down")
         if self.lb == "lor":
             low = min(self.outstanding[i] for i in live)
             live = [i for i in live if self.outstanding[i] == low]  # ties: round-robin among them
@@ -233,9 +235,13 @@ class ReplicaSet:
                 yield item
         except BackendRequestError as e:
             self.failed[i] += 1
+            kind = e.kind
             if e.kind in _DEAD_KINDS:
                 self.alive[i] = False  # passive health check: route around it from now on
-            raise BackendRequestError(e.kind, f"replica {i}: {e.message}", e.status) from e
+                # one replica down is not the backend down: the run goes on with the others
+                # (the executor stops a level on engine_dead); the last one down is
+                kind = "replica_dead" if any(self.alive) else "engine_dead"
+            raise BackendRequestError(kind, f"replica {i}: {e.message}", e.status) from e
         finally:
             self.outstanding[i] -= 1
 
