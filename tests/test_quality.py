@@ -101,3 +101,24 @@ def test_teacher_forced_reference_reproduces_its_own_greedy_output(tiny_model):
     assert all(r["logprob"] == r["argmax_logprob"] <= 0 for r in rows)
     assert all(set(r["want"]) == {r["token"], 5} for r in rows)
     assert parity([{"tokens": bad}], [rows_bad])["per_prompt"][0]["first_divergence"] == 5
+
+
+def test_accuracy_task_runs_on_real_backends_with_a_paired_test(tiny_model):
+    """The accuracy path end to end on the real transformers backend (as candidate and reference):
+    answers are the model's own first output line for one prompt and a wrong one for the other."""
+    from backends.hf import HFBackend
+    from compare.quality import _accuracy, _probe
+
+    async def go():
+        async with HFBackend(ServingSpec(model=str(tiny_model), dtype="float32")) as ref:
+            tok = ref._tok
+            req = GenerationRequest("a", 16, prompt_token_ids=tuple(tok("def main():")["input_ids"]), ignore_eos=False)
+            own = tok.decode((await _probe(ref, req, 60))["tokens"], skip_special_tokens=True)
+            first = next((ln for ln in own.strip().splitlines() if ln.strip()), "")
+            opts = QualityOptions(accuracy=(("def main():", first), ("import os", "\u2603 never")))
+            return first, await _accuracy(ref, ref, opts, 60)
+
+    first, acc = asyncio.run(go())
+    assert acc["n"] == 2
+    assert acc["accuracy"] == acc["reference_accuracy"] == (0.5 if first.strip() else 0.0)
+    assert acc["mcnemar_p"] == 1.0 and acc["test"].startswith("exact McNemar")
