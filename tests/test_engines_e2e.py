@@ -131,7 +131,10 @@ def test_engine_crash_mid_run_keeps_results_and_leaves_no_process(tmp_path, tiny
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 1, output[-2000:]
-    assert "Traceback" not in output
+    # vLLM's own logger reports its engine's death (lines prefixed "(MainProcess pid=..)" or
+    # "(EngineCore pid=..)"); our tool must not add a traceback of its own
+    ours = [ln for ln in output.splitlines() if not ln.startswith("(")]
+    assert not any("Traceback" in ln for ln in ours), "\n".join(ours[-40:])
     run = json.loads((out / "crash" / "run.json").read_text())
     assert run["status"] == "partial"
     b = run["backends"]["vllm"]
