@@ -149,12 +149,13 @@ async def max_load_under_slo(backend: Backend, requests: list[GenerationRequest]
     held = sum(1 for p in reps if p["held"])
     values = [p["goodput_req_s"] for p in reps]
     return {"feasible": True, "goodput": pr.level(lo).value, "bracket": [pr.level(lo).value, hi],
-            "goodput_req_s": mean_ci(values), "slo_held_repeats": f"{held}/{len(reps)}",
+            "goodput_req_s": mean_ci(values, floor=0.0), "slo_held_repeats": f"{held}/{len(reps)}",
             "at_goodput": reps[0], "probes": pr.probes, "repeats": values}
 
 
-def mean_ci(values: list[float], confidence: float = 0.95) -> dict[str, float]:
-    """Mean and Student-t interval; the interval is the single value when there is one sample."""
+def mean_ci(values: list[float], confidence: float = 0.95, floor: float | None = None) -> dict[str, float]:
+    """Mean and Student-t interval; the interval is the single value when there is one sample.
+    ``floor``: clip the lower end (a goodput below 0 is not possible, however wide the interval)."""
     n = len(values)
     m = sum(values) / n if n else 0.0
     if n < 2:
@@ -163,4 +164,5 @@ def mean_ci(values: list[float], confidence: float = 0.95) -> dict[str, float]:
 
     sd = math.sqrt(sum((x - m) ** 2 for x in values) / (n - 1))
     h = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
-    return {"mean": m, "lo": m - h, "hi": m + h, "n": n}
+    lo = m - h if floor is None else max(floor, m - h)
+    return {"mean": m, "lo": lo, "hi": m + h, "n": n}

@@ -133,7 +133,7 @@ def _execute(args, backends, grids, spec, workload, requests, slo, out_dir, form
         def show(t, b=b):
             if t["status"] == "measured" and t.get("feasible"):
                 ci = t["goodput_req_s"]
-                what = f"goodput {t['goodput']:g} {args.load} (measured {ci['mean']:.2f} req/s [{ci['lo']:.2f}, {ci['hi']:.2f}])"
+                what = f"goodput {_max_load(t)} {args.load} (measured {ci['mean']:.2f} req/s [{ci['lo']:.2f}, {ci['hi']:.2f}])"
             else:
                 what = f"infeasible: {t.get('reason')}"
             console.print(f"  {b} {t['label']}: {what}{' (cached)' if t.get('cached') else ''}")
@@ -164,6 +164,11 @@ def _execute(args, backends, grids, spec, workload, requests, slo, out_dir, form
     return 0
 
 
+def _max_load(t) -> str:
+    """">= 16" when the SLO still held at the highest load tried (the bracket never closed)."""
+    return f"{'>= ' if t['bracket'][1] is None else ''}{t['goodput']:g}"
+
+
 def _print_summary(console, doc, load_kind: str) -> None:
     from rich.table import Table
 
@@ -176,7 +181,7 @@ def _print_summary(console, doc, load_kind: str) -> None:
                 t.add_row(r["backend"], f"{tag}: {trial['label'] if trial else '-'}", "infeasible", "-", "-", "-")
                 continue
             ci, at = trial["goodput_req_s"], trial["at_goodput"]
-            t.add_row(r["backend"], f"{tag}: {trial['label']}", f"{trial['goodput']:g}",
+            t.add_row(r["backend"], f"{tag}: {trial['label']}", _max_load(trial),
                       f"{ci['mean']:.2f} [{ci['lo']:.2f}, {ci['hi']:.2f}] n={ci['n']}",
                       f"{at['ttft_p95_ms']:.0f} ms", f"{at['tpot_p95_ms']:.1f} ms")
     console.print(t)
