@@ -26,7 +26,10 @@ def test_baseline_then_check_pass_and_real_regression(tmp_path_factory):
                 "--run-id", "slow", "--format", "html", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "<img" in (slow_root / "slow" / "report.html").read_text()  # `compare run --format html`
-    r = run_cli("check", "--baseline", "tiny-cpu", "--dir", str(bl), str(slow_root / "slow"))
+    # alpha 0.2, not the default 0.05: a 2-repeat baseline recorded on the shared, loaded 2-core
+    # machine had 33% repeat noise, and at 0.05 a measured +306% TTFT sat under its +398% threshold
+    # (docs/benchmarks.md: at 0.2 the A/A false-alarm rate measured 10%)
+    r = run_cli("check", "--baseline", "tiny-cpu", "--dir", str(bl), "--alpha", "0.2", str(slow_root / "slow"))
     assert r.returncode == 1, r.stdout + r.stderr
     assert "REGRESSION vllm c2 TTFT" in r.stdout
     assert "backends.vllm.spec.max_num_seqs: None -> 1" in r.stdout  # what changed, next to what got slower
