@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.timeout(2400)]
 
 COMMON = ["tune", "--backend", "vllm", "--knob", "max_num_seqs=1,8", "--num-requests", "12",
           "--input-len", "32", "--output-len", "8", "--start-load", "4", "--max-probes", "3",
-          "--repeats", "2", "--trial-timeout", "600"]
+          "--repeats", "2", "--trial-timeout", "1800"]
 
 
 @pytest.fixture(scope="module")
