@@ -3,7 +3,8 @@
     --backends tp@2*vllm                      one engine, tensor_parallel=2, over devices 0-1
     --backends replicas@2*vllm:lb=lor:kill=5@c8  two engines (one device each) behind a client-side
                                               least-outstanding-requests balancer; replica 1 is
-                                              SIGKILLed 5 s into load level c8 (default: the first)
+                                              SIGKILLed 5 s into load level c8 (default: the first);
+                                              kill=16r@c8: when the 16th request of c8 is routed
     compare run --topology tp=2,replicas=2 --lb rr --kill-replica-after 5 ...  (builds those names)
 
 A "device" is a GPU where there is one (``CUDA_VISIBLE_DEVICES``), else a CPU core (vLLM's
@@ -48,16 +49,21 @@ def parse_target(kind: str, target: str | None) -> dict[str, Any]:
         n = 0
     if n < 1:
         raise UnsupportedSpecError(kind, f"N={n_text!r}", "N must be a whole number >= 1")
-    out: dict[str, Any] = {"n": n, "inner": inner, "lb": "rr", "kill_after_s": None, "kill_level": None}
+    out: dict[str, Any] = {"n": n, "inner": inner, "lb": "rr", "kill_after_s": None,
+                           "kill_after_requests": None, "kill_level": None}
     for opt in opts:
         k, eq, v = opt.partition("=")
         if kind == "replicas" and k == "lb" and v in LB_POLICIES:
             out["lb"] = v
-        elif kind == "replicas" and k == "kill" and _positive(v.partition("@")[0]):
-            out["kill_after_s"] = float(v.partition("@")[0])
+        elif kind == "replicas" and k == "kill" and _positive(v.partition("@")[0].removesuffix("r")):
+            when = v.partition("@")[0]
+            if when.endswith("r"):  # after N requests routed in the level: independent of speed
+                out["kill_after_requests"] = int(float(when[:-1]))
+            else:
+                out["kill_after_s"] = float(when)
             out["kill_level"] = v.partition("@")[2] or None
         else:
-            raise UnsupportedSpecError(kind, f"option {opt!r}", "known: lb=rr|lor, kill=SECONDS[@LEVEL] (replicas only)")
+            raise UnsupportedSpecError(kind, f"option {opt!r}", "known: lb=rr|lor, kill=SECONDS[@LEVEL] or kill=Nr[@LEVEL] (replicas only)")
     if inner in ("replicas", "tp"):
         raise UnsupportedSpecError(kind, f"inner backend {inner!r}", "topologies do not nest")
     registry.entry_for(inner)  # unknown inner backend -> one line naming the known ones
@@ -168,6 +174,8 @@ class ReplicaSet:
         t = parse_target("replicas", target)
         self.name, self.n, self.lb, self.kill_after_s = name, t["n"], t["lb"], t["kill_after_s"]
         self.kill_level = t["kill_level"]  # None: the first load level
+        self.kill_after_requests = t["kill_after_requests"]
+        self._kill_armed = False
         self.devices = assign_devices("replicas", t["n"], spec.tensor_parallel)
         self.tp = spec.tensor_parallel
         self.replicas: list[Backend] = [registry.build(t["inner"], spec) for _ in range(self.n)]
@@ -176,6 +184,7 @@ class ReplicaSet:
         self.outstanding = [0] * self.n
         self._rr = 0
         self._kill_task: asyncio.Task | None = None
+        self._kill_done = False
         self._reset_stats()
 
     def _reset_stats(self) -> None:
@@ -227,6 +236,9 @@ class ReplicaSet:
     async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
         i = self._pick()
         self.routed[i] += 1
+        if self._kill_armed and sum(self.routed) >= self.kill_after_requests:
+            self._kill_armed = False
+            self.kill_replica(self.n - 1)
         self.outstanding[i] += 1
         try:
             async for item in self.replicas[i].stream(req):
@@ -254,6 +266,10 @@ class ReplicaSet:
 
     async def on_level_start(self, label: str) -> None:
         self._reset_stats()
+        if self.killed is None and self.kill_after_requests and self.kill_level in (None, label) \
+                and not self._kill_done:
+            self._kill_armed = True
+            self._kill_done = True
         if self.kill_after_s is not None and self._kill_task is None and self.kill_level in (None, label):
             async def later() -> None:
                 await asyncio.sleep(self.kill_after_s)  # type: ignore[arg-type]
@@ -323,8 +339,9 @@ def add_topology_options(p: Any) -> None:
     g.add_argument("--topology", metavar="tp=N,replicas=N",
                    help="run each backend as one TP=N engine and/or N replicas (each its own devices)")
     g.add_argument("--lb", choices=sorted(LB_POLICIES), default="lor", help="replica load balancing (default lor)")
-    g.add_argument("--kill-replica-after", type=float, metavar="S",
-                   help="SIGKILL the last replica S seconds into a load level (failure cost)")
+    g.add_argument("--kill-replica-after", metavar="S|Nr",
+                   help="SIGKILL the last replica S seconds, or N routed requests (e.g. 16r), into a "
+                        "load level (failure cost)")
     g.add_argument("--kill-level", metavar="LABEL", help="the level of --kill-replica-after, e.g. c8 (default: the first)")
 
 
@@ -345,6 +362,6 @@ def apply_topology(args: Any, backends: list[str]) -> list[str]:
             if kind == "replicas":
                 name += f":lb={args.lb}"
                 if args.kill_replica_after:
-                    name += f":kill={args.kill_replica_after:g}" + (f"@{args.kill_level}" if args.kill_level else "")
+                    name += f":kill={args.kill_replica_after}" + (f"@{args.kill_level}" if args.kill_level else "")
             out.append(name)
     return out

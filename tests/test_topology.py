@@ -18,7 +18,9 @@ from tests.conftest import run_cli
 
 def test_target_grammar():
     t = parse_target("replicas", "2*vllm:lb=lor:kill=1.5@c8")
-    assert t == {"n": 2, "inner": "vllm", "lb": "lor", "kill_after_s": 1.5, "kill_level": "c8"}
+    assert t == {"n": 2, "inner": "vllm", "lb": "lor", "kill_after_s": 1.5, "kill_after_requests": None,
+                 "kill_level": "c8"}
+    assert parse_target("replicas", "2*vllm:kill=16r")["kill_after_requests"] == 16
     for bad, needle in [("vllm", "N*BACKEND"), ("0*vllm", ">= 1"), ("2*vllm:lb=random", "lb=rr|lor"),
                         ("2*replicas", "do not nest")]:
         with pytest.raises(UnsupportedSpecError, match=needle):
@@ -27,7 +29,7 @@ def test_target_grammar():
 
 def test_apply_topology_builds_backend_names():
     class A:
-        topology, lb, kill_replica_after, kill_level = "tp=2,replicas=2", "rr", 3.0, "c8"
+        topology, lb, kill_replica_after, kill_level = "tp=2,replicas=2", "rr", "3", "c8"
 
     assert apply_topology(A, ["vllm"]) == ["tp@2*vllm", "replicas@2*vllm:lb=rr:kill=3@c8"]
 
@@ -59,7 +61,8 @@ def test_failure_cost_arithmetic():
 def test_two_replicas_vs_one_engine_and_a_replica_killed_mid_run(tmp_path):
     if len(psutil.Process().cpu_affinity()) < 2:
         pytest.skip("needs 2 CPU cores (one per replica)")
-    kill = "replicas@2*vllm:lb=lor:kill=0.5@c8"
+    # killed when the 16th request of c8 is routed: ~8 in flight then, whatever the machine's speed
+    kill = "replicas@2*vllm:lb=lor:kill=16r@c8"
     r = run_cli("run", "--backends", f"vllm,{kill}", "--concurrency", "4,8", "--num-requests", "48",
                 "--input-len", "64", "--output-len", "48", "--slo", "ttft_p95=2s,tpot_p95=200ms",
                 "--max-errors", "40", "--out", str(tmp_path), "--run-id", "topo", "--format", "json",
