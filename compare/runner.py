@@ -11,6 +11,7 @@ repeat's level summaries are kept (``backends[name]["repeats"]``) for the statis
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -67,6 +68,7 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
     # Validate every backend's spec before starting anything: a bad option fails the whole run
     # up front instead of after the first backend has spent minutes.
     built = {name: factory(name, cfg.spec_for(name)) for name in cfg.backends}
+    os.environ["LLM_COMPARE_RUN_ID"] = cfg.run_id  # container labels carry the results' run id
     writer = ResultsWriter(cfg.out_root, cfg.run_id, {
         "spec": cfg.spec.model_dump(mode="json"),
         "backend_specs": {k: v.model_dump(mode="json") for k, v in cfg.backend_specs.items()},
