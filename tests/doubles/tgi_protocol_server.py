@@ -29,7 +29,9 @@ import uuid
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-DEFAULT_OPENAPI = Path(__file__).resolve().parents[3] / "shared" / "specs" / "tgi-3.3-openapi.json"
+_HERE = Path(__file__).resolve()
+# in a checkout: ../shared beside the repo; elsewhere (e.g. copied into an image) pass --openapi
+DEFAULT_OPENAPI = (_HERE.parents[3] if len(_HERE.parents) > 3 else _HERE.parent) / "shared" / "specs" / "tgi-3.3-openapi.json"
 VERSION = "3.3.6-dev0 (llm-compare test double on vLLM)"
 
 
