@@ -68,7 +68,8 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
     # Validate every backend's spec before starting anything: a bad option fails the whole run
     # up front instead of after the first backend has spent minutes.
     built = {name: factory(name, cfg.spec_for(name)) for name in cfg.backends}
-    os.environ["LLM_COMPARE_RUN_ID"] = cfg.run_id  # container labels carry the results' run id
+    # container labels carry the results' run id (unless the caller set its own label id)
+    os.environ.setdefault("LLM_COMPARE_RUN_ID", cfg.run_id)
     writer = ResultsWriter(cfg.out_root, cfg.run_id, {
         "spec": cfg.spec.model_dump(mode="json"),
         "backend_specs": {k: v.model_dump(mode="json") for k, v in cfg.backend_specs.items()},
