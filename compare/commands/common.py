@@ -36,3 +36,19 @@ def add_backends_option(p: argparse.ArgumentParser, default: str = DEFAULT_BACKE
 
 def has_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None
+
+
+def apply_tiny_defaults(args: argparse.Namespace) -> str | None:
+    """No --model and no --spec: use the embedded tiny model (built once) with its CPU spec
+    defaults for every flag the user left unset. Returns the model dir, or None."""
+    if args.spec_model is not None or args.spec:
+        return None
+    import sys
+
+    from compare.tinymodel import ensure_tiny_model
+
+    print("using the embedded tiny Qwen2 model (built once, cached)", file=sys.stderr)
+    for k, v in DEFAULT_TINY_SPEC.items():
+        if getattr(args, f"spec_{k}") is None:
+            setattr(args, f"spec_{k}", str(v))
+    return str(ensure_tiny_model())

@@ -9,11 +9,10 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 from pathlib import Path
 
 from compare.commands.common import (
-    DEFAULT_LEVELS, DEFAULT_TINY_SPEC, DEFAULT_WORKLOAD, add_backends_option, has_gpu, parse_backends,
+    DEFAULT_LEVELS, DEFAULT_WORKLOAD, add_backends_option, apply_tiny_defaults, has_gpu, parse_backends,
 )
 from compare.errors import UserError
 from compare.options import add_spec_options, add_workload_options, spec_from_args, workload_from_args
@@ -113,16 +112,8 @@ def _run(args: argparse.Namespace) -> int:
         slo = parse_slo(args.slo)
     except ValueError as e:
         raise UserError(str(e)) from None
-    default_model = None
-    tiny = args.spec_model is None and not args.spec
-    if tiny:
-        from compare.tinymodel import ensure_tiny_model
-
-        print("using the embedded tiny Qwen2 model (built once, cached)", file=sys.stderr)
-        default_model = str(ensure_tiny_model())
-        for k, v in DEFAULT_TINY_SPEC.items():
-            if getattr(args, f"spec_{k}") is None:
-                setattr(args, f"spec_{k}", str(v))
+    default_model = apply_tiny_defaults(args)
+    tiny = default_model is not None
     spec = spec_from_args(args, default_model=default_model)
     if not tiny and "://" not in spec.model and not Path(spec.model).exists() and spec.load_format != "dummy":
         raise UserError(f"model path {spec.model} does not exist; pass a local model directory "
@@ -136,7 +127,7 @@ def _run(args: argparse.Namespace) -> int:
     workload = workload_from_args(args, DEFAULT_WORKLOAD if tiny else None)
     requests = _requests(args, spec, workload)
 
-    from compare.runner import RunConfig, run
+    from compare.runner import RunConfig
 
     if args.max_errors is not None and args.max_errors < 0:
         raise UserError("--max-errors must be >= 0")

@@ -9,11 +9,10 @@ with ``compare run --tuned DIR``. See docs/tuning.md.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-from compare.commands.common import DEFAULT_TINY_SPEC, has_gpu
+from compare.commands.common import apply_tiny_defaults, has_gpu
 from compare.errors import UserError
 from compare.options import add_spec_options, add_workload_options, spec_from_args, workload_from_args
 
@@ -71,15 +70,7 @@ def _tune(args: argparse.Namespace) -> int:
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     from backends.registry import entry_for
 
-    default_model = None
-    if args.spec_model is None and not args.spec:
-        from compare.tinymodel import ensure_tiny_model
-
-        print("using the embedded tiny Qwen2 model (built once, cached)", file=sys.stderr)
-        default_model = str(ensure_tiny_model())
-        for k, v in DEFAULT_TINY_SPEC.items():
-            if getattr(args, f"spec_{k}") is None:
-                setattr(args, f"spec_{k}", str(v))
+    default_model = apply_tiny_defaults(args)
     spec = spec_from_args(args, default_model=default_model)
     gpu = has_gpu()
     if not gpu and spec.kv_cache_memory_bytes is None and spec.gpu_memory_utilization is None:
