@@ -74,6 +74,21 @@ def _usage(obj: dict[str, Any]) -> Done | None:
     return Done(prompt_tokens=u.get("prompt_tokens"), completion_tokens=u.get("completion_tokens"))
 
 
+def _add_choice(out: list[Parsed], ch: dict[str, Any], ev: Parsed | None) -> None:
+    """A choice's tokens (if any), then its finish reason (if any), in stream order."""
+    if ev is not None:
+        out.append(ev)
+    if ch.get("finish_reason"):
+        out.append(Done(finish_reason=ch["finish_reason"]))
+
+
+def _add_usage(out: list[Parsed], obj: dict[str, Any]) -> list[Parsed]:
+    u = _usage(obj)
+    if u is not None:
+        out.append(u)
+    return out
+
+
 def _tokens(raw: RawEvent, ids: list[int] | None, text: str, lp_tokens: list[Any] | None,
             lps: tuple[float, ...] | None, tops: tuple[dict[int, float], ...] | None) -> TokenEvent | None:
     if ids:
@@ -99,15 +114,8 @@ def parse_completions(raw: RawEvent) -> list[Parsed]:
             toks = lp.get("tokens")
             if lp.get("token_logprobs") is not None:
                 lps = tuple(float(x) for x in lp["token_logprobs"])
-        ev = _tokens(raw, ch.get("token_ids"), ch.get("text") or "", toks, lps, tops)
-        if ev is not None:
-            out.append(ev)
-        if ch.get("finish_reason"):
-            out.append(Done(finish_reason=ch["finish_reason"]))
-    u = _usage(obj)
-    if u is not None:
-        out.append(u)
-    return out
+        _add_choice(out, ch, _tokens(raw, ch.get("token_ids"), ch.get("text") or "", toks, lps, tops))
+    return _add_usage(out, obj)
 
 
 def parse_chat(raw: RawEvent) -> list[Parsed]:
@@ -118,15 +126,8 @@ def parse_chat(raw: RawEvent) -> list[Parsed]:
         delta = ch.get("delta") or {}
         content = (ch.get("logprobs") or {}).get("content") or None
         lps = tuple(float(c["logprob"]) for c in content) if content else None
-        ev = _tokens(raw, ch.get("token_ids"), delta.get("content") or "", content, lps, None)
-        if ev is not None:
-            out.append(ev)
-        if ch.get("finish_reason"):
-            out.append(Done(finish_reason=ch["finish_reason"]))
-    u = _usage(obj)
-    if u is not None:
-        out.append(u)
-    return out
+        _add_choice(out, ch, _tokens(raw, ch.get("token_ids"), delta.get("content") or "", content, lps, None))
+    return _add_usage(out, obj)
 
 
 COMPLETIONS = Protocol(name="openai", path="/v1/completions", build_payload=completions_payload,
