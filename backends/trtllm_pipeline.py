@@ -19,7 +19,7 @@ from typing import Any
 from adapters.trtllm import MODEL_DIR, MODELOPT_DIR, WORK_DIR, TrtllmPlan
 from compare.engine_cache import BuildFailed, EngineCache, Entry, cache_key, checkpoint_digest
 from compare.errors import UserError
-from containers.manager import _LIVE, _LOCK, ContainerSpec, ManagedContainer, device_requests, ensure_image
+from containers.manager import ContainerSpec, ManagedContainer, create_tracked, device_requests, ensure_image
 
 STEP_TIMEOUT_S = 6 * 3600.0
 LOG_TAIL_LINES = 25
@@ -70,10 +70,7 @@ class StepContainer(ManagedContainer):
             kw["user"] = f"{os.getuid()}:{os.getgid()}"
         if self.spec.gpus:
             kw["device_requests"] = device_requests(self.spec.gpus)
-        self.container = self.client.containers.create(**kw)
-        with _LOCK:
-            _LIVE[self.name] = self
-        self.container.start()
+        self.container = create_tracked(self, kw)
 
     def run(self, timeout_s: float) -> tuple[int, str]:
         """Start, wait for the exit, return (exit code, full log). Always removes the container."""

@@ -186,6 +186,17 @@ def free_port() -> int:
 # ------------------------------------------------------------------ process-wide teardown
 _LIVE: dict[str, "ManagedContainer"] = {}
 _LOCK = threading.RLock()  # re-entered when SIGTERM arrives while the main thread holds it
+
+
+def create_tracked(owner: "ManagedContainer", kw: dict[str, Any]) -> Any:
+    """create + start (never containers.run: it pulls a missing image silently), registered
+    for teardown on exit / Ctrl-C / SIGTERM before it starts. ``owner.container`` is set before
+    the start, so a start that fails can still be removed by the owner."""
+    owner.container = owner.client.containers.create(**kw)
+    with _LOCK:
+        _LIVE[owner.name] = owner
+    owner.container.start()
+    return owner.container
 _HOOKS = False
 
 
@@ -290,11 +301,7 @@ class ManagedContainer:
             kw["entrypoint"] = list(self.spec.entrypoint)
         if self.spec.gpus:
             kw["device_requests"] = device_requests(self.spec.gpus)
-        # create + start (not containers.run: that pulls a missing image silently)
-        self.container = self.client.containers.create(**kw)
-        with _LOCK:
-            _LIVE[self.name] = self
-        self.container.start()
+        self.container = create_tracked(self, kw)
 
     async def wait_ready(self, probe: Callable[[str], Awaitable[bool]], timeout_s: float = 600.0,
                          poll_s: float = 0.1) -> float:
