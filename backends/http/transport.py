@@ -212,12 +212,15 @@ class StreamingTransport(httpx.AsyncBaseTransport):
         head = [b"%s %s HTTP/1.1\r\n" % (request.method.encode(), url.raw_path)]
         head += [b"%s: %s\r\n" % (k, v) for k, v in request.headers.raw]
         wire = b"".join(head) + b"\r\n" + body
-        for attempt in (0, 1):
-            idle = self._idle.get(key)
-            reused = bool(idle)
-            conn = idle.pop() if idle else await self._connect(key, tmo.get("connect"))
-            if conn.tr is None or conn.tr.is_closing():
-                continue
+        fresh_only = False
+        while True:
+            conn, reused = (await self._connect(key, tmo.get("connect")), False) if fresh_only \
+                else await self._checkout(key, tmo.get("connect"))
+            if conn.tr is None:  # closed between connect and now
+                if reused:
+                    fresh_only = True
+                    continue
+                raise httpx.RemoteProtocolError("server closed the connection before the request was sent")
             conn.tr.write(wire)
             try:
                 async with asyncio.timeout(tmo.get("read")):
@@ -226,12 +229,30 @@ class StreamingTransport(httpx.AsyncBaseTransport):
                 conn.tr and conn.tr.close()
                 raise httpx.ReadTimeout("no response head within the read timeout") from None
             except httpx.RemoteProtocolError:
-                if reused and attempt == 0:  # the server closed an idle keep-alive connection: retry once
+                # A reused keep-alive connection the server closed just as we wrote (its idle
+                # timeout raced our request): nothing was processed, so send once more on a
+                # new connection. A new connection failing is the server's answer: raise.
+                if reused:
+                    fresh_only = True
                     continue
                 raise
             return httpx.Response(status, headers=headers, stream=_Body(self, key, conn, tmo.get("read")),
                                   extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason.encode()})
-        raise httpx.ConnectError(f"no usable connection to {key[0]}:{key[1]}")
+
+    async def _checkout(self, key: tuple[str, int], timeout: float | None) -> tuple[_Conn, bool]:
+        """A live idle connection (dropping every one the server has closed meanwhile), else a new one.
+
+        Servers close idle keep-alive connections (uvicorn after 5 s): between load levels the
+        whole pool can go stale, so stale entries are discarded here rather than counted as
+        failed attempts (which made requests fail with "no usable connection" at the start of a
+        level, seen at 15 and 30 req/s against vLLM's server on the H200).
+        """
+        idle = self._idle.get(key)
+        while idle:
+            conn = idle.pop()
+            if conn.tr is not None and not conn.lost and not conn.tr.is_closing():
+                return conn, True
+        return await self._connect(key, timeout), False
 
     async def aclose(self) -> None:
         for conns in self._idle.values():
