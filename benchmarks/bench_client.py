@@ -3,10 +3,13 @@
 Target (issue 3): >= 2000 concurrent streams and >= 50,000 streamed tokens/s ingested with timing
 error < 0.2 ms at p99. Uses the exact client path of ``compare run`` (HttpStreamBackend -> the
 shared SSE reader -> executor) through ``compare calibrate``'s measurement. The client is pinned
-to the first allowed CPU, the server to the others. Prints one JSON document (record it in
-docs/benchmarks.md with the machine load printed here).
+to the first allowed CPU, the server to the others.
 
-    .venv/bin/python benchmarks/bench_client.py [--streams 500,1000,2000] [--tokens-per-event 1]
+Prints ONE line per stream count with everything docs/benchmarks.md records (load before/after,
+client and server CPU per event, tokens/s ingested vs offered, timing error p50/p99/max, loop
+lag), then a summary line; ``--json OUT`` also writes the full results.
+
+    .venv/bin/python benchmarks/bench_client.py [--streams 200,2000] [--loop auto|uvloop|asyncio] [--json OUT]
 """
 from __future__ import annotations
 
@@ -24,21 +27,56 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from compare.commands.calibrate import run_calibration  # noqa: E402
 
 
+def _load() -> str:
+    return "%.2f %.2f %.2f" % os.getloadavg()
+
+
+def _line(r: dict, load_before: str, load_after: str) -> str:
+    e, lag = r["timing_error_ms"], r["loop_lag_ms"]
+    def cpu(c: dict | None) -> str:
+        return f"{c['total']}({c['user']}u+{c['sys']}s)" if c else "?"
+    return (f"streams={r['streams']} ok={r['ok']}/{r['requests']} loop={r.get('event_loop', '?')} "
+            f"tok_s={r['steady_tokens_per_s']:,.0f} offered={r['offered_tokens_per_s']:,.0f} "
+            f"client_cpu_us_ev={cpu(r.get('client_cpu_us_per_event'))} server_cpu_us_ev={cpu(r.get('server_cpu_us_per_event'))} "
+            f"err_ms p50={e['p50']:.3f} p99={e['p99']:.3f} max={e['max']:.3f} min={e['min']:.3f} "
+            f"lag_ms p99={lag.get('p99', 0):.1f} max={lag.get('max', 0):.1f} "
+            f"load_before=[{load_before}] load_after=[{load_after}] "
+            f"{'TARGET-MET' if r['sustainable'] else 'target-not-met'}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--streams", default="500,1000,2000")
+    p.add_argument("--streams", default="200,2000")
     p.add_argument("--tokens", type=int, default=50)
     p.add_argument("--itl-ms", type=float, default=40.0)  # 2000 streams x 25 events/s = 50k events/s
     p.add_argument("--ttft-ms", type=float, default=20.0)
     p.add_argument("--tokens-per-event", type=int, default=1)
     p.add_argument("--max-error-ms", type=float, default=0.2)
+    p.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default=None,
+                   help="client event loop (default: LLM_COMPARE_LOOP or auto = uvloop when installed)")
+    p.add_argument("--json", metavar="OUT", help="also write the full results as JSON to OUT")
     a = p.parse_args()
+    if a.loop:
+        os.environ["LLM_COMPARE_LOOP"] = a.loop
+    if os.environ.get("LLM_COMPARE_LOOP", "auto") != "asyncio":
+        try:  # for an asyncio.run() caller; compare.aio.run reads LLM_COMPARE_LOOP itself
+            import asyncio
+
+            import uvloop
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        except ImportError:
+            pass
     uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     t0 = time.time()
+    last = [_load()]
+
+    def show(r: dict) -> None:
+        now = _load()
+        print(_line(r, last[0], now), flush=True)
+        last[0] = now
+
     res = run_calibration([int(s) for s in a.streams.split(",")], a.tokens, a.ttft_ms, a.itl_ms,
-                          a.tokens_per_event, a.max_error_ms,
-                          on_result=lambda r: print(f"# {r['streams']} streams: {r['steady_tokens_per_s']:,.0f} tok/s, "
-                                                    f"err p99 {r['timing_error_ms']['p99']:.3f} ms", file=sys.stderr))
+                          a.tokens_per_event, a.max_error_ms, on_result=show)
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     res["machine"] = {"cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(),
@@ -46,9 +84,11 @@ def main() -> None:
                       "uptime_after": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()}
     res["date"] = time.strftime("%Y-%m-%d %H:%M %Z")
     res["bench_s"] = round(time.time() - t0, 1)
-    for lv in res["levels"]:
-        lv.pop("errors", None) if not lv.get("errors") else None
-    print(json.dumps(res, indent=1, default=str))
+    print(f"# {res['date']} {cpu} x{os.cpu_count()}, client CPU {res['client_cpus']}, server CPU "
+          f"{res['server_cpus']}; uptime before: {uptime_before}; after: {res['machine']['uptime_after']}; "
+          f"{res['bench_s']} s; max sustainable streams: {res['max_sustainable_streams']}", flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _perf = time.perf_counter_ns
+_STATS = {"events": 0}  # token events sent by this server process (GET /stats)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ class _Conn(asyncio.Protocol):
             return self._simple("200 OK", b"")
         if method == "GET" and path == "/v1/models":
             return self._simple("200 OK", b'{"object":"list","data":[{"id":"calibration","object":"model"}]}')
+        if method == "GET" and path == "/stats":  # the server's own cost: is it the bottleneck?
+            return self._simple("200 OK", json.dumps(_cpu() | {"events": _STATS["events"]}).encode())
         if method != "POST" or path != "/v1/completions":
             return self._simple("404 Not Found", b'{"error":"not found"}')
         try:
@@ -106,6 +109,7 @@ class _Conn(asyncio.Protocol):
         ids = ",".join(str(100 + (sent + i) % 1000) for i in range(k))
         last = sent + k >= n
         fin = '"length"' if last else "null"
+        _STATS["events"] += 1
         # the stamp is taken as late as possible: right before the write syscall
         t = _perf()
         self._chunk(b'id: %d\ndata: {"object":"text_completion","choices":[{"index":0,"text":"%b",'
@@ -218,8 +222,12 @@ async def measure(base_url: str, streams: int, tokens: int, rounds: int = 1, tim
                                 max_connections=streams + 16)
     backend.raw_observer = observe
     async with backend:
+        srv0 = await _server_stats(base_url)
+        cpu0 = _cpu()
         out = await run_level(backend, reqs, LoadLevel("concurrency", streams), seed=0, timeout_s=timeout_s,
                               max_errors=len(reqs))
+        cpu1 = _cpu()
+        srv1 = await _server_stats(base_url)
     srv = np.asarray(pairs_srv, dtype=np.int64)
     cli = np.asarray(pairs_cli, dtype=np.int64)
     err_ms = (cli - srv) / 1e6
@@ -245,8 +253,43 @@ async def measure(base_url: str, streams: int, tokens: int, rounds: int = 1, tim
                             "max": float(err_ms.max()) if err_ms.size else float("nan"),
                             "min": float(err_ms.min()) if err_ms.size else float("nan")},
         "loop_lag_ms": out.loop_lag_ms,
+        # CPU time per event (user+sys, incl. socket syscalls): unlike wall-clock rates this hardly
+        # depends on machine load. Client: this whole process during the level; server: its own report.
+        "client_cpu_us_per_event": _per_event(cpu0, cpu1, cli.size),
+        "server_cpu_us_per_event": _per_event(srv0, srv1, srv1["events"] - srv0["events"]) if srv0 and srv1 else None,
         "records_match_observer": consistent,
+        "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
     }
+
+
+def _cpu() -> dict[str, float]:
+    """This process's CPU seconds so far: user (Python + libraries) and sys (socket syscalls)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"user_s": ru.ru_utime, "sys_s": ru.ru_stime}
+
+
+def _per_event(a: dict[str, float], b: dict[str, float], events: int) -> dict[str, float] | None:
+    if not events:
+        return None
+    user, sys_ = (b["user_s"] - a["user_s"]) * 1e6 / events, (b["sys_s"] - a["sys_s"]) * 1e6 / events
+    return {"total": round(user + sys_, 2), "user": round(user, 2), "sys": round(sys_, 2)}
+
+
+async def _server_stats(base_url: str) -> dict[str, Any] | None:
+    """The calibration server's CPU seconds and events sent (None for a server without /stats)."""
+    host, _, port = base_url.removeprefix("http://").partition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:  # plain HTTP/1.1 by hand: an httpx client would build an SSL context (~0.1 s) per call
+        writer.write(b"GET /stats HTTP/1.1\r\nhost: %b\r\n\r\n" % host.encode())
+        head = await reader.readuntil(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            return None
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        return json.loads(await reader.readexactly(length))
+    finally:
+        writer.close()
 
 
 if __name__ == "__main__":
