@@ -17,6 +17,10 @@ from backends.base import (
 )
 from backends.lazy import require
 
+# perf_counter and monotonic are the same clock (CLOCK_MONOTONIC) on Linux; elsewhere engine
+# stamps are not comparable with ours
+_SAME_CLOCK = time.get_clock_info("perf_counter").implementation == time.get_clock_info("monotonic").implementation
+
 CAPS = Capabilities(forced_output_length=True, token_id_prompts=True, logprobs=True,
                     continuous_batching=True)
 
@@ -93,6 +97,7 @@ class VllmBackend:
         self._n += 1
         rid = f"{req.request_id}#{self._n}"  # unique even when a request is replayed
         final = None
+        t_first = t_last = 0
         try:
             async for out in self._engine.generate(await self._prompt(req), sp, request_id=rid):
                 t = time.perf_counter_ns()
@@ -102,6 +107,8 @@ class VllmBackend:
                     if req.logprobs is not None and c.logprobs:
                         lps = tuple(float(step[tid].logprob) for tid, step in zip(c.token_ids, c.logprobs))
                         tops = tuple({int(k): float(v.logprob) for k, v in step.items()} for step in c.logprobs)
+                    t_first = t_first or t
+                    t_last = t
                     yield TokenEvent(t_ns=t, token_ids=tuple(c.token_ids), text=c.text or "",
                                      logprobs=lps, top_logprobs=tops)
                 final = out
@@ -118,7 +125,7 @@ class VllmBackend:
             t_ns=t_end,
             finish_reason=c.finish_reason if c else None,
             prompt_tokens=len(final.prompt_token_ids) if final is not None and final.prompt_token_ids else None,
-            engine_metrics=_engine_metrics(final.metrics if final is not None else None),
+            engine_metrics=_engine_metrics(final.metrics if final is not None else None, t_first, t_last),
         )
 
     def describe(self) -> BackendDescription:
@@ -140,11 +147,24 @@ async def _quant_report(engine: Any, resolved: dict[str, Any]) -> dict[str, Any]
     return rep
 
 
-def _engine_metrics(m: Any) -> dict[str, float]:
-    """vLLM's own per-request timings (RequestStateStats: engine-core monotonic stamps)."""
+def _engine_metrics(m: Any, t_first_ns: int = 0, t_last_ns: int = 0) -> dict[str, float]:
+    """vLLM's own per-request timings (RequestStateStats: engine-core monotonic stamps).
+
+    The engine core stamps with ``time.monotonic()`` and we with ``perf_counter_ns()``: on Linux
+    both read CLOCK_MONOTONIC, so the difference between when the engine produced the first/last
+    token and when our client saw it is the frontend's delivery delay (AsyncLLM output
+    processing + our event loop), and the engine stamps give an engine-side throughput that no
+    client overhead can distort (compare/metrics.py ``engine_output_tok_s``).
+    """
     if m is None or not hasattr(m, "first_token_ts"):
         return {}
     out = {"first_token_latency_s": float(getattr(m, "first_token_latency", 0.0))}
+    if m.first_token_ts and m.last_token_ts:
+        out["engine_first_token_ts"] = float(m.first_token_ts)
+        out["engine_last_token_ts"] = float(m.last_token_ts)
+        if t_first_ns and t_last_ns and _SAME_CLOCK:
+            out["first_token_delivery_s"] = t_first_ns / 1e9 - m.first_token_ts
+            out["last_token_delivery_s"] = t_last_ns / 1e9 - m.last_token_ts
     if m.scheduled_ts and m.queued_ts:
         out["queue_s"] = m.scheduled_ts - m.queued_ts
     if m.first_token_ts and m.scheduled_ts:

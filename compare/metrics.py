@@ -177,6 +177,7 @@ def summarize(records: Sequence[RequestRecord], wall_ns: int,
         "send_delay_ms": qd.as_dict() if qd else None,
         "short_outputs": sum(1 for r in ok if r.requested_tokens and r.output_tokens < r.requested_tokens),
     }
+    summary.update(engine_side(records))
     if slo:
         good = sum(1 for r in records if request_meets_slo(r, slo))
         checks = {}
@@ -189,6 +190,30 @@ def summarize(records: Sequence[RequestRecord], wall_ns: int,
         summary["slo_checks"] = checks
         summary["slo_met"] = all(c["met"] for c in checks.values()) and len(ok) == len(records)
     return summary
+
+
+def engine_side(records: Sequence[RequestRecord]) -> dict[str, object]:
+    """Throughput from the engine's own token stamps, and how late the client saw the tokens.
+
+    Only for backends that report engine-core stamps on the same clock as ours (the in-process
+    vLLM backend): ``engine_output_tok_s`` = output tokens / (last token produced by the engine -
+    first request sent). Where it exceeds ``output_tok_s``, the gap is delivery (the frontend's
+    output processing and our event loop), not the engine. ``delivery_lag_ms``: per request, when
+    the client saw its last token minus when the engine produced it.
+    """
+    ok = [r for r in records if r.ok]
+    ends = [r.engine_metrics.get("engine_last_token_ts") for r in ok]
+    if not ok or any(e is None for e in ends):
+        return {}
+    span_s = max(ends) - min(r.t_sent_ns for r in records) / 1e9
+    out: dict[str, object] = {}
+    if span_s > 0:
+        out["engine_output_tok_s"] = sum(r.output_tokens for r in ok) / span_s
+    lag = dist((r.engine_metrics["last_token_delivery_s"] * 1e9 for r in ok
+                if "last_token_delivery_s" in r.engine_metrics))
+    if lag:
+        out["delivery_lag_ms"] = lag.as_dict()
+    return out
 
 
 def _error_counts(records: Sequence[RequestRecord]) -> dict[str, int]:

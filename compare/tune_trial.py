@@ -8,7 +8,6 @@ a watchdog kills it if the trial process itself is killed).
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -20,6 +19,7 @@ from typing import Any
 from adapters.spec import ServingSpec, UnsupportedSpecError
 from backends import registry
 from backends.base import BackendStartError
+from compare import aio
 from compare.fsutil import write_json_atomic
 from compare.metrics import SloTerm
 from compare.tune_probe import LoadSearch, max_load_under_slo
@@ -67,7 +67,7 @@ _KEEP: list[int] = []
 def main(argv: list[str]) -> int:
     _watchdog()
     job = json.loads(Path(argv[0]).read_text())
-    result = asyncio.run(run_trial(job))
+    result = aio.run(run_trial(job))
     write_json_atomic(argv[1], result)
     return 0
 

@@ -12,13 +12,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from compare import aio
 from compare.errors import UserError
 
 BACKENDS = ("vllm", "tgi", "trtllm", "hf")
@@ -199,7 +199,7 @@ def _run(args: argparse.Namespace) -> int:
 
         return VllmBackend(spec, name=name)
 
-    writer = asyncio.run(run(cfg, backend_factory=factory))
+    writer = aio.run(run(cfg, backend_factory=factory))
     table = side_by_side(writer.run, [v.label for v in vs])
     from compare.fsutil import write_json_atomic
 

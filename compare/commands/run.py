@@ -6,11 +6,11 @@ vllm and hf on CPU.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 from pathlib import Path
 
+from compare import aio
 from compare.commands.common import (
     DEFAULT_LEVELS, DEFAULT_WORKLOAD, add_backends_option, apply_tiny_defaults, has_gpu, parse_backends,
 )
@@ -162,7 +162,7 @@ def _execute(cfg, fmt: str, price: float | None = None, margin: float | None = N
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     writer = None
     try:
-        writer = asyncio.run(run(cfg, ConsoleProgress(console), extra_header=(
+        writer = aio.run(run(cfg, ConsoleProgress(console), extra_header=(
             {"gpu_hour_price": price} if price is not None else None)))
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted; partial results in {cfg.out_root / cfg.run_id}[/yellow]")
