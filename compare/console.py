@@ -84,8 +84,37 @@ def comparison_table(run: dict[str, Any]) -> Table:
             if has_slo:
                 row += [f"{s.get('goodput_req_s', 0):.2f}", "✓" if s.get("slo_met") else "✗"]
             t.add_row(*row)
+            m = matched_row(run, name, label)  # length-matched numbers right under the raw ones
+            if m is not None:
+                ms = _matched(run, name, label) or {}
+                m += ["-"] if has_srv else []
+                m += [f"{ms.get('goodput_req_s', 0):.2f}", "✓" if ms.get("slo_met") else "✗"] if has_slo else []
+                t.add_row(*m)
     t.caption = "latencies in ms; TTFT/TPOT/ITL measured at the client from per-event timestamps"
+    if run.get("length_matched"):
+        t.caption += "\n" + matched_note(run["length_matched"])
     return t
+
+
+def _matched(run: dict[str, Any], name: str, label: str) -> dict[str, Any] | None:
+    lv = ((run.get("length_matched") or {}).get("levels") or {}).get(label) or {}
+    return (lv.get("backends") or {}).get(name)
+
+
+def matched_note(section: dict[str, Any]) -> str:
+    """The one-line explanation printed under every table that shows ``@k`` rows."""
+    return f"'@k' rows are length-matched ({section.get('reason')}): {section.get('definition')}"
+
+
+def matched_row(run: dict[str, Any], name: str, label: str) -> list[str] | None:
+    """backend, 'LEVEL @k', ok, tok/s, req/s, TTFT p50/p95, TPOT p50/p95, ITL p99, E2E p95."""
+    s = _matched(run, name, label)
+    if s is None:
+        return None
+    lv = run["length_matched"]["levels"][label]
+    return [name, f"{label} @k", f"{s['ok']}/{lv['requests']}", f"{s['output_tok_s']:.1f}", f"{s['req_s']:.2f}",
+            _fmt(s.get("ttft_ms"), "p50"), _fmt(s.get("ttft_ms"), "p95"), _fmt(s.get("tpot_ms"), "p50"),
+            _fmt(s.get("tpot_ms"), "p95"), _fmt(s.get("itl_ms"), "p99"), _fmt(s.get("e2e_ms"), "p95")]
 
 
 def caveats(run: dict[str, Any]) -> list[str]:
@@ -105,4 +134,10 @@ def caveats(run: dict[str, Any]) -> list[str]:
                 out.append(f"{name} {label}: {s['failed']} failed request(s): {s.get('errors')}")
         if b.get("error"):
             out.append(f"{name}: {b['error']}")
+    for label, lv in ((run.get("length_matched") or {}).get("levels") or {}).items():
+        dropped = lv.get("excluded_failed", 0) + lv.get("excluded_empty", 0)
+        if dropped:
+            out.append(f"length-matched {label}: {dropped} of {lv['requests']} request(s) left out "
+                       f"(failed on some backend: {lv.get('excluded_failed', 0)}, no token: "
+                       f"{lv.get('excluded_empty', 0)})")
     return out

@@ -14,9 +14,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from compare.length_match import match_run, matched_inputs, section
 from compare.records import RequestRecord
 from compare.stats import (
-    MIN_REPEATS, Comparison, LevelSample, collect, compare_levels, default_metrics, repeat_summaries,
+    METRICS, MIN_REPEATS, Comparison, LevelSample, collect, compare_levels, default_metrics, repeat_summaries,
 )
 
 
@@ -42,10 +43,23 @@ class Verdict:
                 "summary": summary_lines(self), "quality": self.quality, "caveats": self.caveats}
 
 
+# metrics that change when outputs are cut at k (TTFT does not)
+_CUT_METRICS = {k for k, m in METRICS.items() if m.source != "ttft"}
+
+
 def build_verdict(run: dict[str, Any], records: Iterable[RequestRecord], *,
                   gpu_hour_price: float | None = None, margin: float | None = None,
                   metrics: tuple[str, ...] | None = None, seed: int = 0,
                   samples: dict[tuple[str, str], LevelSample] | None = None) -> Verdict:
+    """``samples``: raw ones already collected (the report's); replaced by length-matched ones
+    when lengths were not forced or differ (compare/length_match.py)."""
+    records = list(records)
+    matched = match_run(run, records)
+    judged = run  # the summaries that levels and costs are judged on
+    if matched is not None:  # TPOT/E2E/tok/s (and cost) on each request's first k tokens only
+        run = {**run, "length_matched": run.get("length_matched") or section(run, records, matched)}
+        judged, cut = matched_inputs(run, matched)
+        samples = collect(judged, cut)
     samples = samples if samples is not None else collect(run, records)
     names = [n for n in run.get("backends", {}) if any(k[0] == n for k in samples)]
     levels = [lv["label"] for lv in run.get("levels", [])]
@@ -61,9 +75,16 @@ def build_verdict(run: dict[str, Any], records: Iterable[RequestRecord], *,
                 quantization={n: _quantization(run, n) for n in names}, comparisons=comps,
                 gpu_hour_price=gpu_hour_price, margin=margin)
     if gpu_hour_price is not None:
-        v.costs = _costs(run, names, gpu_hour_price)
+        v.costs = _costs(judged, names, gpu_hour_price)
     v.quality = _quality(run, names, ref)
     v.caveats = verdict_caveats(run, samples)
+    if matched:
+        for c in comps:
+            if c.metric in _CUT_METRICS:
+                c.label += " @k"
+        v.caveats.insert(0, f"{run['length_matched']['reason']}: TPOT, E2E, output tok/s, goodput and "
+                            f"cost in this verdict are length-matched ('@k': each request's first k tokens, "
+                            f"k = fewest any backend streamed; docs/length-matching.md)")
     return v
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from compare import length_match
+from compare.console import matched_note, matched_row
 from compare.report.data import ReportData
 from compare.report.plots import server_client_rows
 from compare.verdict import DECISION_HEADERS, decision_rows, header_line, summary_lines
@@ -35,6 +37,9 @@ def sections(d: ReportData) -> list[Section]:
                        bullets=v.caveats or ["none detected (client kept up, lengths forced, no failures)"]))
     out.append(Section("Quality", bullets=v.quality))
     rows = []
+    # lengths not forced: '@k' rows (length-matched) under the raw ones; the verdict's cost is theirs
+    lm = run.get("length_matched") or length_match.section(run, d.records)
+    lm_run = {**run, "length_matched": lm}
     for name in d.backends:
         for label, s in run["backends"][name].get("levels", {}).items():
             cost = v.costs.get(name, {}).get(label)
@@ -42,8 +47,14 @@ def sections(d: ReportData) -> list[Section]:
                          _f(s.get("ttft_ms"), "p50"), _f(s.get("ttft_ms"), "p95"), _f(s.get("tpot_ms"), "p50"),
                          _f(s.get("tpot_ms"), "p95"), _f(s.get("itl_ms"), "p99"), _f(s.get("e2e_ms"), "p95"),
                          "-" if s.get("goodput_req_s") is None else f"{s['goodput_req_s']:.2f}",
-                         "-" if cost is None else f"${cost:.3g}"])
+                         "-" if cost is None or lm else f"${cost:.3g}"])
+            m = matched_row(lm_run, name, label) if lm else None
+            if m is not None:
+                ms = lm["levels"][label]["backends"][name]
+                rows.append(m[:4] + m[5:] + ["-" if ms.get("goodput_req_s") is None else f"{ms['goodput_req_s']:.2f}",
+                                             "-" if cost is None else f"${cost:.3g}"])
     out.append(Section("Measurements (all repeats pooled; latencies in ms, client-side)",
+                       paragraphs=[matched_note(lm)] if lm else [],
                        headers=["backend", "load", "ok", "out tok/s", "TTFT p50", "TTFT p95", "TPOT p50",
                                 "TPOT p95", "ITL p99", "E2E p95", "goodput req/s", "$/M out tok"], rows=rows))
     sc = server_client_rows(d)
