@@ -104,6 +104,9 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
     except BaseException as e:
         writer.finish("failed", f"{type(e).__name__}: {e}")
         raise
+    from compare.length_match import attach  # '@k' rows when some backend could not force lengths
+
+    attach(writer.run, writer.dir)
     writer.finish(status, error)
     return writer
 
