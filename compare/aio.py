@@ -39,7 +39,9 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
                 raise UserError("LLM_COMPARE_LOOP=uvloop but uvloop is not installed "
                                 "(pip install uvloop, or unset LLM_COMPARE_LOOP)") from None
         else:
-            return uvloop.run(coro)
+            # what uvloop.run does, without needing uvloop >= 0.18
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                return runner.run(coro)
     return asyncio.run(coro)
 
 

@@ -41,11 +41,15 @@ from benchmarks.gpu.common import ENGINE_ENV  # noqa: E402
 from compare.fsutil import write_json_atomic  # noqa: E402
 
 PHASES = ["env", "microbench", "offline", "inproc", "offline-default", "server", "inproc-c1", "server-c1",
-          "report"]
+          "inproc-burst", "inproc-burst-asyncio", "server-rates", "report"]
 # rough seconds each needs (cold compile for the first engine); a phase is skipped rather than
 # started when less than this is left, so the pack at the end still happens
 MIN_S = {"env": 5, "microbench": 20, "offline": 120, "inproc": 90, "offline-default": 45, "server": 100,
-         "inproc-c1": 40, "server-c1": 50, "report": 5}
+         "inproc-c1": 40, "server-c1": 50, "inproc-burst": 60, "inproc-burst-asyncio": 40,
+         "server-rates": 80, "report": 5}
+# the 2% question (issue 7): the burst level alone, repeated (an engine start each), on uvloop (the
+# default) and on the standard asyncio loop; the server's rate levels where connections failed
+PHASE_ENV = {"inproc-burst-asyncio": {"LLM_COMPARE_LOOP": "asyncio"}}
 
 
 class GpuSampler(threading.Thread):
@@ -115,6 +119,12 @@ def _compare_run(a: argparse.Namespace, backend: str, run_id: str, c1: bool) -> 
     cmd = [sys.executable, "-m", "compare.cli", "run", "--backends", backend, "--spec", str(a.spec),
            "--model", str(a.model_path), "--workload", str(a.workload), "--out", str(a.work / "runs"),
            "--run-id", run_id, "--warmup", "2", "--timeout", "300"]
+    if run_id.startswith("inproc-burst"):
+        cmd += ["--rate", "inf", "--repeats", str(a.burst_repeats)]
+        return cmd + (["--num-requests", str(a.num_requests)] if a.num_requests else [])
+    if run_id == "server-rates":
+        cmd += ["--rate", a.server_rates]
+        return cmd + (["--num-requests", str(a.num_requests)] if a.num_requests else [])
     if c1:
         return cmd + ["--concurrency", "1", "--num-requests", str(a.c1_requests)]
     cmd += ["--concurrency", a.concurrency, "--rate", a.rate]
@@ -157,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", default="8,32,128")
     ap.add_argument("--rate", default="15,30,60,inf")
     ap.add_argument("--c1-requests", type=int, default=16)
+    ap.add_argument("--burst-repeats", type=int, default=3, help="engine starts of the inproc-burst phases")
+    ap.add_argument("--server-rates", default="15,30,inf", help="levels of the server-rates phase")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--decode-tokens", type=int, default=128)
     ap.add_argument("--small", action="store_true", help="small microbenchmark sizes (CPU rehearsal)")
@@ -192,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"VALIDATE start {name} ({left:.0f}s left)", flush=True)
             # the report is pure arithmetic on what is already on disk: it always gets its time
             res = _run(_phase_cmd(name, a), a.work / "logs" / f"{name}.log",
-                       max(left, 60.0) if name == "report" else left, env)
+                       max(left, 60.0) if name == "report" else left, {**env, **PHASE_ENV.get(name, {})})
             res["gpu"] = sampler.stats.get(name)
             state["phases"][name] = res
             sampler.phase = "idle"
