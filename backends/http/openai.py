@@ -6,12 +6,11 @@ unknown fields: ``return_token_ids`` (token ids per chunk: exact counts) and ``i
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from backends.base import GenerationRequest, TokenEvent
 from backends.http.protocol import UNKNOWN_ID, Done, Error, Parsed, Protocol
-from backends.http.sse import RawEvent
+from backends.http.sse import RawEvent, loads
 
 
 def _sampling(req: GenerationRequest) -> dict[str, Any]:
@@ -53,7 +52,7 @@ def _common(raw: RawEvent) -> tuple[dict[str, Any] | None, list[Parsed]]:
     if raw.data == "[DONE]":
         return None, [Done(terminal=True)]
     try:
-        obj = json.loads(raw.data)
+        obj = loads(raw.data)
     except ValueError:
         return None, [Error("protocol", f"event is not JSON: {raw.data[:120]!r}")]
     if not isinstance(obj, dict):
@@ -67,13 +66,6 @@ def _common(raw: RawEvent) -> tuple[dict[str, Any] | None, list[Parsed]]:
     return obj, []
 
 
-def _usage(obj: dict[str, Any]) -> Done | None:
-    u = obj.get("usage")
-    if not u:
-        return None
-    return Done(prompt_tokens=u.get("prompt_tokens"), completion_tokens=u.get("completion_tokens"))
-
-
 def _add_choice(out: list[Parsed], ch: dict[str, Any], ev: Parsed | None) -> None:
     """A choice's tokens (if any), then its finish reason (if any), in stream order."""
     if ev is not None:
@@ -83,9 +75,9 @@ def _add_choice(out: list[Parsed], ch: dict[str, Any], ev: Parsed | None) -> Non
 
 
 def _add_usage(out: list[Parsed], obj: dict[str, Any]) -> list[Parsed]:
-    u = _usage(obj)
-    if u is not None:
-        out.append(u)
+    u = obj.get("usage")
+    if u:
+        out.append(Done(prompt_tokens=u.get("prompt_tokens"), completion_tokens=u.get("completion_tokens")))
     return out
 
 
@@ -99,7 +91,7 @@ def _tokens(raw: RawEvent, ids: list[int] | None, text: str, lp_tokens: list[Any
         tids = (UNKNOWN_ID,)
     else:
         return None
-    return TokenEvent(t_ns=raw.t_ns, token_ids=tids, text=text, logprobs=lps, top_logprobs=tops)
+    return TokenEvent(raw.t_ns, tids, text, lps, tops)  # positional: built once per event
 
 
 def parse_completions(raw: RawEvent) -> list[Parsed]:

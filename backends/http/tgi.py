@@ -14,12 +14,11 @@ Quirks honoured (router/src/validation.rs, server.rs of TGI 3.3; spec tgi-3.3-op
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from backends.base import GenerationRequest, TokenEvent
 from backends.http.protocol import Done, Error, Parsed, Protocol
-from backends.http.sse import RawEvent
+from backends.http.sse import RawEvent, loads
 
 # TGI FinishReason -> the OpenAI-style reason the rest of the tool uses
 FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop"}
@@ -48,7 +47,7 @@ def generate_payload(req: GenerationRequest, model: str = "") -> dict[str, Any]:
 
 def parse_generate_stream(raw: RawEvent) -> list[Parsed]:
     try:
-        obj = json.loads(raw.data)
+        obj = loads(raw.data)
     except ValueError:
         return [Error("protocol", f"event is not JSON: {raw.data[:120]!r}")]
     if not isinstance(obj, dict):

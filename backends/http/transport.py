@@ -6,7 +6,10 @@ streams (docs/benchmarks.md). This transport keeps the httpx API (``httpx.AsyncC
 ``Response.aiter_raw``) and the one SSE reader, but reads each connection with an
 ``asyncio.Protocol``: the body is de-chunked in ``data_received`` and every piece is stamped there
 with ``perf_counter_ns()`` -- the first moment Python sees the bytes, before any task wakes up.
-The stamp travels on the chunk (``StampedBytes.t_ns``); backends/http/sse.py uses it when present.
+Once the SSE reader asks for events (response extension ``sse.EVENTS_EXTENSION``), the pieces
+go through the shared ``SseFramer`` right there, and one wake-up hands the reader every event
+that arrived meanwhile (no bytes chunk per event through httpx's stream wrappers). Raw bytes
+(``aiter_raw``/``aread``) carry their stamp as ``StampedBytes.t_ns``.
 
 Faults are raised as httpx's own exceptions (ConnectError, ConnectTimeout, ReadTimeout,
 RemoteProtocolError), so error mapping is the same for both transports. ``https://`` is not
@@ -20,6 +23,8 @@ from collections import deque
 from typing import AsyncIterator
 
 import httpx
+
+from backends.http.sse import EVENTS_EXTENSION, RawEvent, SseFramer
 
 _perf = time.perf_counter_ns
 
@@ -45,7 +50,11 @@ class _Conn(asyncio.Protocol):
         self.cbuf = b""
         self.csize = -1  # -1: expecting a size line; -2: expecting the CRLF after chunk data
         self.pieces: deque[StampedBytes] = deque()
+        # set once the reader asks for events: body bytes are then framed as they arrive
+        self.framer: SseFramer | None = None
         self.waiter: asyncio.Future | None = None
+        self.watchdog: asyncio.TimerHandle | None = None
+        self.rx_ns = _perf()  # last time bytes arrived (the read timeout counts from here)
         self.done = False
         self.lost = False
         self.keep_alive = True
@@ -65,7 +74,8 @@ class _Conn(asyncio.Protocol):
         self._wake()
 
     def data_received(self, data: bytes) -> None:
-        t = _perf()
+        # THE stamp: the first moment Python sees these bytes, before any parsing or task wake-up
+        self.rx_ns = t = _perf()
         if self.in_head:
             self.head_buf += data
             i = self.head_buf.find(b"\r\n\r\n")
@@ -110,35 +120,49 @@ class _Conn(asyncio.Protocol):
         self.head.set_result((int(parts[1]), parts[2].decode("latin-1") if len(parts) > 2 else "", headers))
 
     def _dechunk(self, data: bytes, t: int) -> None:
+        """Chunked transfer coding, incremental; positions instead of re-slicing the buffer."""
+        if self.csize == -1 and not self.cbuf and self.framer is not None:
+            # the usual read: exactly one whole chunk (one SSE event) -> straight to the framer
+            i = data.find(b"\r\n")
+            if i > 0 and b";" not in data[:i]:
+                size = int(data[:i], 16)
+                end = i + 2 + size
+                if size and len(data) == end + 2 and data[end:] == b"\r\n":
+                    self.framer.feed(data[i + 2:end], t)
+                    return
         buf = self.cbuf + data if self.cbuf else data
-        while buf:
-            if self.csize == -1:
-                i = buf.find(b"\r\n")
+        pos, n, size = 0, len(buf), self.csize
+        while pos < n:
+            if size == -1:
+                i = buf.find(b"\r\n", pos)
                 if i < 0:
                     break
-                size = int(buf[:i].split(b";")[0], 16)
-                buf = buf[i + 2:]
+                size = int(buf[pos:i].partition(b";")[0], 16)
+                pos = i + 2
                 if size == 0:  # last chunk (trailers are not used by SSE servers)
                     self.done = True
-                    buf = b""
+                    pos = n
                     break
-                self.csize = size
-            elif self.csize == -2:
-                if len(buf) < 2:
+            elif size == -2:
+                if n - pos < 2:
                     break
-                buf = buf[2:]
-                self.csize = -1
+                pos += 2
+                size = -1
             else:
-                piece = buf[: self.csize]
-                buf = buf[len(piece):]
-                self.csize -= len(piece)
-                self._push(piece, t)  # partial chunk data is pushed at once: first-byte stamps
-                if self.csize == 0:
-                    self.csize = -2
-        self.cbuf = buf
+                end = pos + size if pos + size < n else n
+                self._push(buf[pos:end], t)  # partial chunk data is pushed at once: first-byte stamps
+                size -= end - pos
+                pos = end
+                if size == 0:
+                    size = -2
+        self.csize = size
+        self.cbuf = buf[pos:] if pos < n else b""
 
     def _push(self, piece: bytes, t: int) -> None:
         if piece:
+            if self.framer is not None:
+                self.framer.feed(piece, t)
+                return
             b = StampedBytes(piece)
             b.t_ns = t
             self.pieces.append(b)
@@ -148,10 +172,35 @@ class _Conn(asyncio.Protocol):
         if w is not None and not w.done():
             w.set_result(None)
 
+    # ---------------------------------------------------------------- the reader's side
+    async def wait(self, read_timeout: float | None) -> None:
+        """Until bytes arrive or the connection ends; ReadTimeout after ``read_timeout`` s of silence."""
+        self.waiter = self.loop.create_future()
+        if read_timeout and self.watchdog is None:
+            self.watchdog = self.loop.call_later(read_timeout, self._watch, read_timeout)
+        try:
+            await self.waiter
+        finally:
+            self.waiter = None
 
-def _timeout(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_exception(httpx.ReadTimeout("no data within the read timeout"))
+    def _watch(self, read_timeout: float) -> None:
+        """One timer per response, re-armed lazily (not one per wait: that cost a timer per event)."""
+        self.watchdog = None
+        if self.done or self.lost:
+            return
+        idle_s = (_perf() - self.rx_ns) / 1e9
+        w = self.waiter
+        if w is None or w.done():  # the reader is busy, not waiting: look again later
+            self.watchdog = self.loop.call_later(read_timeout, self._watch, read_timeout)
+        elif idle_s >= read_timeout:
+            w.set_exception(httpx.ReadTimeout("no data within the read timeout"))
+        else:
+            self.watchdog = self.loop.call_later(read_timeout - idle_s, self._watch, read_timeout)
+
+    def stop_watch(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
 
 
 class _Body(httpx.AsyncByteStream):
@@ -167,17 +216,33 @@ class _Body(httpx.AsyncByteStream):
                 return
             if c.lost:
                 raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
-            c.waiter = c.loop.create_future()
-            h = c.loop.call_later(self.read_timeout, _timeout, c.waiter) if self.read_timeout else None
-            try:
-                await c.waiter
-            finally:
-                c.waiter = None
-                if h is not None:
-                    h.cancel()
+            await c.wait(self.read_timeout)
+
+    async def next_events(self) -> list[RawEvent]:
+        """Every SSE event that arrived since the last call (waits for one); [] at the end.
+
+        Served as a response extension (sse.EVENTS_EXTENSION): one wake-up hands the reader all
+        events framed in ``data_received``, instead of one bytes chunk through httpx's wrappers."""
+        c = self.conn
+        f = c.framer
+        if f is None:  # first call: from now on bytes are framed on arrival; earlier ones keep their stamps
+            f = c.framer = SseFramer()
+            while c.pieces:
+                p = c.pieces.popleft()
+                f.feed(p, p.t_ns)
+        while True:
+            if f.events:
+                return f.take()
+            if c.done:
+                f.close()  # raises if the body ended inside an event
+                return []
+            if c.lost:
+                raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+            await c.wait(self.read_timeout)
 
     async def aclose(self) -> None:
         c = self.conn
+        c.stop_watch()
         if c.done and c.keep_alive and not c.lost and c.tr is not None and not c.pieces:
             c.reset()
             self.transport._idle.setdefault(self.key, []).append(c)
@@ -236,8 +301,10 @@ class StreamingTransport(httpx.AsyncBaseTransport):
                     fresh_only = True
                     continue
                 raise
-            return httpx.Response(status, headers=headers, stream=_Body(self, key, conn, tmo.get("read")),
-                                  extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason.encode()})
+            body_stream = _Body(self, key, conn, tmo.get("read"))
+            return httpx.Response(status, headers=headers, stream=body_stream,
+                                  extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason.encode(),
+                                              EVENTS_EXTENSION: body_stream.next_events})
 
     async def _checkout(self, key: tuple[str, int], timeout: float | None) -> tuple[_Conn, bool]:
         """A live idle connection (dropping every one the server has closed meanwhile), else a new one.
