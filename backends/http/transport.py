@@ -238,7 +238,14 @@ class _Body(httpx.AsyncByteStream):
                 return []
             if c.lost:
                 raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
-            await c.wait(self.read_timeout)
+            # c.wait(), inlined: this runs once per streamed event
+            c.waiter = c.loop.create_future()
+            if self.read_timeout and c.watchdog is None:
+                c.watchdog = c.loop.call_later(self.read_timeout, c._watch, self.read_timeout)
+            try:
+                await c.waiter
+            finally:
+                c.waiter = None
 
     async def aclose(self) -> None:
         c = self.conn
