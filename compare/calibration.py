@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import heapq
 import json
 import os
@@ -200,14 +201,11 @@ def main(argv: list[str] | None = None) -> None:
     _raise_nofile()
     if a.cpus:
         os.sched_setaffinity(0, {int(c) for c in a.cpus.split(",")})
-    try:  # the server may use uvloop (it is the reference, not the thing measured)
-        import uvloop
+    from compare import aio
 
-        uvloop.install()
-    except ImportError:
-        pass
     timing = CalibrationTiming(a.ttft_ms, a.itl_ms, a.tokens_per_event)
-    asyncio.run(serve(a.host, a.port, timing, ready=lambda port: print(f"READY {port}", flush=True)))
+    # uvloop when installed: the reference must not be the bottleneck (it is not what is measured)
+    aio.run(serve(a.host, a.port, timing, ready=lambda port: print(f"READY {port}", flush=True)))
 
 
 @dataclass
@@ -268,10 +266,15 @@ async def measure(base_url: str, streams: int, tokens: int, rounds: int = 1, tim
     backend.raw_observer = observe
     async with backend:
         srv0 = await _server_stats(base_url)
+        gc.collect()
+        gc.freeze()  # as compare run does around each level (compare/runner.py)
         cpu0 = _cpu()
-        out = await run_level(backend, reqs, LoadLevel("concurrency", streams), seed=0, timeout_s=timeout_s,
-                              max_errors=len(reqs))
-        cpu1 = _cpu()
+        try:
+            out = await run_level(backend, reqs, LoadLevel("concurrency", streams), seed=0, timeout_s=timeout_s,
+                                  max_errors=len(reqs))
+        finally:
+            cpu1 = _cpu()
+            gc.unfreeze()
         srv1 = await _server_stats(base_url)
     srv = np.asarray(pairs_srv, dtype=np.int64)
     cli = np.asarray(pairs_cli, dtype=np.int64)
