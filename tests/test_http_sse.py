@@ -11,18 +11,25 @@ from backends.base import GenerationRequest, TokenEvent
 from backends.http import openai, tgi
 from backends.http.protocol import Done, Error
 from backends.http.sse import RawEvent, post_events
+from backends.http.transport import StreamingTransport
 from backends.http_backends import HttpStreamBackend
 from compare.executor import run_one
 from compare.metrics import itls_ns
 from tests.http_util import RawHttpServer, sse_response
 
 
-async def _events(server: RawHttpServer) -> list[RawEvent]:
-    async with httpx.AsyncClient(base_url=server.url) as c:
+# both ways bytes reach the one SseFramer: httpx's transport (framed from aiter_raw chunks) and ours
+# (framed inside data_received, events handed over in batches): same events, same stamping rule
+TRANSPORTS = pytest.mark.parametrize("ours", [False, True], ids=["httpx-transport", "our-transport"])
+
+
+async def _events(server: RawHttpServer, ours: bool = False) -> list[RawEvent]:
+    async with httpx.AsyncClient(base_url=server.url, transport=StreamingTransport() if ours else None) as c:
         return [ev async for ev in post_events(c, "/x", {})]
 
 
-def test_events_split_anywhere_crlf_comments_multiline():
+@TRANSPORTS
+def test_events_split_anywhere_crlf_comments_multiline(ours):
     body = (b": keep-alive\r\n\r\nid: 7\r\ndata: {\"a\": 1}\r\n\r\n"
             b"event: note\ndata:line1\ndata: line2\n\n: only a comment\n\ndata: last\n\n")
     # split the body into 1..5-byte pieces: a parser that assumes whole events breaks here
@@ -34,20 +41,21 @@ def test_events_split_anywhere_crlf_comments_multiline():
 
     async def go():
         async with RawHttpServer(sse_response(chunks, delay_s=0.0)) as s:
-            return await _events(s)
+            return await _events(s, ours)
 
     evs = asyncio.run(go())
     assert [(e.data, e.event, e.id) for e in evs] == [('{"a": 1}', None, "7"), ("line1\nline2", "note", None),
                                                       ("last", None, None)]
 
 
-def test_stamp_is_first_byte_of_event():
+@TRANSPORTS
+def test_stamp_is_first_byte_of_event(ours):
     """An event split over two writes 150 ms apart is stamped when its FIRST byte arrived."""
     gap = 0.15
 
     async def go():
         async with RawHttpServer(sse_response([b"data: hel", b"lo\n\ndata: next\n\n"], delay_s=gap)) as s:
-            return await _events(s)
+            return await _events(s, ours)
 
     evs = asyncio.run(go())
     assert [e.data for e in evs] == ["hello", "next"]
@@ -97,6 +105,10 @@ def test_openai_payloads_and_chat_parse():
     assert out[0] == TokenEvent(t_ns=2, token_ids=(9,), text="x") and out[1] == Done(finish_reason="stop")
     assert openai.parse_completions(RawEvent(3, "[DONE]")) == [Done(terminal=True)]
     assert openai.parse_completions(RawEvent(3, "{oops"))[0].kind == "protocol"
+    # the fast decoder (msgspec) refuses NaN/-Infinity, which Python-json servers emit: same result as json
+    nan = openai.parse_completions(RawEvent(4, '{"choices":[{"index":0,"text":"x","token_ids":[1],'
+                                               '"logprobs":{"tokens":["x"],"token_logprobs":[-Infinity]}}]}'))
+    assert nan[0].token_ids == (1,) and nan[0].logprobs == (float("-inf"),)
 
 
 def test_tgi_payload_maps_greedy_without_temperature_zero():
