@@ -33,11 +33,13 @@ def _load() -> str:
 
 def _line(r: dict, load_before: str, load_after: str) -> str:
     e, lag = r["timing_error_ms"], r["loop_lag_ms"]
-    def cpu(c: dict | None) -> str:
+    def cpu(c: dict | None) -> str:  # microseconds per event: total (user + sys)
         return f"{c['total']}({c['user']}u+{c['sys']}s)" if c else "?"
+
     return (f"streams={r['streams']} ok={r['ok']}/{r['requests']} loop={r.get('event_loop', '?')} "
             f"tok_s={r['steady_tokens_per_s']:,.0f} offered={r['offered_tokens_per_s']:,.0f} "
-            f"client_cpu_us_ev={cpu(r.get('client_cpu_us_per_event'))} server_cpu_us_ev={cpu(r.get('server_cpu_us_per_event'))} "
+            f"client_cpu_us_ev={cpu(r.get('client_cpu_us_per_event'))} "
+            f"server_cpu_us_ev={cpu(r.get('server_cpu_us_per_event'))} "
             f"err_ms p50={e['p50']:.3f} p99={e['p99']:.3f} max={e['max']:.3f} min={e['min']:.3f} "
             f"lag_ms p99={lag.get('p99', 0):.1f} max={lag.get('max', 0):.1f} "
             f"load_before=[{load_before}] load_after=[{load_after}] "
