@@ -24,6 +24,7 @@ import contextlib
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
@@ -124,6 +125,12 @@ def device_env(dev_kind: str, devices: list[str], tp: int) -> Iterator[None]:
                 os.environ[k] = v
 
 
+def _log_dir(results: Path, name: str) -> Path:
+    d = Path(results) / "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 def _descendants() -> set[int]:
     import psutil
 
@@ -156,6 +163,11 @@ class TensorParallel:
 
     def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
         return self.inner.stream(req)
+
+    def attach_results_dir(self, path: Path) -> None:
+        """Server/container logs of the inner engine go next to the results (own folder per topology)."""
+        if hasattr(self.inner, "attach_results_dir"):
+            self.inner.attach_results_dir(_log_dir(path, self.name))
 
     def describe(self) -> BackendDescription:
         d = self.inner.describe()
@@ -199,6 +211,11 @@ class ReplicaSet:
         c = self.replicas[0].capabilities
         return Capabilities(c.forced_output_length, c.token_id_prompts, c.logprobs, True, False,
                             c.notes + (f"{self.n} replicas, {LB_POLICIES[self.lb]} balancing",))
+
+    def attach_results_dir(self, path: Path) -> None:
+        for i, rep in enumerate(self.replicas):
+            if hasattr(rep, "attach_results_dir"):
+                rep.attach_results_dir(_log_dir(path, f"{self.name}-replica{i}"))
 
     async def __aenter__(self) -> "ReplicaSet":
         dev_kind = devices_present()[0]

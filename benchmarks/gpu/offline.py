@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="on: disable_log_stats=False, as backends/vllm_inproc.py starts AsyncLLM (the "
                          "matched config); default: LLM's own default (stats off)")
     ap.add_argument("--skip-single-stream", action="store_true")
+    ap.add_argument("--match-run", type=Path,
+                    help="run.json of `compare run --backends vllm`: pin the scheduler limits that engine "
+                         "resolved (LLM picks its own defaults by usage context: 16384 tokens per step on an "
+                         "H200 where `vllm serve` and our backend get 8192)")
     a = ap.parse_args(argv)
     set_engine_env()
 
@@ -59,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     args = vllm_engine_args(spec)
     if a.log_stats == "on":
         args.setdefault("disable_log_stats", False)
+    if a.match_run:
+        run = json.loads(a.match_run.read_text())
+        resolved = run["backends"]["vllm"]["describe"]["native_config"]["resolved"]
+        for k in ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill"):
+            if resolved.get(k) is not None:
+                args.setdefault(k, resolved[k])
     res: dict = {"phase": "offline", "engine_args": args, "workload": workload.model_dump(mode="json"),
                  "num_requests": len(reqs)}
 

@@ -141,11 +141,13 @@ def _phase_cmd(name: str, a: argparse.Namespace) -> list[str]:
         # offline: the in-process backend's exact engine config (log stats on) + single stream;
         # offline-default: LLM's own defaults (stats off), throughput only
         dflt = name == "offline-default"
+        match = a.work / "runs" / "inproc-burst" / "run.json"  # when the burst phase ran first
         return [py, str(HERE / "offline.py"), "--spec", str(a.spec), "--model", str(a.model_path),
                 "--workload", str(a.workload), "--out", str(a.work / f"{name}.json"),
                 "--repeats", str(a.repeats), "--decode-tokens", str(a.decode_tokens),
                 "--log-stats", "default" if dflt else "on"] + (["--skip-single-stream"] if dflt else []) + (
-                    ["--num-requests", str(a.num_requests)] if a.num_requests else [])
+                    ["--num-requests", str(a.num_requests)] if a.num_requests else []) + (
+                    ["--match-run", str(match)] if match.exists() and not dflt else [])
     if name == "report":
         return [py, str(HERE / "report.py"), str(a.work)]
     backend = "vllm" if name.startswith("inproc") else "vllm-server"

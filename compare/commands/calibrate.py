@@ -10,11 +10,11 @@ is *sustainable* (every request ok, >= 90 % of the offered events/s ingested, p9
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
 
+from compare import aio
 from compare.errors import UserError
 
 
@@ -66,7 +66,7 @@ def run_calibration(streams: list[int], tokens: int, ttft_ms: float, itl_ms: flo
             os.sched_setaffinity(0, client_cpus)
         try:
             for n in streams:
-                r = asyncio.run(measure(url, n, tokens, timeout_s=60 + 3 * tokens * itl_ms / 1e3))
+                r = aio.run(measure(url, n, tokens, timeout_s=60 + 3 * tokens * itl_ms / 1e3))
                 offered = n * 1e3 / itl_ms
                 r["offered_events_per_s"] = offered
                 r["offered_tokens_per_s"] = offered * tokens_per_event

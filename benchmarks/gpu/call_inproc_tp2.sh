@@ -1,0 +1,23 @@
+#!/bin/bash
+# Device call 3 on 2x H200 (session 2):
+#  1. issue 7, after the usage-context fix: `compare run --backends vllm` burst (3 engine starts)
+#     on GPU 0, then LLM.generate pinned to the scheduler limits that engine resolved.
+#  2. issue 9: why TP=2 was slower per token than TP=1 replicas through the server (anchor: TP=2
+#     3.23 ms/token offline): GPU topology, then TP=2 single-stream decode through the server with its log kept.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+bash benchmarks/gpu/device.sh true || exit 2
+CUDA_VISIBLE_DEVICES=0 bash benchmarks/gpu/device.sh python3 benchmarks/gpu/validate.py --work /tmp/val3 \
+    --pack $OUT/results.tgz --deadline-s ${DEADLINE1:-300} \
+    --phases env,microbench,inproc-burst,offline,report --burst-repeats 3
+sed -n '/burst level/,/^$/p' /tmp/val3/report.md
+{ nvidia-smi topo -m; nvidia-smi nvlink -s 2>&1 | head -20; } > /tmp/topo-gpu.txt 2>&1
+mkdir -p /tmp/m7 && cp benchmarks/gpu/qwen2.5-7b-config.json /tmp/m7/config.json
+timeout -k 15 ${DEADLINE2:-200} bash benchmarks/gpu/device.sh python3 -m compare.cli run --backends 'tp@2*vllm-server' \
+    --spec benchmarks/gpu/h200.spec.yaml --model /tmp/m7 --workload benchmarks/gpu/topology.workload.yaml \
+    --num-requests 24 --concurrency 1 --warmup 2 --timeout 120 --out /tmp/tp2 --run-id tp2-diag > /tmp/tp2.log 2>&1
+echo "TP2 rc=$?" >> /tmp/tp2.log
+tar czf $OUT/tp2.tgz -C /tmp tp2 tp2.log topo-gpu.txt 2>/dev/null
+cat /tmp/topo-gpu.txt | head -12
+grep -hiE "custom.?all.?reduce|allreduce|symm|nccl|p2p|cuda ?graph" /tmp/tp2/tp2-diag/*/*.log 2>/dev/null | cut -c1-220 | head -20
+ls -la $OUT
