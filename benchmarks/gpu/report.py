@@ -97,7 +97,7 @@ def _level_points(shape, ceil, run_dir: Path, run: dict, wb: int, kb: int) -> di
     return out
 
 
-def _burst_repeats(work: Path, ref: float) -> dict[str, Any]:
+def _burst_repeats(work: Path, ref: float, only: str | None = None) -> dict[str, Any]:
     """The 2% question, per engine start: each repeat of the burst level vs LLM.generate's median.
 
     Client-side throughput (first send to last token seen) and the engine-side one (vLLM's own
@@ -105,6 +105,8 @@ def _burst_repeats(work: Path, ref: float) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for run_json in sorted(work.glob("runs/inproc-burst*/run.json")):
+        if (only is None) == run_json.parent.name.endswith("-nostats") or (only and run_json.parent.name != only):
+            continue
         run = json.loads(run_json.read_text())
         loop = (run.get("client") or {}).get("event_loop")
         for bname, b in run.get("backends", {}).items():
@@ -164,6 +166,11 @@ def build(work: Path) -> dict[str, Any]:
         rep["throughput_vs_offline" if tag == "matched" else "throughput_vs_offline_default"] = cmp_
         if tag == "matched":
             rep["burst_repeats_vs_offline"] = _burst_repeats(work, ref)
+    nost = _load(work / "offline-nostats.json")
+    if nost and nost.get("throughput"):  # stats off on both sides
+        ref = nost["throughput"]["median_output_tok_s"]
+        rep["nostats_offline_tok_s"] = {"median": ref, "runs": [r["output_tok_s"] for r in nost["throughput"]["runs"]]}
+        rep["burst_repeats_vs_offline_nostats"] = _burst_repeats(work, ref, "inproc-burst-nostats")
     return rep
 
 
@@ -199,7 +206,11 @@ def markdown(rep: dict[str, Any]) -> str:
                 L.append(f"| compare run {k} | {t[k]['output_tok_s']:,.0f} | {t[k]['ratio']:.3f} "
                          f"({'within' if t[k]['within_2pct'] else 'NOT within'} 2%) |")
         L.append("")
-    br = rep.get("burst_repeats_vs_offline") or {}
+    br = {**(rep.get("burst_repeats_vs_offline") or {}), **(rep.get("burst_repeats_vs_offline_nostats") or {})}
+    if rep.get("nostats_offline_tok_s"):
+        n = rep["nostats_offline_tok_s"]
+        L += [f"LLM.generate with stats off (the -nostats rows' yardstick): median {n['median']:,.0f} of "
+              + ", ".join(f"{x:,.0f}" for x in n["runs"]) + " tok/s", ""]
     if br:
         L += ["| burst level, one engine start each | event loop | out tok/s (client) | vs LLM.generate | "
               "engine-side tok/s | vs LLM.generate | delivery lag p50 / max ms | loop lag max ms |",

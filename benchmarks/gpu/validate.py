@@ -41,12 +41,13 @@ from benchmarks.gpu.common import ENGINE_ENV  # noqa: E402
 from compare.fsutil import write_json_atomic  # noqa: E402
 
 PHASES = ["env", "microbench", "offline", "inproc", "offline-default", "server", "inproc-c1", "server-c1",
-          "inproc-burst", "inproc-burst-asyncio", "server-rates", "report"]
+          "inproc-burst", "inproc-burst-asyncio", "server-rates", "inproc-burst-nostats", "offline-nostats",
+          "report"]
 # rough seconds each needs (cold compile for the first engine); a phase is skipped rather than
 # started when less than this is left, so the pack at the end still happens
 MIN_S = {"env": 5, "microbench": 20, "offline": 120, "inproc": 90, "offline-default": 45, "server": 100,
          "inproc-c1": 40, "server-c1": 50, "inproc-burst": 60, "inproc-burst-asyncio": 40,
-         "server-rates": 80, "report": 5}
+         "server-rates": 80, "inproc-burst-nostats": 60, "offline-nostats": 45, "report": 5}
 # the 2% question (issue 7): the burst level alone, repeated (an engine start each), on uvloop (the
 # default) and on the standard asyncio loop; the server's rate levels where connections failed
 PHASE_ENV = {"inproc-burst-asyncio": {"LLM_COMPARE_LOOP": "asyncio"}}
@@ -116,7 +117,8 @@ def _pack(work: Path, pack: Path | None) -> None:
 
 
 def _compare_run(a: argparse.Namespace, backend: str, run_id: str, c1: bool) -> list[str]:
-    cmd = [sys.executable, "-m", "compare.cli", "run", "--backends", backend, "--spec", str(a.spec),
+    spec = HERE / "h200-nostats.spec.yaml" if run_id.endswith("-nostats") else a.spec
+    cmd = [sys.executable, "-m", "compare.cli", "run", "--backends", backend, "--spec", str(spec),
            "--model", str(a.model_path), "--workload", str(a.workload), "--out", str(a.work / "runs"),
            "--run-id", run_id, "--warmup", "2", "--timeout", "300"]
     if run_id.startswith("inproc-burst"):
@@ -137,6 +139,11 @@ def _phase_cmd(name: str, a: argparse.Namespace) -> list[str]:
         return [py, str(HERE / "envinfo.py"), str(a.work / "env.json")]
     if name == "microbench":
         return [py, str(HERE / "microbench.py"), str(a.work / "microbench.json")] + (["--small"] if a.small else [])
+    if name == "offline-nostats":  # LLM.generate with stats off, pinned to the nostats burst's limits
+        return [py, str(HERE / "offline.py"), "--spec", str(HERE / "h200-nostats.spec.yaml"),
+                "--model", str(a.model_path), "--workload", str(a.workload), "--out", str(a.work / f"{name}.json"),
+                "--repeats", str(a.repeats), "--log-stats", "default", "--skip-single-stream",
+                "--match-run", str(a.work / "runs" / "inproc-burst-nostats" / "run.json")]
     if name.startswith("offline"):
         # offline: the in-process backend's exact engine config (log stats on) + single stream;
         # offline-default: LLM's own defaults (stats off), throughput only
