@@ -97,8 +97,12 @@ def _level_points(shape, ceil, run_dir: Path, run: dict, wb: int, kb: int) -> di
     return out
 
 
-def _burst_repeats(work: Path, ref: float, only: str | None = None) -> dict[str, Any]:
-    """The 2% question, per engine start: each repeat of the burst level vs LLM.generate's median.
+def _burst_repeats(work: Path, ref: float, only: str | None = None, first: float | None = None) -> dict[str, Any]:
+    """The 2% question, per engine start: each repeat of the burst level vs LLM.generate's median,
+    and vs LLM.generate's FIRST call (``first``): like each of our repeats, the first full-size
+    batch of a fresh engine after the same two-request warm-up. LLM.generate's later calls in the
+    same engine run ~3-4% faster (measured on the H200 in every session), a warm-engine effect
+    that a restart-per-repeat measurement never gets.
 
     Client-side throughput (first send to last token seen) and the engine-side one (vLLM's own
     engine-core stamps, compare/metrics.py ``engine_side``): the gap between them is delivery.
@@ -117,6 +121,7 @@ def _burst_repeats(work: Path, ref: float, only: str | None = None) -> dict[str,
                 if not lv:
                     continue
                 rows.append({"output_tok_s": lv["output_tok_s"], "ratio": lv["output_tok_s"] / ref,
+                             "ratio_first": (lv["output_tok_s"] / first) if first else None,
                              "engine_output_tok_s": lv.get("engine_output_tok_s"),
                              "engine_ratio": (lv["engine_output_tok_s"] / ref) if lv.get("engine_output_tok_s") else None,
                              "delivery_lag_ms_p50": (lv.get("delivery_lag_ms") or {}).get("p50"),
@@ -124,9 +129,11 @@ def _burst_repeats(work: Path, ref: float, only: str | None = None) -> dict[str,
                              "loop_lag_ms_max": (lv.get("loop_lag_ms") or {}).get("max")})
             if rows:
                 med = statistics.median(x["ratio"] for x in rows)
+                medf = statistics.median(x["ratio_first"] for x in rows) if first else None
                 out[f"{run_json.parent.name}/{bname}"] = {
                     "event_loop": loop, "repeats": rows, "median_ratio": med,
-                    "within_2pct": abs(med - 1) <= TOLERANCE}
+                    "within_2pct": abs(med - 1) <= TOLERANCE, "median_ratio_first": medf,
+                    "within_2pct_first": medf is not None and abs(medf - 1) <= TOLERANCE}
     return out
 
 
@@ -165,12 +172,13 @@ def build(work: Path) -> dict[str, Any]:
                              "within_2pct": abs(ratio - 1) <= TOLERANCE}
         rep["throughput_vs_offline" if tag == "matched" else "throughput_vs_offline_default"] = cmp_
         if tag == "matched":
-            rep["burst_repeats_vs_offline"] = _burst_repeats(work, ref)
+            rep["burst_repeats_vs_offline"] = _burst_repeats(work, ref, first=o["throughput"]["runs"][0]["output_tok_s"])
     nost = _load(work / "offline-nostats.json")
     if nost and nost.get("throughput"):  # stats off on both sides
         ref = nost["throughput"]["median_output_tok_s"]
         rep["nostats_offline_tok_s"] = {"median": ref, "runs": [r["output_tok_s"] for r in nost["throughput"]["runs"]]}
-        rep["burst_repeats_vs_offline_nostats"] = _burst_repeats(work, ref, "inproc-burst-nostats")
+        rep["burst_repeats_vs_offline_nostats"] = _burst_repeats(work, ref, "inproc-burst-nostats",
+                                                                 first=nost["throughput"]["runs"][0]["output_tok_s"])
     return rep
 
 
@@ -212,15 +220,18 @@ def markdown(rep: dict[str, Any]) -> str:
         L += [f"LLM.generate with stats off (the -nostats rows' yardstick): median {n['median']:,.0f} of "
               + ", ".join(f"{x:,.0f}" for x in n["runs"]) + " tok/s", ""]
     if br:
-        L += ["| burst level, one engine start each | event loop | out tok/s (client) | vs LLM.generate | "
-              "engine-side tok/s | vs LLM.generate | delivery lag p50 / max ms | loop lag max ms |",
-              "|---|---|---|---|---|---|---|---|"]
+        L += ["| burst level, one engine start each | event loop | out tok/s (client) | vs LLM.generate median | "
+              "vs LLM.generate first call | engine-side tok/s | engine-side vs median | delivery lag p50 / max ms | "
+              "loop lag max ms |", "|---|---|---|---|---|---|---|---|---|"]
         for k, v in br.items():
             for i, x in enumerate(v["repeats"]):
                 L.append(f"| {k} #{i + 1} | {v['event_loop']} | {x['output_tok_s']:,.0f} | {x['ratio']:.3f} | "
-                         f"{_f(x['engine_output_tok_s'], 0)} | {_f(x['engine_ratio'], 3)} | "
+                         f"{_f(x.get('ratio_first'), 3)} | {_f(x['engine_output_tok_s'], 0)} | {_f(x['engine_ratio'], 3)} | "
                          f"{_f(x['delivery_lag_ms_p50'], 1)} / {_f(x['delivery_lag_ms_max'], 1)} | {_f(x['loop_lag_ms_max'], 1)} |")
-            L.append(f"| {k} median | | | **{v['median_ratio']:.3f}** ({'within' if v['within_2pct'] else 'NOT within'} 2%) | | | | |")
+            first = (f"**{v['median_ratio_first']:.3f}** ({'within' if v['within_2pct_first'] else 'NOT within'} 2%)"
+                     if v.get("median_ratio_first") is not None else "—")
+            L.append(f"| {k} median | | | **{v['median_ratio']:.3f}** ({'within' if v['within_2pct'] else 'NOT within'} 2%) "
+                     f"| {first} | | | | |")
         L.append("")
     if rep.get("levels"):
         L += ["| backend/level | ok | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | in flight | "
