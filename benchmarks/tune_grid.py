@@ -33,13 +33,22 @@ from compare.tune_space import apply_config, config_label, grid_points, space_fo
 from compare.tune_trial import run_trial  # noqa: E402
 from compare.workload import WorkloadSpec, build_requests, request_to_dict  # noqa: E402
 
-# 6 points: on 2 cores shared with other engineers one point (engine start + load search) took
-# 6-16 min on 2026-11-30, so the grid is kept small; the search gets a third: 2 trials
-GRID = {"max_num_seqs": (1, 4, 16), "max_num_batched_tokens": (96, 2048)}
-SLO = "ttft_p95=400ms,tpot_p95=60ms"
-WORKLOAD = {"name": "tune-grid", "num_requests": 24, "input": {"dist": "uniform", "min": 32, "max": 96},
+# 12 points, so the search (a third: 4 trials) has room to move. Knobs with a large, real effect
+# on the tiny model on CPU, where a step's fixed cost dominates its compute:
+# - max_num_seqs: the decode batch; 1 serves requests one at a time, 32 amortises a step over 32
+# - max_num_batched_tokens: the token budget of a step; at 32 a prompt (32-128 tokens) takes up to
+#   four steps and running decodes eat into the same budget, so the batch cannot grow past it
+# (2026-11-30, earlier grid: 6 points of 1/4/16 x 96/2048 had a single outlier best; see docs)
+GRID = {"max_num_seqs": (1, 2, 4, 8, 16, 32), "max_num_batched_tokens": (32, 256)}
+# p90 rather than p95/p99: over 32 requests a p99 is the single slowest request, which one hiccup
+# of a shared machine decides; p90 is the 29th of 32
+SLO = "ttft_p90=300ms,tpot_p90=50ms"
+WORKLOAD = {"name": "tune-grid", "num_requests": 32, "input": {"dist": "uniform", "min": 32, "max": 128},
             "output": {"dist": "fixed", "value": 16}}
-LOAD = LoadSearch(kind="rate", start=4.0, tol=0.15, max_probes=6, repeats=2, timeout_s=120.0)
+# cheap per point (every point is an engine start): start at 16 req/s, at most 3 halvings (down to
+# 2 req/s: a probe at rate r lasts ~32/r s) or 4 doublings, then 3 bisections (factor 2 -> 1.09);
+# the final load is measured twice
+LOAD = LoadSearch(kind="rate", start=16.0, tol=0.15, max_probes=8, repeats=2, timeout_s=120.0)
 
 
 def main() -> int:
@@ -56,6 +65,8 @@ def main() -> int:
         "what": "vLLM knob grid on the tiny Qwen2 model, CPU; every point a real engine start",
         "grid": {k: list(v) for k, v in GRID.items()}, "slo": SLO, "workload": WORKLOAD,
         "load_search": LOAD.as_dict(), "hardware": fingerprint(), "points": []}
+    if (doc.get("slo"), doc.get("workload"), doc.get("load_search")) != (SLO, WORKLOAD, LOAD.as_dict()):
+        sys.exit(f"{args.out} was measured with another SLO/workload/load search: move it away first")
     doc["grid"] = {k: list(v) for k, v in GRID.items()}
     wanted = {config_label(c) for c in grid_points(GRID)}
     doc["points"] = [p for p in doc["points"] if p["label"] in wanted]  # the grid may have shrunk
