@@ -40,21 +40,25 @@ from compare.workload import WorkloadSpec, build_requests, request_to_dict  # no
 #   four steps and running decodes eat into the same budget, so the batch cannot grow past it
 # (2026-11-30, earlier grid: 6 points of 1/4/16 x 96/2048 had a single outlier best; see docs)
 GRID = {"max_num_seqs": (1, 2, 4, 8, 16, 32), "max_num_batched_tokens": (32, 256)}
-# p90 rather than p95/p99: over 32 requests a p99 is the single slowest request, which one hiccup
-# of a shared machine decides; p90 is the 29th of 32
+# p90 rather than p95/p99: over 64 requests a p99 is the single slowest request, which one hiccup
+# of a shared machine decides; p90 is the 58th of 64
 SLO = "ttft_p90=300ms,tpot_p90=50ms"
-WORKLOAD = {"name": "tune-grid", "num_requests": 32, "input": {"dist": "uniform", "min": 32, "max": 128},
+WORKLOAD = {"name": "tune-grid", "num_requests": 64, "input": {"dist": "uniform", "min": 32, "max": 128},
             "output": {"dist": "fixed", "value": 16}}
 # cheap per point (every point is an engine start): start at 16 req/s, at most 3 halvings (down to
-# 2 req/s: a probe at rate r lasts ~32/r s) or 4 doublings, then 3 bisections (factor 2 -> 1.09);
-# the final load is measured twice
+# 2 req/s: a probe at rate r lasts ~64/r s) or 4 doublings, then 3 bisections (factor 2 -> 1.09);
+# the final load is measured twice. 64 requests, not 32: with 32 the max_num_seqs=32 engine takes
+# the whole list in one batch and never queues (measured 2026-11-30, docs/benchmarks.md)
 LOAD = LoadSearch(kind="rate", start=16.0, tol=0.15, max_probes=8, repeats=2, timeout_s=120.0)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("tests/fixtures/tune_grid_vllm_cpu.json"))
+    ap.add_argument("--num-requests", type=int, default=WORKLOAD["num_requests"],
+                    help="requests per probe (a second grid with another count is a holdout for the search)")
     args = ap.parse_args()
+    WORKLOAD["num_requests"] = args.num_requests
     spec = ServingSpec(model=str(ensure_tiny_model()), dtype="float32", max_model_len=512,
                        kv_cache_memory_bytes=64 * 2**20, enforce_eager=True)
     workload = WorkloadSpec(**WORKLOAD)
