@@ -72,7 +72,11 @@ def test_tuned_config_feeds_compare_run(tuned):
 
 
 def test_an_slo_no_config_meets_says_so_and_shows_the_closest(tmp_path):
-    r = run_cli(*COMMON, "--slo", "ttft_p95=1us", "--budget", "1", "--out", str(tmp_path),
+    # one engine start and two short probes (4 requests at 8 and 4 req/s) miss a 1 us TTFT;
+    # the longer bracketing search of COMMON (down to 1 req/s x 12 requests) would add ~20 s
+    small = ["tune", "--backend", "vllm", "--num-requests", "4", "--input-len", "32", "--output-len", "8",
+             "--start-load", "8", "--max-probes", "2", "--repeats", "1", "--trial-timeout", "1800"]
+    r = run_cli(*small, "--slo", "ttft_p95=1us", "--budget", "1", "--out", str(tmp_path),
                 "--cache-dir", str(tmp_path / "cache"), timeout=1200)
     assert r.returncode == 2, r.stderr[-2000:]
     last = r.stderr.strip().splitlines()[-1]
