@@ -56,8 +56,10 @@ def server_plan(spec: ServingSpec) -> dict[str, Any]:
             "protocol": "openai (/v1/completions, token-id prompts, return_token_ids)"}
 
 
-def kill_group(pgid: int, grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM the whole group, wait, then SIGKILL whatever is left."""
+def kill_group(pgid: int, grace_s: float = STOP_GRACE_S, leader: subprocess.Popen | None = None) -> None:
+    """SIGTERM the whole group, wait, then SIGKILL whatever is left. ``leader``: the group leader
+    when it is our child; it is reaped while waiting, because an exited but unreaped leader (a
+    zombie) still counts as a group member and the wait would always last the whole grace period."""
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
@@ -65,6 +67,8 @@ def kill_group(pgid: int, grace_s: float = STOP_GRACE_S) -> None:
         return
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
+        if leader is not None:
+            leader.poll()
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
@@ -134,7 +138,7 @@ class ServerProcess:
     def stop(self) -> int | None:
         if self.proc is None:
             return None
-        kill_group(self.proc.pid)
+        kill_group(self.proc.pid, leader=self.proc)
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
