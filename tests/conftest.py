@@ -30,6 +30,34 @@ def shared_dir() -> Path:
     return SHARED
 
 
+TGI_DOUBLE_MAX_CONCURRENT = 3  # small, so tests/test_tgi_double_protocol.py can overload it
+
+
+@pytest.fixture(scope="session")
+def tgi_url(tiny_model, shared_dir, tmp_path_factory):
+    """URL of the TGI-protocol TEST DOUBLE (tests/doubles/tgi_protocol_server.py: TGI's wire protocol
+    on the real vLLM engine; not TGI), ONE engine start per session for every test that needs a TGI
+    endpoint. LLM_COMPARE_TGI_URL points the tests at one already running instead."""
+    if os.environ.get("LLM_COMPARE_TGI_URL"):
+        yield os.environ["LLM_COMPARE_TGI_URL"].rstrip("/")
+        return
+    import asyncio
+
+    from backends.vllm_server import ServerProcess, free_port
+
+    port = free_port()
+    log = tmp_path_factory.mktemp("tgi") / "tgi-double.log"
+    proc = ServerProcess([sys.executable, str(ROOT / "tests/doubles/tgi_protocol_server.py"), "--model", str(tiny_model),
+                          "--port", str(port), "--max-concurrent-requests", str(TGI_DOUBLE_MAX_CONCURRENT),
+                          "--openapi", str(shared_dir / "specs" / "tgi-3.3-openapi.json")], log)
+    proc.start()
+    try:
+        asyncio.run(proc.wait_healthy(f"http://127.0.0.1:{port}/health", 900))
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.stop()
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run the installed `compare` entry point as a user would."""
@@ -72,5 +100,22 @@ def real_run(tmp_path_factory, tiny_model) -> RealRun:
                 "--format", "json", timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     d = out / "real"
+    return RealRun(d, p, json.loads((d / "run.json").read_text()),
+                   [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines()])
+
+
+@pytest.fixture(scope="session")
+def slow_run(tmp_path_factory, tiny_model) -> RealRun:
+    """The shared run's workload, levels and spec again with vLLM limited to ONE sequence at a time
+    (``--max-num-seqs 1``), once per session, with the vLLM OpenAI server as a third backend. Read by
+    test_gate_e2e (the genuinely slower config a gate must flag) and test_http_vllm_server (server
+    vs in-process engine from one spec, in one command). One start each of vLLM, transformers and
+    the server, where the two tests' own runs took two vLLM starts, a server and transformers."""
+    out = tmp_path_factory.mktemp("slow")
+    p = run_cli("run", "--backends", "vllm,hf,vllm-server", "--model", str(tiny_model), *TINY_SPEC_ARGS,
+                *REAL_RUN_WORKLOAD, "--max-num-seqs", "1", "--out", str(out), "--run-id", "slow",
+                "--format", "html", timeout=1400)
+    assert p.returncode == 0, p.stderr[-3000:]
+    d = out / "slow"
     return RealRun(d, p, json.loads((d / "run.json").read_text()),
                    [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines()])

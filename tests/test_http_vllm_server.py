@@ -1,8 +1,8 @@
-"""The vLLM OpenAI server as a subprocess vs the in-process engine, in ONE command, and the
-process-group guarantees (no server is ever left behind)."""
+"""The vLLM OpenAI server as a subprocess vs the in-process engine, in ONE command (the session's
+shared slow_run, which the gate test reads too), and the process-group guarantees (no server is
+ever left behind)."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from compare.results import iter_records
-from tests.conftest import run_cli
+from tests.conftest import REAL_RUN_OUTPUT_LEN as OUT
 
 ROOT = Path(__file__).resolve().parent.parent
+N = 6  # requests per level in the shared runs
 
 
 def _alive(pid: int) -> bool:
@@ -57,27 +58,26 @@ def test_guard_kills_the_group_when_the_benchmark_is_killed(tmp_path):
 
 
 @pytest.mark.engine
-@pytest.mark.timeout(1500)
-def test_inprocess_vs_server_one_command(tmp_path):
-    out = tmp_path / "res"
-    p = run_cli("run", "--backends", "vllm,vllm-server", "--num-requests", "4", "--input-len", "16",
-                "--output-len", "8", "--concurrency", "2", "--warmup", "1", "--out", str(out), "--run-id", "x",
-                "--format", "json", timeout=1400)
-    assert p.returncode == 0, p.stderr[-3000:]
-    run = json.loads((out / "x" / "run.json").read_text())
+def test_inprocess_vs_server_one_command(slow_run):
+    """``compare run --backends vllm,hf,vllm-server`` (the session's slow_run, tests/conftest.py:
+    6 requests per level, levels c2 and r20, 48 output tokens, --max-num-seqs 1 for both engines)."""
+    run, d = slow_run.run, slow_run.dir
     srv = run["backends"]["vllm-server"]
     assert srv["status"] == "complete" and run["backends"]["vllm"]["status"] == "complete"
     # the same engine config reached both
     assert srv["describe"]["native_config"]["engine_args"] == run["backends"]["vllm"]["describe"]["native_config"]["engine_args"]
-    lvl = srv["levels"]["c2"]
-    assert lvl["ok"] == 4 and lvl["server_metrics"]["available"]
-    assert lvl["server_metrics"]["server_ttft_ms"]["count"] == 4  # the engine saw exactly our 4 requests
-    assert lvl["server_metrics"]["counters"]["vllm:generation_tokens_total"] == 4 * 8
+    assert srv["describe"]["native_config"]["engine_args"]["max_num_seqs"] == 1
+    for label in ("c2", "r20"):
+        lvl = srv["levels"][label]
+        assert lvl["ok"] == N and lvl["server_metrics"]["available"]
+        assert lvl["server_metrics"]["server_ttft_ms"]["count"] == N  # the engine saw exactly this level's requests
+        assert lvl["server_metrics"]["counters"]["vllm:generation_tokens_total"] == N * OUT
     # greedy fp32: the server and the in-process engine produce the same tokens for each request
     recs = {}
-    for r in iter_records(out / "x"):
-        recs.setdefault(r.backend, {})[r.request_id] = r.token_ids
-    assert recs["vllm"] == recs["vllm-server"] and all(len(v) == 8 for v in recs["vllm"].values())
+    for r in iter_records(d):
+        recs.setdefault(r.backend, {})[(r.level, r.request_id)] = r.token_ids
+    assert len(recs["vllm"]) == 2 * N
+    assert recs["vllm"] == recs["vllm-server"] and all(len(v) == OUT for v in recs["vllm"].values())
     log = srv["describe"]["extra"]["server_log"]
     assert log and Path(log).exists() and "Application startup complete" in Path(log).read_text()
     # nothing left running from this run

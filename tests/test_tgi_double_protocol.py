@@ -1,15 +1,12 @@
 """TGI's native protocol, end to end: our client <-> the TGI protocol TEST DOUBLE (real vLLM engine),
 both sides checked against TGI's OpenAPI spec (shared/specs/tgi-3.3-openapi.json).
 
-One engine start for the whole module.
+One engine start: the session's double (tests/conftest.py ``tgi_url``), which other TGI tests share.
 """
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
-from pathlib import Path
 
 import httpx
 import pytest
@@ -18,38 +15,16 @@ from adapters.spec import ServingSpec
 from backends.base import GenerationRequest
 from backends.http import tgi
 from backends.http_backends import TgiEndpointBackend
-from backends.server_metrics import MetricsScraper
-from backends.vllm_server import ServerProcess, free_port
 from compare.executor import run_level, run_one
 from compare.schedule import LoadLevel
 from tests.doubles.tgi_protocol_server import schema_validator
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]
-ROOT = Path(__file__).resolve().parent.parent
-MAX_CONCURRENT = 3
 
 
 @pytest.fixture(scope="module")
 def openapi(shared_dir):
     return json.loads((shared_dir / "specs" / "tgi-3.3-openapi.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def tgi_url(tiny_model, shared_dir, tmp_path_factory):
-    if os.environ.get("LLM_COMPARE_TGI_URL"):  # a double (or a container of it) already running
-        yield os.environ["LLM_COMPARE_TGI_URL"].rstrip("/")
-        return
-    port = free_port()
-    log = tmp_path_factory.mktemp("tgi") / "tgi-double.log"
-    proc = ServerProcess([sys.executable, str(ROOT / "tests/doubles/tgi_protocol_server.py"), "--model", str(tiny_model),
-                          "--port", str(port), "--max-concurrent-requests", str(MAX_CONCURRENT),
-                          "--openapi", str(shared_dir / "specs" / "tgi-3.3-openapi.json")], log)
-    proc.start()
-    try:
-        asyncio.run(proc.wait_healthy(f"http://127.0.0.1:{port}/health", 900))
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.stop()
 
 
 def _valid(openapi, name, obj):
@@ -121,6 +96,7 @@ def test_tgi_quirks_rejected_like_tgi(tgi_url, openapi, params, needle):
 
 
 def test_overload_is_typed_and_the_level_goes_on(tgi_url, tiny_model):
+    # 8 concurrent requests against the double's --max-concurrent-requests 3 (tests/conftest.py)
     async def go():
         b = TgiEndpointBackend(ServingSpec(model=str(tiny_model)), "tgi@" + tgi_url, target=tgi_url)
         async with b:
