@@ -3,43 +3,20 @@
 no ignore_eos), both on the tiny model. run.json must carry a consistent ``length_matched``
 section, and the report must show the '@k' rows.
 
-Two engine starts: the double's, and the in-process vLLM of the run.
+One engine start of its own (the in-process vLLM of the run); the double is the session's
+(tests/conftest.py ``tgi_url``).
 """
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
-from pathlib import Path
 
 import pytest
 
-from backends.vllm_server import ServerProcess, free_port
 from compare.length_match import stream_tokens
 from compare.records import RequestRecord
 from tests.conftest import run_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1500)]
-ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def tgi_url(tiny_model, shared_dir, tmp_path_factory):
-    if os.environ.get("LLM_COMPARE_TGI_URL"):  # a double already running (same as the protocol test)
-        yield os.environ["LLM_COMPARE_TGI_URL"].rstrip("/")
-        return
-    port = free_port()
-    log = tmp_path_factory.mktemp("tgi") / "tgi-double.log"
-    proc = ServerProcess([sys.executable, str(ROOT / "tests/doubles/tgi_protocol_server.py"), "--model",
-                          str(tiny_model), "--port", str(port), "--max-concurrent-requests", "4",
-                          "--openapi", str(shared_dir / "specs" / "tgi-3.3-openapi.json")], log)
-    proc.start()
-    try:
-        asyncio.run(proc.wait_healthy(f"http://127.0.0.1:{port}/health", 900))
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.stop()
 
 
 def test_vllm_vs_tgi_double_run_is_length_matched(tgi_url, tmp_path):
