@@ -15,6 +15,8 @@ from adapters.spec import UnsupportedSpecError
 from backends.topology import ReplicaSet, apply_topology, failure_cost, parse_target
 from tests.conftest import run_cli
 
+N = 32  # requests per level in the replica run
+
 
 def test_target_grammar():
     t = parse_target("replicas", "2*vllm:lb=lor:kill=1.5@c8")
@@ -63,8 +65,9 @@ def test_two_replicas_vs_one_engine_and_a_replica_killed_mid_run(tmp_path):
         pytest.skip("needs 2 CPU cores (one per replica)")
     # killed when the 16th request of c8 is routed: ~8 in flight then, whatever the machine's speed
     kill = "replicas@2*vllm:lb=lor:kill=16r@c8"
-    r = run_cli("run", "--backends", f"vllm,{kill}", "--concurrency", "4,8", "--num-requests", "48",
-                "--input-len", "64", "--output-len", "48", "--slo", "ttft_p95=2s,tpot_p95=200ms",
+    # 32 requests per level: after the 16th is routed in c8, 16 remain for the surviving replica
+    r = run_cli("run", "--backends", f"vllm,{kill}", "--concurrency", "4,8", "--num-requests", str(N),
+                "--input-len", "64", "--output-len", "32", "--slo", "ttft_p95=2s,tpot_p95=200ms",
                 "--max-errors", "40", "--out", str(tmp_path), "--run-id", "topo", "--format", "json",
                 timeout=1500)
     assert r.returncode in (0, 1), r.stderr[-3000:]
@@ -74,7 +77,7 @@ def test_two_replicas_vs_one_engine_and_a_replica_killed_mid_run(tmp_path):
     for b in (one, reps):
         for label in ("c4", "c8"):
             s = b["levels"][label]
-            assert s["requests"] == 48 and "goodput_req_s" in s and s["ttft_ms"]["p95"] > 0 and s["tpot_ms"]["p95"] > 0
+            assert s["requests"] == N and "goodput_req_s" in s and s["ttft_ms"]["p95"] > 0 and s["tpot_ms"]["p95"] > 0
     assert one["levels"]["c8"]["failed"] == 0
     # healthy level: both replicas served, nothing failed
     h = reps["levels"]["c4"]["server_metrics"]
@@ -87,6 +90,6 @@ def test_two_replicas_vs_one_engine_and_a_replica_killed_mid_run(tmp_path):
     assert f["replica"] == 1 and k["alive_at_end"] == [True, False]
     assert f["requests_failed"] >= 1 and f["requests_failed"] == k["failed"][1] and k["failed"][0] == 0
     s = reps["levels"]["c8"]
-    assert s["failed"] == f["requests_failed"] and s["ok"] == 48 - s["failed"]
+    assert s["failed"] == f["requests_failed"] and s["ok"] == N - s["failed"]
     assert set(s["errors"]) == {"replica_dead"}  # one replica down does not stop the level
     assert f["out_tok_s_after"] > 0 and f["capacity_lost_nominal"] == 0.5
