@@ -155,9 +155,10 @@ async def run_level(backend: Backend, requests: list[GenerationRequest], level: 
             offsets = poisson_offsets_ns(len(requests), level.value, seed)
 
             async def timed(r: GenerationRequest, off: int) -> None:
-                delay = (t0 + off - time.perf_counter_ns()) / 1e9
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                # loop until due: timers may fire early (uvloop's are whole milliseconds), and a
+                # request must never leave before its scheduled time
+                while (delay := t0 + off - time.perf_counter_ns()) > 0:
+                    await asyncio.sleep(delay / 1e9)
                 if not stop.is_set():
                     keep(await run_one(backend, r, level.label, timeout_s, t_scheduled_ns=t0 + off))
 
