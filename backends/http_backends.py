@@ -29,10 +29,10 @@ import httpx
 from adapters.spec import ServingSpec, UnsupportedSpecError
 from backends.base import (
     BackendDescription, BackendRequestError, BackendStartError, Capabilities, GenerationRequest,
-    StreamEnd, StreamItem, TokenEvent,
+    StreamEnd, StreamItem,
 )
-from backends.http.protocol import Done, Error, Protocol, get_protocol
-from backends.http.sse import RawEvent, post_events
+from backends.http.protocol import EventSink, Protocol, get_protocol, token_event
+from backends.http.sse import RawEvent, read_events
 from backends.http.transport import StreamingTransport
 from backends.registry import BackendEntry, register
 
@@ -67,6 +67,7 @@ class HttpStreamBackend:
         # optional tap on every raw event (compare calibrate compares them with server stamps)
         self.raw_observer: Callable[[str, RawEvent], None] | None = None
         self._client: httpx.AsyncClient | None = None
+        self._post: Any = None  # StreamingTransport.poster for http:// (no httpx per-request work)
         self._scraper: Any = None
         self._tokenizer: Any = None
         self._info: dict[str, Any] = {}
@@ -105,6 +106,9 @@ class HttpStreamBackend:
                 timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=self.read_timeout_s, pool=None),
                 limits=httpx.Limits(max_connections=self.max_connections,
                                     max_keepalive_connections=self.max_connections))
+            if transport is not None:  # streaming POSTs skip httpx's request machinery (same pool)
+                self._post = transport.poster(self.base_url, self._client.headers, CONNECT_TIMEOUT_S,
+                                              self.read_timeout_s)
             await self._probe()
             if self.metrics_kind:
                 from backends.server_metrics import MetricsScraper
@@ -123,6 +127,7 @@ class HttpStreamBackend:
             if self._client is not None:
                 await self._client.aclose()
                 self._client = None
+                self._post = None
         finally:
             await self._stop_server()
 
@@ -205,32 +210,16 @@ class HttpStreamBackend:
             payload = self.protocol.build_payload(self._adapt(req), self.model or "")
         except ValueError as e:
             raise BackendRequestError("prompt", str(e)) from None
-        parse = self.protocol.parse_event
-        observe = self.raw_observer
-        rid = req.request_id
-        finish = prompt_n = usage_n = None
-        terminal = False
-        async for raw in post_events(self._client, self.protocol.path, payload):
-            if observe is not None:
-                observe(rid, raw)
-            if terminal:
-                continue  # read the body to its end so the connection goes back to the pool
-            for item in parse(raw):
-                if type(item) is TokenEvent:
-                    yield item
-                elif type(item) is Done:
-                    finish = item.finish_reason or finish
-                    prompt_n = item.prompt_tokens if item.prompt_tokens is not None else prompt_n
-                    usage_n = item.completion_tokens if item.completion_tokens is not None else usage_n
-                    terminal = terminal or item.terminal
-                else:
-                    assert isinstance(item, Error)
-                    raise BackendRequestError(item.kind, item.message)
-        if not terminal and finish is None:
+        # tokens are parsed where they are framed (sse.py); this loop only hands batches over
+        sink = EventSink(self.protocol.parse_event, self.raw_observer, req.request_id)
+        async for batch in read_events(self._client, self.protocol.path, payload, sink, self._post):
+            for t_ns, ids, text, lps, tops in batch:
+                yield token_event(t_ns, ids, text, lps, tops)
+        if not sink.terminal and sink.finish is None:
             raise BackendRequestError("disconnected", "stream closed before the server said it was done "
                                       "(no finish reason / terminal event): the server died or cut it")
-        yield StreamEnd(t_ns=time.perf_counter_ns(), finish_reason=finish, prompt_tokens=prompt_n,
-                        completion_tokens=usage_n)
+        yield StreamEnd(t_ns=time.perf_counter_ns(), finish_reason=sink.finish, prompt_tokens=sink.prompt_tokens,
+                        completion_tokens=sink.completion_tokens)
 
     # ------------------------------------------------------------------ server metrics hooks
     async def on_level_start(self, label: str) -> None:

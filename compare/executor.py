@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import math
 import time
 from dataclasses import dataclass, field
@@ -55,6 +57,23 @@ class LoopLagMonitor:
         s = sorted(self.lags_ms)
         return {"max": round(s[-1], 3), "p99": round(s[min(len(s) - 1, int(0.99 * len(s)))], 3),
                 "samples": len(s)}
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """No cyclic GC during a level (the caller froze the heap before it; re-enabled after).
+
+    At 2000 streams the young objects of in-flight requests made the collector run ~2 us per
+    event and pause the loop up to ~30 ms (full collections), which is timing error on every
+    event arriving meanwhile; our request path leaves no cyclic garbage (measured: 0 objects
+    after 1000 requests), and timeit pauses the GC for the same reason."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_s: float,
@@ -136,7 +155,7 @@ async def run_level(backend: Backend, requests: list[GenerationRequest], level: 
             stop.set()
 
     t0 = time.perf_counter_ns()
-    with LoopLagMonitor() as lag:
+    with LoopLagMonitor() as lag, _gc_paused():
         if level.kind == "concurrency":
             queue: asyncio.Queue[GenerationRequest] = asyncio.Queue()
             for r in requests:

@@ -9,8 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from backends.base import GenerationRequest, TokenEvent
-from backends.http.protocol import UNKNOWN_ID, Done, Error, Parsed, Protocol
+from backends.http.protocol import UNKNOWN_ID, Done, Error, Parsed, Protocol, token_event
 from backends.http.sse import RawEvent, loads
+
+try:
+    import msgspec
+except ImportError:  # pragma: no cover - msgspec comes with vLLM; the generic path parses everything
+    msgspec = None  # type: ignore[assignment]
 
 
 def _sampling(req: GenerationRequest) -> dict[str, Any]:
@@ -91,10 +96,66 @@ def _tokens(raw: RawEvent, ids: list[int] | None, text: str, lp_tokens: list[Any
         tids = (UNKNOWN_ID,)
     else:
         return None
-    return TokenEvent(raw.t_ns, tids, text, lps, tops)  # positional: built once per event
+    return token_event(raw.t_ns, tids, text, lps, tops)
+
+
+# Fast path for the usual chunk: decoded straight into typed structs (no dicts; fields we do not
+# read are skipped), valid only without logprobs and without "error". Anything else -- logprobs,
+# an error object, a type it does not expect, JSON only Python's json takes (NaN) -- goes to the
+# generic parser below, so both give the same result for every event (tests/test_http_sse.py).
+if msgspec is not None:
+    class _Delta(msgspec.Struct, gc=False):
+        content: str | None = None
+
+    class _Choice(msgspec.Struct, gc=False):
+        text: str | None = None
+        delta: _Delta | None = None
+        token_ids: tuple[int, ...] | None = None
+        finish_reason: str | None = None
+        logprobs: Any = None
+
+    class _Chunk(msgspec.Struct, gc=False):
+        choices: tuple[_Choice, ...] | None = None
+        usage: dict[str, Any] | None = None
+        error: Any = msgspec.UNSET  # present at all (even null): the generic parser reports it
+
+    _decode_chunk = msgspec.json.Decoder(_Chunk).decode
+    _FastError: type[Exception] = msgspec.DecodeError  # ValidationError is a subclass
+else:  # pragma: no cover
+    _decode_chunk = None
+
+
+def _fast(raw: RawEvent, chat: bool) -> list[Parsed] | None:
+    """The usual chunk parsed without dicts; None: use the generic parser."""
+    try:
+        obj = _decode_chunk(raw.data)
+    except _FastError:
+        return None
+    if obj.error is not msgspec.UNSET:
+        return None
+    out: list[Parsed] = []
+    for ch in obj.choices or ():
+        if ch.logprobs is not None:
+            return None
+        text = ((ch.delta.content if ch.delta is not None else None) if chat else ch.text) or ""
+        ids = ch.token_ids
+        if ids:
+            out.append(token_event(raw.t_ns, ids, text))
+        elif text:
+            out.append(token_event(raw.t_ns, (UNKNOWN_ID,), text))
+        if ch.finish_reason:
+            out.append(Done(finish_reason=ch.finish_reason))
+    u = obj.usage
+    if u:
+        out.append(Done(prompt_tokens=u.get("prompt_tokens"), completion_tokens=u.get("completion_tokens")))
+    return out
 
 
 def parse_completions(raw: RawEvent) -> list[Parsed]:
+    if _decode_chunk is not None and raw.data != "[DONE]":
+        fast = _fast(raw, False)
+        if fast is not None:
+            return fast
     obj, out = _common(raw)
     if obj is None:
         return out
@@ -111,6 +172,10 @@ def parse_completions(raw: RawEvent) -> list[Parsed]:
 
 
 def parse_chat(raw: RawEvent) -> list[Parsed]:
+    if _decode_chunk is not None and raw.data != "[DONE]":
+        fast = _fast(raw, True)
+        if fast is not None:
+            return fast
     obj, out = _common(raw)
     if obj is None:
         return out

@@ -1,4 +1,4 @@
-"""The ONE Server-Sent-Events reader every HTTP protocol goes through (httpx, async).
+"""The ONE Server-Sent-Events reader every HTTP protocol goes through.
 
 Timing rule (identical for every protocol): an event is stamped with ``time.perf_counter_ns()``
 taken the moment the chunk holding its FIRST byte is handed to us by the socket layer. Several
@@ -6,10 +6,13 @@ events in one chunk share that chunk's stamp (they arrived together); an event s
 several chunks keeps the stamp of its first chunk. Parsing happens after stamping, so JSON
 decoding never inflates a latency.
 
-Framing is ``SseFramer`` (one implementation). Our transport (backends/http/transport.py) runs
-it inside ``data_received`` and hands the reader every event that arrived in one wake-up
-(``EVENTS_EXTENSION``); with httpx's own transport (https) ``post_events`` runs it on the
-response's chunks. Either way the reader sees the same RawEvents with the same stamps.
+Pipeline (one implementation of each step): bytes -> ``SseFramer`` (framing) -> a ``Sink``
+(``protocol.EventSink``: the protocol's parser, token events buffered in order) -> the reader
+``read_events``, which hands the sink's batches to the backend. Our transport
+(backends/http/transport.py, ``http://``) runs framer and sink inside ``data_received`` and
+wakes the reader only per batch (``EVENTS_EXTENSION``); with httpx's own transport (https)
+``read_events`` feeds the same framer and sink from the response's chunks. Either way the same
+events carry the same stamps.
 
 Transport faults become ``BackendRequestError`` with a typed ``kind`` (see ERROR KINDS below).
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from typing import Any, AsyncIterator, NamedTuple
+from typing import Any, AsyncIterator, Awaitable, Callable, NamedTuple
 
 import httpx
 
@@ -48,10 +51,11 @@ def loads(data: str | bytes) -> Any:
     except ValueError:  # msgspec refuses NaN/Infinity and out-of-range floats, which json takes
         return json.loads(data)
 
-# A response extension our transport (backends/http/transport.py) sets: an ``async () -> list``
-# that returns the events framed on receipt (empty list: end of stream). httpx's own transport
-# does not set it; its bytes go through the same SseFramer here instead.
+# A response extension our transport (backends/http/transport.py) sets: ``async (sink) -> None``
+# that returns once the sink (fed on receipt) has a batch, an error or the end. httpx's own
+# transport does not set it; its bytes go through the same SseFramer and sink here instead.
 EVENTS_EXTENSION = "llm_compare.sse_events"
+BATCH = 64  # events a sink buffers before it wakes its reader (the end of the body always does)
 
 
 class RawEvent(NamedTuple):
@@ -74,14 +78,12 @@ def _parse_block(block: bytes, t_ns: int) -> RawEvent | None:
     # TGI), and "id:" + one data line (the calibration server)
     j = block.find(b"\n")
     if j < 0:
-        if block[:5] == b"data:":
-            v = block[5:]
-            return _raw((t_ns, (v[1:] if v[:1] == b" " else v).decode(), None, None))
+        if block.startswith(b"data:"):
+            return _raw((t_ns, block[6 if block.startswith(b" ", 5) else 5:].decode(), None, None))
         lines = [block]
-    elif block[:3] == b"id:" and block[j + 1:j + 6] == b"data:" and block.find(b"\n", j + 1) < 0:
-        i, v = block[3:j], block[j + 6:]
-        return _raw((t_ns, (v[1:] if v[:1] == b" " else v).decode(), None,
-                     (i[1:] if i[:1] == b" " else i).decode()))
+    elif block.startswith(b"id:") and block.startswith(b"data:", j + 1) and block.find(b"\n", j + 1) < 0:
+        return _raw((t_ns, block[j + (7 if block.startswith(b" ", j + 6) else 6):].decode(), None,
+                     block[4 if block.startswith(b" ", 3) else 3:j].decode()))
     else:
         lines = block.split(b"\n")
     data: list[bytes] = []
@@ -112,16 +114,18 @@ class SseFramer:
     any task wakes up); for other transports ``post_events`` feeds it the response's chunks.
     """
 
-    __slots__ = ("events", "_buf", "_t", "_cr")
+    __slots__ = ("events", "emit", "_buf", "_t", "_cr")
 
-    def __init__(self) -> None:
+    def __init__(self, emit: Callable[[RawEvent], None] | None = None) -> None:
         self.events: list[RawEvent] = []
+        self.emit = emit or self.events.append  # where each complete event goes
         self._buf = b""  # an event begun but not terminated yet
         self._t = 0  # ... and the stamp of its first byte
         self._cr = False  # the last piece ended in CR: maybe half of a CRLF
 
     def take(self) -> list[RawEvent]:
-        out, self.events = self.events, []
+        out = self.events[:]
+        self.events.clear()
         return out
 
     def feed(self, piece: bytes, t_ns: int) -> None:
@@ -140,14 +144,14 @@ class SseFramer:
             if i:
                 ev = _parse_block(buf[:i], t)
                 if ev is not None:
-                    self.events.append(ev)
+                    self.emit(ev)
             return
         pos = 0
         while i >= 0:
             if i > pos:
                 ev = _parse_block(buf[pos:i], t)
                 if ev is not None:
-                    self.events.append(ev)
+                    self.emit(ev)
             t = t_ns  # any later event in this piece started in this piece
             pos = i + 2
             i = buf.find(b"\n\n", pos)
@@ -168,6 +172,38 @@ class SseFramer:
         if self._buf.strip():
             raise BackendRequestError("disconnected", f"stream ended inside an event ({len(self._buf)} bytes "
                                       f"unterminated)")
+
+
+class Sink:
+    """Where one response's framed events go, in order, until its reader takes them.
+
+    This base keeps RawEvents (``post_events``); ``protocol.EventSink`` parses them into token
+    events right where they are framed. ``ready``: the reader should wake (full batch or error);
+    ``ended``: the body is complete; ``error``: raised by the reader after the events before it."""
+
+    __slots__ = ("items", "bound", "ready", "ended", "error")
+
+    def __init__(self, bound: int = BATCH) -> None:
+        self.items: list[Any] = []
+        self.bound = bound
+        self.ready = False
+        self.ended = False
+        self.error: BaseException | None = None
+
+    def push(self, raw: RawEvent) -> None:
+        self.items.append(raw)
+        if len(self.items) >= self.bound:
+            self.ready = True
+
+    def fail(self, error: BaseException) -> None:
+        if self.error is None:
+            self.error = error
+        self.ready = True
+
+    def take(self) -> list[Any]:
+        out, self.items = self.items, []
+        self.ready = self.error is not None
+        return out
 
 
 def _one_line(text: str, limit: int = 300) -> str:
@@ -194,11 +230,20 @@ def status_error(status: int, body: bytes) -> BackendRequestError:
     return BackendRequestError(kind, f"HTTP {status}: {error_message(body)}", status=status)
 
 
-async def post_events(client: httpx.AsyncClient, url: str, payload: dict[str, Any],
-                      headers: dict[str, str] | None = None) -> AsyncIterator[RawEvent]:
-    """POST ``payload`` as JSON and yield the response's events; every fault is a typed error."""
+async def read_events(client: httpx.AsyncClient, url: str, payload: dict[str, Any], sink: Sink,
+                      post: Callable[[str, dict[str, Any]], Awaitable[Any]] | None = None,
+                      headers: dict[str, str] | None = None) -> AsyncIterator[list[Any]]:
+    """POST ``payload`` as JSON; yield the sink's batches (in order) until the body ends.
+
+    ``post`` (``StreamingTransport.poster``): send straight on our transport instead of through
+    httpx's request machinery. Every fault is a typed BackendRequestError, raised after the
+    batches received before it."""
     try:
-        async with client.stream("POST", url, json=payload, headers=headers) as resp:
+        if post is not None:
+            resp = await post(url, payload)
+        else:
+            resp = await client.send(client.build_request("POST", url, json=payload, headers=headers), stream=True)
+        try:
             if resp.status_code >= 400:
                 raise status_error(resp.status_code, (await resp.aread())[:4000])
             ctype = resp.headers.get("content-type", "")
@@ -207,28 +252,44 @@ async def post_events(client: httpx.AsyncClient, url: str, payload: dict[str, An
                 raise BackendRequestError("protocol", f"expected text/event-stream, got {ctype or 'no content-type'}"
                                           f" (HTTP {resp.status_code}): {_one_line(body.decode(errors='replace'))}",
                                           status=resp.status_code)
-            next_events = resp.extensions.get(EVENTS_EXTENSION)
+            fill = resp.extensions.get(EVENTS_EXTENSION)
             try:
-                if next_events is not None:  # framed and stamped by our transport as the bytes arrived
-                    while batch := await next_events():
-                        for ev in batch:
-                            yield ev
+                if fill is not None:  # framed and parsed by our transport as the bytes arrived
+                    while True:
+                        await fill(sink)
+                        if sink.items:
+                            yield sink.take()
+                        if sink.error is not None:
+                            raise sink.error
+                        if sink.ended:
+                            break
                 else:  # httpx's transport (https): frame its chunks here, stamped now
-                    framer = SseFramer()
+                    framer = SseFramer(sink.push)
                     async for chunk in resp.aiter_raw():
                         framer.feed(chunk, getattr(chunk, "t_ns", 0) or _perf())
-                        if framer.events:
-                            for ev in framer.take():
-                                yield ev
+                        if sink.items:
+                            yield sink.take()
+                        if sink.error is not None:
+                            raise sink.error
                     framer.close()
             except httpx.TimeoutException as e:
                 raise BackendRequestError("timeout", f"no data for the read timeout ({type(e).__name__})") from e
             except (httpx.RemoteProtocolError, httpx.ReadError) as e:
                 raise BackendRequestError("disconnected", f"stream broke mid-response: {type(e).__name__}: "
                                           f"{_one_line(str(e))}") from e
+        finally:
+            await resp.aclose()
     except httpx.ConnectError as e:
         raise BackendRequestError("connect", f"cannot connect to {url}: {_one_line(str(e)) or 'refused'}") from e
     except httpx.TimeoutException as e:
         raise BackendRequestError("timeout", f"{type(e).__name__} on {url}") from e
     except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
         raise BackendRequestError("disconnected", f"{type(e).__name__}: {_one_line(str(e))}") from e
+
+
+async def post_events(client: httpx.AsyncClient, url: str, payload: dict[str, Any],
+                      headers: dict[str, str] | None = None) -> AsyncIterator[RawEvent]:
+    """POST ``payload`` as JSON and yield the response's RawEvents (``read_events`` with a raw sink)."""
+    async for batch in read_events(client, url, payload, Sink(), headers=headers):
+        for ev in batch:
+            yield ev

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.base import GenerationRequest, TokenEvent
-from backends.http.protocol import Done, Error, Parsed, Protocol
+from backends.base import GenerationRequest
+from backends.http.protocol import Done, Error, Parsed, Protocol, token_event
 from backends.http.sse import RawEvent, loads
 
 # TGI FinishReason -> the OpenAI-style reason the rest of the tool uses
@@ -60,10 +60,10 @@ def parse_generate_stream(raw: RawEvent) -> list[Parsed]:
     out: list[Parsed] = []
     lp = tok.get("logprob")
     tops = obj.get("top_tokens")
-    out.append(TokenEvent(
-        t_ns=raw.t_ns, token_ids=(int(tok["id"]),), text=tok.get("text") or "",
-        logprobs=(float(lp),) if lp is not None else None,
-        top_logprobs=({int(t["id"]): float(t["logprob"]) for t in tops if t.get("logprob") is not None},)
+    out.append(token_event(
+        raw.t_ns, (int(tok["id"]),), tok.get("text") or "",
+        (float(lp),) if lp is not None else None,
+        ({int(t["id"]): float(t["logprob"]) for t in tops if t.get("logprob") is not None},)
         if tops else None))
     details = obj.get("details")
     if obj.get("generated_text") is not None or details:

@@ -1,32 +1,46 @@
-"""A lean httpx transport for plain-HTTP/1.1 streaming (``http://`` URLs), built for measurement.
+"""A lean HTTP/1.1 client for plain-``http://`` streaming, built for measurement.
 
 Why: httpx's default transport (httpcore + h11 + anyio) costs ~300 µs of CPU per streamed chunk
-here and scans its whole pool on every request, so one client process cannot ingest thousands of
-streams (docs/benchmarks.md). This transport keeps the httpx API (``httpx.AsyncClient``,
-``Response.aiter_raw``) and the one SSE reader, but reads each connection with an
-``asyncio.Protocol``: the body is de-chunked in ``data_received`` and every piece is stamped there
-with ``perf_counter_ns()`` -- the first moment Python sees the bytes, before any task wakes up.
-Once the SSE reader asks for events (response extension ``sse.EVENTS_EXTENSION``), the pieces
-go through the shared ``SseFramer`` right there, and one wake-up hands the reader every event
-that arrived meanwhile (no bytes chunk per event through httpx's stream wrappers). Raw bytes
-(``aiter_raw``/``aread``) carry their stamp as ``StampedBytes.t_ns``.
+and scans its whole pool on every request, and even with a lean transport httpx's per-request
+machinery (request building, URL merging, cookies, auth/redirect wrappers) and one task wake-up
+per event cost most of the client's core at thousands of streams (docs/benchmarks.md, issue 3).
 
-Faults are raised as httpx's own exceptions (ConnectError, ConnectTimeout, ReadTimeout,
-RemoteProtocolError), so error mapping is the same for both transports. ``https://`` is not
-handled here (HttpStreamBackend then uses httpx's default transport).
+Each connection is an ``asyncio.Protocol``. In ``data_received`` -- the first moment Python sees
+the bytes -- a piece is stamped with ``perf_counter_ns()``, de-chunked, framed by the shared
+``SseFramer`` and parsed by the protocol's parser into the response's sink
+(``sse.Sink`` / ``protocol.EventSink``), all before any task wakes up. The reader is woken only
+when the sink holds a full batch, the body ended, an error came, or on a slow flush tick
+(``flush_s``), so a stream of 50 events costs ~2 task wake-ups instead of 50.
+
+Two ways in, one connection code: ``StreamingTransport`` is an httpx transport (probes, metrics,
+https-free httpx use; the reader drives it through the response extension
+``sse.EVENTS_EXTENSION``), and ``StreamingTransport.poster`` sends streaming POSTs straight
+from prebuilt header bytes on the same pooled connections, skipping httpx's per-request work
+(what ``HttpStreamBackend`` uses for ``http://``). Faults are httpx's own exceptions
+(ConnectError, ConnectTimeout, ReadTimeout, RemoteProtocolError) on both ways, so
+``sse.read_events`` maps them to the same error kinds. ``https://`` is not handled here.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import deque
-from typing import AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import httpx
 
-from backends.http.sse import EVENTS_EXTENSION, RawEvent, SseFramer
+from backends.http.sse import EVENTS_EXTENSION, SseFramer, Sink
 
 _perf = time.perf_counter_ns
+
+try:  # request bodies: msgspec encodes ~5x faster than json.dumps (same JSON)
+    from msgspec.json import encode as _dumps
+except ImportError:  # pragma: no cover
+    def _dumps(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+FLUSH_S = 0.5  # a reader waiting on a batch sees buffered events at least this often
 
 
 class StampedBytes(bytes):
@@ -49,12 +63,15 @@ class _Conn(asyncio.Protocol):
         self.remaining = 0
         self.cbuf = b""
         self.csize = -1  # -1: expecting a size line; -2: expecting the CRLF after chunk data
-        self.pieces: deque[StampedBytes] = deque()
-        # set once the reader asks for events: body bytes are then framed as they arrive
+        self.pieces: deque[StampedBytes] = deque()  # body bytes before a sink is attached
+        # set once the reader attaches a sink: body bytes are then framed + parsed as they arrive
         self.framer: SseFramer | None = None
+        self.sink: Sink | None = None
         self.waiter: asyncio.Future | None = None
         self.watchdog: asyncio.TimerHandle | None = None
         self.rx_ns = _perf()  # last time bytes arrived (the read timeout counts from here)
+        self.flush = False  # the slow flush tick asked the reader to take what is buffered
+        self.cancel_next = False  # a cancellation was deferred to hand over buffered events
         self.done = False
         self.lost = False
         self.keep_alive = True
@@ -96,7 +113,10 @@ class _Conn(asyncio.Protocol):
             self.done = self.remaining == 0
         else:
             self._push(data, t)
-        self._wake()
+        sink = self.sink
+        # a raw reader wants every piece; a sink's reader only full batches, errors and the end
+        if sink is None or sink.ready or self.done:
+            self._wake()
 
     # ---------------------------------------------------------------- parsing
     def _parse_head(self, head: bytes) -> None:
@@ -177,25 +197,85 @@ class _Conn(asyncio.Protocol):
         """Until bytes arrive or the connection ends; ReadTimeout after ``read_timeout`` s of silence."""
         self.waiter = self.loop.create_future()
         if read_timeout and self.watchdog is None:
-            self.watchdog = self.loop.call_later(read_timeout, self._watch, read_timeout)
+            self.watchdog = self.loop.call_later(read_timeout, self._watch, read_timeout, read_timeout)
         try:
             await self.waiter
         finally:
             self.waiter = None
 
-    def _watch(self, read_timeout: float) -> None:
-        """One timer per response, re-armed lazily (not one per wait: that cost a timer per event)."""
+    async def fill(self, sink: Sink, read_timeout: float | None, flush_s: float = FLUSH_S) -> None:
+        """Until ``sink`` has a batch for its reader: ready (full batch / error), ended, or flushed.
+
+        Body faults (cut inside an event, connection lost, read timeout) are set on the sink,
+        after the events that came before them, so the reader keeps every token received."""
+        if self.cancel_next:  # the cancellation deferred below: honour it now
+            self.cancel_next = False
+            raise asyncio.CancelledError()
+        if self.framer is None:  # first call: from now on bytes are framed on arrival; earlier ones keep their stamps
+            self.sink = sink
+            f = self.framer = SseFramer(sink.push)
+            while self.pieces:
+                p = self.pieces.popleft()
+                f.feed(p, p.t_ns)
+        tick = min(read_timeout, flush_s) if read_timeout else flush_s
+        while True:
+            if sink.ready or sink.ended:
+                return
+            if self.done:
+                try:
+                    self.framer.close()  # raises if the body ended inside an event
+                except Exception as e:
+                    sink.fail(e)
+                sink.ended = True
+                return
+            if self.lost:
+                sink.fail(httpx.RemoteProtocolError("peer closed connection without sending complete message body"))
+                return
+            if self.flush:
+                self.flush = False
+                if sink.items:
+                    return
+            w = self.waiter = self.loop.create_future()
+            if self.watchdog is None:
+                self.watchdog = self.loop.call_later(tick, self._watch, tick, read_timeout)
+            try:
+                await w
+            except asyncio.CancelledError:
+                # cancelled (the executor's request timeout, a level stop) with events buffered
+                # that arrived before: hand them over first; the reader's next call raises
+                if sink.items:
+                    self.cancel_next = True
+                    return
+                raise
+            finally:
+                self.waiter = None
+
+    def _watch(self, tick: float, read_timeout: float | None) -> None:
+        """One timer per response, re-armed each tick (not one per wait: that cost a timer per event).
+
+        Ticks every ``min(read_timeout, flush_s)`` while a sink is attached (flushing buffered
+        events to a waiting reader), else every ``read_timeout``; enforces the read timeout."""
         self.watchdog = None
         if self.done or self.lost:
             return
-        idle_s = (_perf() - self.rx_ns) / 1e9
+        delay = tick
         w = self.waiter
-        if w is None or w.done():  # the reader is busy, not waiting: look again later
-            self.watchdog = self.loop.call_later(read_timeout, self._watch, read_timeout)
-        elif idle_s >= read_timeout:
-            w.set_exception(httpx.ReadTimeout("no data within the read timeout"))
-        else:
-            self.watchdog = self.loop.call_later(read_timeout - idle_s, self._watch, read_timeout)
+        if w is not None and not w.done():
+            idle_s = (_perf() - self.rx_ns) / 1e9
+            if read_timeout and idle_s >= read_timeout:
+                err = httpx.ReadTimeout("no data within the read timeout")
+                if self.sink is not None:
+                    self.sink.fail(err)  # after the events that arrived before it
+                    w.set_result(None)
+                else:
+                    w.set_exception(err)
+                return
+            if self.sink is not None and self.sink.items:
+                self.flush = True
+                w.set_result(None)
+            if read_timeout:
+                delay = min(tick, read_timeout - idle_s)
+        self.watchdog = self.loop.call_later(delay, self._watch, tick, read_timeout)
 
     def stop_watch(self) -> None:
         if self.watchdog is not None:
@@ -218,34 +298,9 @@ class _Body(httpx.AsyncByteStream):
                 raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
             await c.wait(self.read_timeout)
 
-    async def next_events(self) -> list[RawEvent]:
-        """Every SSE event that arrived since the last call (waits for one); [] at the end.
-
-        Served as a response extension (sse.EVENTS_EXTENSION): one wake-up hands the reader all
-        events framed in ``data_received``, instead of one bytes chunk through httpx's wrappers."""
-        c = self.conn
-        f = c.framer
-        if f is None:  # first call: from now on bytes are framed on arrival; earlier ones keep their stamps
-            f = c.framer = SseFramer()
-            while c.pieces:
-                p = c.pieces.popleft()
-                f.feed(p, p.t_ns)
-        while True:
-            if f.events:
-                return f.take()
-            if c.done:
-                f.close()  # raises if the body ended inside an event
-                return []
-            if c.lost:
-                raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
-            # c.wait(), inlined: this runs once per streamed event
-            c.waiter = c.loop.create_future()
-            if self.read_timeout and c.watchdog is None:
-                c.watchdog = c.loop.call_later(self.read_timeout, c._watch, self.read_timeout)
-            try:
-                await c.waiter
-            finally:
-                c.waiter = None
+    async def fill(self, sink: Sink) -> None:
+        """The response extension sse.EVENTS_EXTENSION: events parsed on arrival, in batches."""
+        await self.conn.fill(sink, self.read_timeout)
 
     async def aclose(self) -> None:
         c = self.conn
@@ -255,6 +310,24 @@ class _Body(httpx.AsyncByteStream):
             self.transport._idle.setdefault(self.key, []).append(c)
         elif c.tr is not None:
             c.tr.close()
+
+
+class _Response:
+    """What ``sse.read_events`` reads of a response, without httpx's Response/Headers objects."""
+
+    __slots__ = ("status_code", "headers", "extensions", "_body")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: _Body) -> None:
+        self.status_code = status
+        self.headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers}
+        self.extensions = {EVENTS_EXTENSION: body.fill}
+        self._body = body
+
+    async def aread(self) -> bytes:
+        return b"".join([p async for p in self._body])
+
+    async def aclose(self) -> None:
+        await self._body.aclose()
 
 
 class StreamingTransport(httpx.AsyncBaseTransport):
@@ -274,20 +347,13 @@ class StreamingTransport(httpx.AsyncBaseTransport):
             raise httpx.ConnectError(f"{e.strerror or e} ({key[0]}:{key[1]})") from None
         return conn
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        if url.scheme != "http":
-            raise httpx.UnsupportedProtocol(f"StreamingTransport handles http:// only, not {url.scheme}://")
-        key = (url.host, url.port or 80)
-        tmo = request.extensions.get("timeout", {})
-        body = await request.aread()
-        head = [b"%s %s HTTP/1.1\r\n" % (request.method.encode(), url.raw_path)]
-        head += [b"%s: %s\r\n" % (k, v) for k, v in request.headers.raw]
-        wire = b"".join(head) + b"\r\n" + body
+    async def _send(self, key: tuple[str, int], wire: bytes, connect_s: float | None,
+                    read_s: float | None) -> tuple[_Body, int, str, list[tuple[bytes, bytes]]]:
+        """THE request path of both ways in: send ``wire`` on a pooled connection, await the head."""
         fresh_only = False
         while True:
-            conn, reused = (await self._connect(key, tmo.get("connect")), False) if fresh_only \
-                else await self._checkout(key, tmo.get("connect"))
+            conn, reused = (await self._connect(key, connect_s), False) if fresh_only \
+                else await self._checkout(key, connect_s)
             if conn.tr is None:  # closed between connect and now
                 if reused:
                     fresh_only = True
@@ -295,7 +361,7 @@ class StreamingTransport(httpx.AsyncBaseTransport):
                 raise httpx.RemoteProtocolError("server closed the connection before the request was sent")
             conn.tr.write(wire)
             try:
-                async with asyncio.timeout(tmo.get("read")):
+                async with asyncio.timeout(read_s):
                     status, reason, headers = await conn.head
             except TimeoutError:
                 conn.tr and conn.tr.close()
@@ -308,10 +374,47 @@ class StreamingTransport(httpx.AsyncBaseTransport):
                     fresh_only = True
                     continue
                 raise
-            body_stream = _Body(self, key, conn, tmo.get("read"))
-            return httpx.Response(status, headers=headers, stream=body_stream,
-                                  extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason.encode(),
-                                              EVENTS_EXTENSION: body_stream.next_events})
+            except BaseException:  # cancelled while waiting: the connection is mid-request
+                conn.tr and conn.tr.close()
+                raise
+            return _Body(self, key, conn, read_s), status, reason, headers
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        if url.scheme != "http":
+            raise httpx.UnsupportedProtocol(f"StreamingTransport handles http:// only, not {url.scheme}://")
+        tmo = request.extensions.get("timeout", {})
+        body = await request.aread()
+        head = [b"%s %s HTTP/1.1\r\n" % (request.method.encode(), url.raw_path)]
+        head += [b"%s: %s\r\n" % (k, v) for k, v in request.headers.raw]
+        stream, status, reason, headers = await self._send(
+            (url.host, url.port or 80), b"".join(head) + b"\r\n" + body, tmo.get("connect"), tmo.get("read"))
+        return httpx.Response(status, headers=headers, stream=stream,
+                              extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason.encode(),
+                                          EVENTS_EXTENSION: stream.fill})
+
+    def poster(self, base_url: str, headers: httpx.Headers, connect_s: float | None,
+               read_s: float | None) -> Callable[[str, dict[str, Any]], Awaitable[_Response]]:
+        """``post(path, payload)`` for streaming requests: JSON POST to ``base_url + path`` with
+        ``headers`` (the client's, Host added), written from header bytes built once here."""
+        url = httpx.URL(base_url)
+        if url.scheme != "http":
+            raise ValueError(f"poster handles http:// only, not {url.scheme}://")
+        key = (url.host, url.port or 80)
+        prefix = url.raw_path.rstrip(b"/")
+        fixed = {k.lower(): v for k, v in headers.raw if k.lower() not in (b"host", b"content-length", b"content-type")}
+        common = b"host: %b\r\n" % url.netloc + b"".join(b"%b: %b\r\n" % kv for kv in fixed.items()) \
+            + b"content-type: application/json\r\n"
+        send = self._send
+
+        async def post(path: str, payload: dict[str, Any]) -> _Response:
+            body = _dumps(payload)
+            wire = b"POST %b%b HTTP/1.1\r\n%bcontent-length: %d\r\n\r\n%b" % (
+                prefix, path.encode(), common, len(body), body)
+            stream, status, _, hdrs = await send(key, wire, connect_s, read_s)
+            return _Response(status, hdrs, stream)
+
+        return post
 
     async def _checkout(self, key: tuple[str, int], timeout: float | None) -> tuple[_Conn, bool]:
         """A live idle connection (dropping every one the server has closed meanwhile), else a new one.
