@@ -31,7 +31,7 @@ from backends.base import (
     BackendDescription, BackendRequestError, BackendStartError, Capabilities, GenerationRequest,
     StreamEnd, StreamItem,
 )
-from backends.http.protocol import EventSink, Protocol, get_protocol, token_event
+from backends.http.protocol import EventSink, Protocol, get_protocol
 from backends.http.sse import RawEvent, read_events
 from backends.http.transport import StreamingTransport
 from backends.registry import BackendEntry, register
@@ -213,8 +213,8 @@ class HttpStreamBackend:
         # tokens are parsed where they are framed (sse.py); this loop only hands batches over
         sink = EventSink(self.protocol.parse_event, self.raw_observer, req.request_id)
         async for batch in read_events(self._client, self.protocol.path, payload, sink, self._post):
-            for t_ns, ids, text, lps, tops in batch:
-                yield token_event(t_ns, ids, text, lps, tops)
+            for item in batch:
+                yield item
         if not sink.terminal and sink.finish is None:
             raise BackendRequestError("disconnected", "stream closed before the server said it was done "
                                       "(no finish reason / terminal event): the server died or cut it")

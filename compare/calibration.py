@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _perf = time.perf_counter_ns
-_STATS = {"events": 0}  # token events sent by this server process (GET /stats)
 
 
 @dataclass(frozen=True)
@@ -39,46 +38,72 @@ class CalibrationTiming:
 
 
 class _Ticker:
-    """Every stream's next event in ONE heap with one loop timer for the earliest.
+    """Every stream's next event in ONE time wheel (lists per millisecond) with one loop timer.
 
-    Why: a loop timer per event (``call_at``) cost more server CPU than the event's write, and at
-    50,000 events/s the server must not be the bottleneck. The loop's timers have 1 ms
-    resolution anyway, so each firing sends every event that is due.
-    """
+    Why: at 50,000 events/s the server must not be the bottleneck, and it runs on one core. A
+    loop timer per event (``call_at``) cost more than the event's write; a heap entry per event
+    still cost ~1 us. The loop's timers have 1 ms resolution anyway, so events are kept in a
+    list per millisecond (no event is sent before its due time: it goes into the list of the
+    millisecond it falls in, sent once that millisecond has passed)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.heap: list[tuple[float, int, "_Conn"]] = []
-        self.seq = 0  # tie-breaker: heap entries never compare connections
-        self.armed = float("inf")  # when the pending timer fires
+        self.buckets: dict[int, list["_Conn"]] = {}
+        self.keys: list[int] = []  # heap of the buckets' milliseconds
+        self.armed = float("inf")  # the millisecond the pending timer fires at
         self.firing = False
+        self.events = 0  # token events sent (GET /stats)
 
     def add(self, when: float, conn: "_Conn") -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (when, self.seq, conn))
-        if when < self.armed and not self.firing:
-            self.armed = when
-            self.loop.call_at(when, self._fire, when)
+        """Send ``conn``'s next event at loop time ``when`` (s) or just after."""
+        conn.due = when
+        key = -int(-when * 1000.0 // 1)  # ceil: the millisecond at whose end it is due
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            self.buckets[key] = [conn]
+            heapq.heappush(self.keys, key)
+            if key < self.armed and not self.firing:
+                self.armed = key
+                self.loop.call_at(key / 1000.0, self._fire, key)
+        else:
+            bucket.append(conn)
 
-    def _fire(self, armed: float) -> None:
+    def _fire(self, armed: int) -> None:
         if armed != self.armed:
             return  # superseded by an earlier timer
         self.firing = True
-        heap, now = self.heap, self.loop.time()
-        while heap and heap[0][0] <= now:
-            when, _, conn = heapq.heappop(heap)
-            conn.emit(when)  # may add() the stream's next event (always later than now)
+        keys, buckets = self.keys, self.buckets
+        now_ms = self.loop.time() * 1000.0
+        while keys and keys[0] <= now_ms:
+            for conn in buckets.pop(heapq.heappop(keys)):
+                conn.emit()  # may add() the stream's next event (later than now)
         self.firing = False
         self.armed = float("inf")
-        if heap:
-            self.armed = heap[0][0]
-            self.loop.call_at(self.armed, self._fire, self.armed)
+        if keys:
+            self.armed = keys[0]
+            self.loop.call_at(self.armed / 1000.0, self._fire, self.armed)
 
 
-_EVENT = (b'id: %d\ndata: {"object":"text_completion","choices":[{"index":0,"text":"%b",'
+# One token event as a whole HTTP chunk, with the server's send stamp in ``id:`` as a fixed 19
+# digits (any int64 fits; the client reads int(id)), so every chunk of a given token is a
+# constant template formatted with one ``%`` -- per-event Python work is the server's cost.
+_EVENT = (b'id: %%019d\ndata: {"object":"text_completion","choices":[{"index":0,"text":"%b",'
           b'"token_ids":[%b],"finish_reason":%b}]}\n\n')
 _USAGE = (b'data: {"object":"text_completion","choices":[],"usage":{"prompt_tokens":1,'
           b'"completion_tokens":%d,"total_tokens":%d}}\n\ndata: [DONE]\n\n')
+_STAMP_DIGITS = 19
+
+
+def _chunk(k: int, first_id: int, last: bytes | None) -> bytes:
+    """The chunk template (one ``%019d`` left) for an event of ``k`` tokens; ``last``: usage + end."""
+    ids = b",".join(b"%d" % (100 + (first_id + i) % 1000) for i in range(k))
+    payload = _EVENT % (b"x" * k, ids, b"null" if last is None else b'"length"')
+    size = len(payload) - len(b"%019d") + _STAMP_DIGITS + (len(last) if last is not None else 0)
+    tail = b"\r\n" if last is None else last + b"\r\n0\r\n\r\n"
+    return b"%x\r\n" % size + payload + tail
+
+
+_ONE_TOKEN = [_chunk(1, i, None) for i in range(1000)]  # the usual event: template per token id
 
 
 class _Conn(asyncio.Protocol):
@@ -88,6 +113,8 @@ class _Conn(asyncio.Protocol):
         self.timing = timing
         self.ticker = ticker
         self.itl_s = timing.itl_ms / 1e3
+        self.per_event = timing.tokens_per_event
+        self.due = 0.0
         self.buf = b""
         self.tr: asyncio.Transport | None = None
         self.busy = False
@@ -133,7 +160,7 @@ class _Conn(asyncio.Protocol):
         if method == "GET" and path == "/v1/models":
             return self._simple("200 OK", b'{"object":"list","data":[{"id":"calibration","object":"model"}]}')
         if method == "GET" and path == "/stats":  # the server's own cost: is it the bottleneck?
-            return self._simple("200 OK", json.dumps(_cpu() | {"events": _STATS["events"]}).encode())
+            return self._simple("200 OK", json.dumps(_cpu() | {"events": self.ticker.events}).encode())
         if method != "POST" or path != "/v1/completions":
             return self._simple("404 Not Found", b'{"error":"not found"}')
         try:
@@ -146,27 +173,24 @@ class _Conn(asyncio.Protocol):
         self.tr.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
         self.ticker.add(self.loop.time() + self.timing.ttft_ms / 1e3, self)
 
-    def emit(self, target: float) -> None:
-        """Send the stream's next event (due at ``target``) and schedule the one after."""
-        if self.tr is None:
+    def emit(self) -> None:
+        """Send the stream's next event (due at ``self.due``) and schedule the one after."""
+        tr = self.tr
+        if tr is None:
             return  # the client went away
         sent, n = self.sent, self.n
-        k = min(self.timing.tokens_per_event, n - sent)
-        ids = b"%d" % (100 + sent % 1000) if k == 1 else \
-            b",".join(b"%d" % (100 + (sent + i) % 1000) for i in range(k))
-        self.sent = sent = sent + k
-        last = sent >= n
-        _STATS["events"] += 1
-        # the stamp is taken as late as possible: right before the write syscall
-        t = _perf()
-        payload = _EVENT % (t, b"x" * k, ids, b'"length"' if last else b"null")
-        if not last:
-            self.tr.write(b"%x\r\n%b\r\n" % (len(payload), payload))
-            self.ticker.add(target + self.itl_s, self)
+        k = self.per_event if n - sent > self.per_event else n - sent
+        self.sent = sent + k
+        self.ticker.events += 1
+        if sent + k < n:
+            tmpl = _ONE_TOKEN[sent % 1000] if k == 1 else _chunk(k, sent, None)
+            # the stamp is taken as late as possible: right before the write syscall
+            tr.write(tmpl % _perf())
+            self.ticker.add(self.due + self.itl_s, self)
             return
         # the last token, usage, [DONE] and the end of the chunked body: one write
-        payload += _USAGE % (n, n + 1)
-        self.tr.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(payload), payload))
+        tmpl = _chunk(k, sent, _USAGE % (n, n + 1))
+        tr.write(tmpl % _perf())
         self.busy = False
         self._next()
 

@@ -88,6 +88,21 @@ def test_timeouts_never_hang():
     assert rec.error_kind == "timeout"
 
 
+def test_timeouts_keep_the_tokens_received_before_them():
+    """Events reach the executor in batches (at the end, a full batch or a slow flush): a timeout
+    mid-stream must still hand over every token that arrived before it."""
+    async def two_then_silence(reader, writer):
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                     + b"".join(b"%x\r\n%b\r\n" % (len(TOKEN), TOKEN) for _ in range(2)))
+        await writer.drain()
+        await asyncio.sleep(30)
+
+    rec = asyncio.run(_one(two_then_silence, timeout_s=0.5))  # the executor's whole-request timeout
+    assert rec.error_kind == "timeout" and rec.token_ids == (5, 5) and len(rec.event_times_ns) == 2
+    rec = asyncio.run(_one(two_then_silence, read_timeout_s=0.3))  # the transport's read timeout
+    assert rec.error_kind == "timeout" and rec.token_ids == (5, 5)
+
+
 def test_tgi_error_inside_200_stream():
     """TGI sends validation/overload errors as events of a 200 stream."""
     ev = b'data:{"error":"Input validation error: `temperature` must be strictly positive","error_type":"validation"}\n\n'

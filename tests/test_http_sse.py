@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import pytest
@@ -124,3 +125,97 @@ def test_tgi_payload_maps_greedy_without_temperature_zero():
         tgi.generate_payload(GenerationRequest("r", 8, prompt_token_ids=(1,)))
     err = tgi.parse_generate_stream(RawEvent(1, '{"error":"Model is overloaded","error_type":"overloaded"}'))
     assert err == [Error("overloaded", "Model is overloaded")]
+
+
+# every event shape the typed fast path (msgspec structs) may see, and the ones it must hand to
+# the generic parser: both paths must give the same result for each
+_SHAPES = [
+    {"choices": [{"index": 0, "text": "x", "token_ids": [1, 2], "finish_reason": None}]},
+    {"choices": [{"index": 0, "text": "x", "token_ids": [1], "finish_reason": "length"}],
+     "usage": {"prompt_tokens": 3, "completion_tokens": 4}},
+    {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}, {"usage": {}}, {"choices": None},
+    {"error": None}, {"error": {"message": "boom", "code": 429}}, [1], {"choices": [{"text": "a"}]},
+    {"choices": [{"text": "", "token_ids": []}]}, {"choices": [{"text": "a", "token_ids": ["q"]}]},
+    {"choices": [{"text": "a", "logprobs": {"tokens": ["a", "b"], "token_logprobs": [-1, -2]}}]},
+    {"choices": [{"text": "a", "logprobs": {}}]}, {"choices": [{"text": 5}]},
+    {"choices": [{"delta": {"role": "assistant", "content": ""}, "token_ids": None}]},
+    {"choices": [{"delta": {"content": "hi"}, "token_ids": [7], "finish_reason": "stop"}]},
+    {"choices": [{"delta": {"content": "hi"}, "logprobs": {"content": [{"logprob": -0.5}]}}]},
+    {"choices": [{"text": "a", "token_ids": [1]}, {"text": "b", "token_ids": [2], "finish_reason": "stop"}]},
+]
+
+
+@pytest.mark.parametrize("parse", [openai.parse_completions, openai.parse_chat], ids=["completions", "chat"])
+def test_fast_parser_equals_generic_parser(parse, monkeypatch):
+    raws = [RawEvent(7, json.dumps(s)) for s in _SHAPES] + [RawEvent(7, "not json"), RawEvent(7, "[DONE]"),
+                                                         RawEvent(7, '{"choices":[{"text":"n","token_ids":[NaN]}]}')]
+    fast = [parse(r) for r in raws]
+    monkeypatch.setattr(openai, "_decode_chunk", None)  # the generic (dict) parser only
+    assert fast == [parse(r) for r in raws]
+    assert fast[0] == [TokenEvent(7, (1, 2), "x" if parse is openai.parse_completions else "")]
+
+
+def test_events_reach_a_waiting_reader_at_the_slow_flush(monkeypatch):
+    """Events are handed over in batches, but a slow stream's events still reach the executor
+    within the flush interval, each with its own first-byte stamp."""
+    from backends.http import transport
+
+    monkeypatch.setattr(transport, "FLUSH_S", 0.2)
+    frames = [b'data: {"choices":[{"index":0,"text":"a","token_ids":[5],"finish_reason":null}]}\n\n',
+              b'data: {"choices":[{"index":0,"text":"b","token_ids":[6],"finish_reason":"length"}]}\n\n'
+              b"data: [DONE]\n\n"]
+
+    async def go():
+        async with RawHttpServer(sse_response(frames, delay_s=1.0)) as s:
+            b = HttpStreamBackend(None, "t", protocol="openai", base_url=s.url, model="m", metrics=None)
+            b._probe = _no_probe
+            seen = []
+            async with b:
+                async for item in b.stream(GenerationRequest("r", 2, prompt_token_ids=(1,))):
+                    seen.append((item, time.perf_counter_ns()))
+            return seen
+
+    seen = asyncio.run(go())
+    (first, got_first), (second, _), (end, _) = seen
+    assert first.token_ids == (5,) and second.token_ids == (6,) and end.finish_reason == "length"
+    assert second.t_ns - first.t_ns >= 0.8e9  # stamps are arrival times, not hand-over times
+    assert got_first - first.t_ns < 0.6e9  # handed over at a flush tick, long before the stream ended
+
+
+def test_plain_http_requests_carry_the_clients_headers_and_base_path(monkeypatch):
+    """http:// streaming POSTs skip httpx (prebuilt header bytes): same headers, JSON body, base path."""
+    monkeypatch.setenv("LLM_COMPARE_API_KEY", "sekret")
+    heads: list[bytes] = []
+    bodies: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        heads.append(head)
+        bodies.append(await reader.readexactly(length))
+        ev = b'data: {"choices":[{"index":0,"text":"a","token_ids":[5],"finish_reason":"length"}]}\n\ndata: [DONE]\n\n'
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                     b"%x\r\n%b\r\n0\r\n\r\n" % (len(ev), ev))
+        await writer.drain()
+        writer.close()
+
+    async def go():
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            b = HttpStreamBackend(None, "t", protocol="openai", base_url=f"http://127.0.0.1:{port}/prefix/", model="m",
+                                  metrics=None)
+            b._probe = _no_probe
+            async with b:
+                return await run_one(b, GenerationRequest("r", 1, prompt_token_ids=(1, 2)), "c1", 10)
+        finally:
+            server.close()
+
+    rec = asyncio.run(go())
+    assert rec.ok and rec.token_ids == (5,), rec.error
+    head = heads[0].decode("latin-1").lower()
+    assert head.startswith("post /prefix/v1/completions http/1.1\r\n")
+    assert f"host: 127.0.0.1:" in head and "authorization: bearer sekret" in head
+    assert "content-type: application/json" in head and "accept-encoding: identity" in head
+    payload = json.loads(bodies[0])
+    assert payload["prompt"] == [1, 2] and payload["model"] == "m" and payload["stream"] is True

@@ -86,11 +86,9 @@ class EventSink(Sink):
     rest of the body is read (the connection goes back to the pool) but not parsed; an Error (or a
     parser exception: a bug, re-raised as is) ends the parsing.
 
-    Items are TokenEvent fields, ``(t_ns, token_ids, text, logprobs, top_logprobs)``, and the
-    reader rebuilds each TokenEvent as it hands it on: a buffered TokenEvent is a GC-tracked
-    object living for the whole stream (100k of them at 2000 streams made the cyclic GC run
-    often and long); these tuples hold only atomic values, so the GC untracks them at its first
-    pass and collections stay rare and short."""
+    Items are the TokenEvents, buffered for the whole stream: the executor pauses the cyclic GC
+    during a level (compare/executor.py), otherwise 100k buffered events at 2000 streams made
+    collections run often and long."""
 
     __slots__ = ("parse", "observe", "rid", "finish", "prompt_tokens", "completion_tokens", "terminal")
 
@@ -114,14 +112,13 @@ class EventSink(Sink):
             self.fail(e)
             return
         if len(parsed) == 1 and type(parsed[0]) is TokenEvent:  # the usual event: one token event
-            ev = parsed[0]
-            self.items.append((ev.t_ns, ev.token_ids, ev.text, ev.logprobs, ev.top_logprobs))
+            self.items.append(parsed[0])
             if len(self.items) >= self.bound:
                 self.ready = True
             return
         for item in parsed:
             if type(item) is TokenEvent:
-                self.items.append((item.t_ns, item.token_ids, item.text, item.logprobs, item.top_logprobs))
+                self.items.append(item)
             elif type(item) is Done:
                 self.finish = item.finish_reason or self.finish
                 if item.prompt_tokens is not None:

@@ -129,6 +129,13 @@ class SseFramer:
         return out
 
     def feed(self, piece: bytes, t_ns: int) -> None:
+        if not self._buf and not self._cr and b"\r" not in piece:
+            i = piece.find(b"\n\n")
+            if i == len(piece) - 2 and i > 0:  # the usual piece: exactly one whole event, LF line ends
+                ev = _parse_block(piece[:i], t_ns)
+                if ev is not None:
+                    self.emit(ev)
+                return
         if self._cr or b"\r" in piece:  # normalise CRLF / CR line ends (rare: axum, vLLM use LF)
             piece = self._lf(piece)
         if self._buf:
