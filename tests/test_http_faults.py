@@ -25,10 +25,16 @@ async def _no_probe() -> None:
     return None
 
 
-async def _one(handler, protocol: str = "openai", timeout_s: float = 10, read_timeout_s: float = 600):
+# http:// goes through our transport (raw requests, events parsed on arrival); fast_transport=False
+# is httpx's own transport (what https:// uses): same SSE reader, same error kinds
+BOTH = pytest.mark.parametrize("fast", [True, False], ids=["our-transport", "httpx-transport"])
+
+
+async def _one(handler, protocol: str = "openai", timeout_s: float = 10, read_timeout_s: float = 600,
+               fast: bool = True):
     async with RawHttpServer(handler) as s:
         b = HttpStreamBackend(None, "t", protocol=protocol, base_url=s.url, model="m", metrics=None,
-                              read_timeout_s=read_timeout_s)
+                              read_timeout_s=read_timeout_s, fast_transport=fast)
         b._probe = _no_probe
         async with b:
             req = REQ if protocol != "tgi" else GenerationRequest("r", 4, prompt_text="hi")
@@ -38,9 +44,10 @@ async def _one(handler, protocol: str = "openai", timeout_s: float = 10, read_ti
 @pytest.mark.parametrize("status,kind", [("422 Unprocessable Entity", "validation"), ("424 Failed Dependency", "generation"),
                                          ("429 Too Many Requests", "overloaded"), ("404 Not Found", "http_4xx"),
                                          ("500 Internal Server Error", "http_5xx"), ("503 Service Unavailable", "http_5xx")])
-def test_http_status_kinds(status, kind):
+@BOTH
+def test_http_status_kinds(status, kind, fast):
     body = json.dumps({"error": "Model is overloaded", "error_type": "overloaded"}).encode()
-    rec = asyncio.run(_one(status_response(status, body)))
+    rec = asyncio.run(_one(status_response(status, body), fast=fast))
     assert rec.error_kind == kind and "Model is overloaded" in rec.error and not rec.ok
 
 
@@ -59,8 +66,9 @@ def test_connection_refused():
     assert rec.error_kind == "connect"
 
 
-def test_server_dies_mid_stream():
-    rec = asyncio.run(_one(sse_response([TOKEN, TOKEN], close_early=True)))
+@BOTH
+def test_server_dies_mid_stream(fast):
+    rec = asyncio.run(_one(sse_response([TOKEN, TOKEN], close_early=True), fast=fast))
     assert rec.error_kind == "disconnected" and len(rec.token_ids) == 2  # partial tokens are kept
 
 
@@ -69,15 +77,17 @@ def test_stream_ends_without_done_is_an_error():
     assert rec.error_kind == "disconnected"
 
 
-def test_cut_inside_an_event():
-    rec = asyncio.run(_one(sse_response([TOKEN, b'data: {"choi'])))
+@BOTH
+def test_cut_inside_an_event(fast):
+    rec = asyncio.run(_one(sse_response([TOKEN, b'data: {"choi']), fast=fast))
     assert rec.error_kind == "disconnected"
 
 
-def test_malformed_event_and_wrong_content_type():
-    rec = asyncio.run(_one(sse_response([b"data: {not json\n\n"])))
+@BOTH
+def test_malformed_event_and_wrong_content_type(fast):
+    rec = asyncio.run(_one(sse_response([b"data: {not json\n\n"]), fast=fast))
     assert rec.error_kind == "protocol"
-    rec = asyncio.run(_one(status_response("200 OK", b'{"text": "not a stream"}')))
+    rec = asyncio.run(_one(status_response("200 OK", b'{"text": "not a stream"}'), fast=fast))
     assert rec.error_kind == "protocol" and "text/event-stream" in rec.error
 
 
@@ -88,7 +98,8 @@ def test_timeouts_never_hang():
     assert rec.error_kind == "timeout"
 
 
-def test_timeouts_keep_the_tokens_received_before_them():
+@BOTH
+def test_timeouts_keep_the_tokens_received_before_them(fast):
     """Events reach the executor in batches (at the end, a full batch or a slow flush): a timeout
     mid-stream must still hand over every token that arrived before it."""
     async def two_then_silence(reader, writer):
@@ -97,16 +108,17 @@ def test_timeouts_keep_the_tokens_received_before_them():
         await writer.drain()
         await asyncio.sleep(30)
 
-    rec = asyncio.run(_one(two_then_silence, timeout_s=0.5))  # the executor's whole-request timeout
+    rec = asyncio.run(_one(two_then_silence, timeout_s=0.5, fast=fast))  # the executor's whole-request timeout
     assert rec.error_kind == "timeout" and rec.token_ids == (5, 5) and len(rec.event_times_ns) == 2
-    rec = asyncio.run(_one(two_then_silence, read_timeout_s=0.3))  # the transport's read timeout
+    rec = asyncio.run(_one(two_then_silence, read_timeout_s=0.3, fast=fast))  # the transport's read timeout
     assert rec.error_kind == "timeout" and rec.token_ids == (5, 5)
 
 
-def test_tgi_error_inside_200_stream():
+@BOTH
+def test_tgi_error_inside_200_stream(fast):
     """TGI sends validation/overload errors as events of a 200 stream."""
     ev = b'data:{"error":"Input validation error: `temperature` must be strictly positive","error_type":"validation"}\n\n'
-    rec = asyncio.run(_one(sse_response([ev]), protocol="tgi"))
+    rec = asyncio.run(_one(sse_response([ev]), protocol="tgi", fast=fast))
     assert rec.error_kind == "validation" and "temperature" in rec.error
 
 
