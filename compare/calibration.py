@@ -275,12 +275,12 @@ async def measure(base_url: str, streams: int, tokens: int, rounds: int = 1, tim
     from compare.executor import run_level
     from compare.schedule import LoadLevel
 
-    pairs_srv: list[int] = []
+    pairs_srv: list[str] = []  # the server's send stamps as sent (converted after the level)
     pairs_cli: list[int] = []
 
-    def observe(rid: str, raw: Any) -> None:
+    def observe(rid: str, raw: Any) -> None:  # runs per event inside the measured level: keep it lean
         if raw.id is not None:
-            pairs_srv.append(int(raw.id))
+            pairs_srv.append(raw.id)
             pairs_cli.append(raw.t_ns)
 
     reqs = [GenerationRequest(request_id=f"cal-{i}", max_tokens=tokens, prompt_token_ids=(1, 2, 3))
@@ -300,7 +300,7 @@ async def measure(base_url: str, streams: int, tokens: int, rounds: int = 1, tim
             cpu1 = _cpu()
             gc.unfreeze()
         srv1 = await _server_stats(base_url)
-    srv = np.asarray(pairs_srv, dtype=np.int64)
+    srv = np.asarray([int(x) for x in pairs_srv], dtype=np.int64)
     cli = np.asarray(pairs_cli, dtype=np.int64)
     err_ms = (cli - srv) / 1e6
     recs = out.records
