@@ -46,6 +46,53 @@ def _line(r: dict, load_before: str, load_after: str) -> str:
             f"{'TARGET-MET' if r['sustainable'] else 'target-not-met'}")
 
 
+def wake_floor(client_cpu: int | None, writer_cpu: int | None, n: int = 2000) -> dict[str, float]:
+    """The machine's own floor for the timing error: how late a process sleeping in select()
+    on one CPU sees a socket write made by another process (one every 1 ms), with no Python
+    event loop or HTTP involved. On a VM an idle vCPU halts and is woken by the host: on the
+    development VM this alone was p50 ~0.1 ms, p99 ~2.6 ms (docs/benchmarks.md, issue 3)."""
+    import selectors
+    import socket
+    import struct
+
+    import numpy as np
+
+    a, b = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # the writer
+        try:
+            if writer_cpu is not None:
+                os.sched_setaffinity(0, {writer_cpu})
+            a.close()
+            for _ in range(n):
+                time.sleep(0.001)
+                b.send(struct.pack("q", time.perf_counter_ns()))
+        finally:
+            os._exit(0)
+    b.close()
+    before = os.sched_getaffinity(0)
+    if client_cpu is not None:
+        os.sched_setaffinity(0, {client_cpu})
+    lat: list[float] = []
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(a, selectors.EVENT_READ)
+        while len(lat) < n:
+            sel.select(5)
+            t = time.perf_counter_ns()
+            d = a.recv(8)
+            if len(d) < 8:
+                break
+            lat.append((t - struct.unpack("q", d)[0]) / 1e3)
+    finally:
+        os.sched_setaffinity(0, before)
+        a.close()
+        os.waitpid(pid, 0)
+    p50, p99 = np.percentile(lat, [50, 99]) if lat else (float("nan"),) * 2
+    return {"p50_us": round(float(p50), 1), "p99_us": round(float(p99), 1), "max_us": round(max(lat, default=0.0), 1),
+            "samples": len(lat)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--streams", default="200,2000")
@@ -68,6 +115,11 @@ def main() -> None:
             asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
         except ImportError:
             pass
+    cpus = sorted(os.sched_getaffinity(0))
+    floor = wake_floor(cpus[0], cpus[1] if len(cpus) > 1 else None)
+    print(f"# machine floor (no event loop, no HTTP): a sleeping reader on CPU {cpus[0]} sees a socket write from "
+          f"another process p50 {floor['p50_us']} us, p99 {floor['p99_us']} us, max {floor['max_us']} us "
+          f"({floor['samples']} writes, 1 per ms)", flush=True)
     uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     t0 = time.time()
     last = [_load()]
@@ -81,7 +133,7 @@ def main() -> None:
                           a.tokens_per_event, a.max_error_ms, on_result=show)
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
-    res["machine"] = {"cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(),
+    res["machine"] = {"cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(), "wake_floor": floor,
                       "uptime_before": uptime_before,
                       "uptime_after": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()}
     res["date"] = time.strftime("%Y-%m-%d %H:%M %Z")
