@@ -158,9 +158,9 @@ def test_fast_parser_equals_generic_parser(parse, monkeypatch):
 def test_events_reach_a_waiting_reader_at_the_slow_flush(monkeypatch):
     """Events are handed over in batches, but a slow stream's events still reach the executor
     within the flush interval, each with its own first-byte stamp."""
-    from backends.http import transport
+    from backends.http import connection
 
-    monkeypatch.setattr(transport, "FLUSH_S", 0.2)
+    monkeypatch.setattr(connection, "FLUSH_S", 0.2)
     frames = [b'data: {"choices":[{"index":0,"text":"a","token_ids":[5],"finish_reason":null}]}\n\n',
               b'data: {"choices":[{"index":0,"text":"b","token_ids":[6],"finish_reason":"length"}]}\n\n'
               b"data: [DONE]\n\n"]

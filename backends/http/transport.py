@@ -1,24 +1,22 @@
-"""A lean HTTP/1.1 client for plain-``http://`` streaming, built for measurement.
+"""A lean HTTP/1.1 client for plain-``http://`` streaming, built for measurement: pool and requests.
 
 Why: httpx's default transport (httpcore + h11 + anyio) costs ~300 µs of CPU per streamed chunk
 and scans its whole pool on every request, and even with a lean transport httpx's per-request
 machinery (request building, URL merging, cookies, auth/redirect wrappers) and one task wake-up
 per event cost most of the client's core at thousands of streams (docs/benchmarks.md, issue 3).
 
-Each connection is an ``asyncio.Protocol``. In ``data_received`` -- the first moment Python sees
-the bytes -- a piece is stamped with ``perf_counter_ns()``, de-chunked, framed by the shared
-``SseFramer`` and parsed by the protocol's parser into the response's sink
-(``sse.Sink`` / ``protocol.EventSink``), all before any task wakes up. The reader is woken only
-when the sink holds a full batch, the body ended, an error came, or on a slow flush tick
-(``flush_s``), so a stream of 50 events costs ~2 task wake-ups instead of 50.
+Connections are ``connection._Conn`` protocols that parse events on arrival (stamp, de-chunk,
+the shared ``SseFramer``, the protocol's parser into the response's sink) and wake the reader
+only per batch, at the end, on an error or a slow flush tick, so a stream of 50 events costs ~3
+task wake-ups instead of 50.
 
-Two ways in, one connection code: ``StreamingTransport`` is an httpx transport (probes, metrics,
-https-free httpx use; the reader drives it through the response extension
-``sse.EVENTS_EXTENSION``), and ``StreamingTransport.poster`` sends streaming POSTs straight
-from prebuilt header bytes on the same pooled connections, skipping httpx's per-request work
-(what ``HttpStreamBackend`` uses for ``http://``). Faults are httpx's own exceptions
-(ConnectError, ConnectTimeout, ReadTimeout, RemoteProtocolError) on both ways, so
-``sse.read_events`` maps them to the same error kinds. ``https://`` is not handled here.
+Two ways in, one request path (``_send``): ``StreamingTransport`` is an httpx transport (probes,
+metrics; the reader drives it through the response extension ``sse.EVENTS_EXTENSION``), and
+``StreamingTransport.poster`` sends streaming POSTs straight from prebuilt header bytes on the
+same pooled connections, skipping httpx's per-request work (what ``HttpStreamBackend`` uses for
+``http://``). Faults are httpx's own exceptions (ConnectError, ConnectTimeout, ReadTimeout,
+RemoteProtocolError) on both ways, so ``sse.read_events`` maps them to the same error kinds.
+``https://`` is not handled here (httpx's own transport, same framer, sink and parsers).
 """
 from __future__ import annotations
 
@@ -30,7 +28,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import httpx
 
-from backends.http.sse import EVENTS_EXTENSION, SseFramer, Sink
+from backends.http import connection
+from backends.http.connection import StampedBytes, _Conn  # noqa: F401 (StampedBytes: re-exported)
+from backends.http.sse import EVENTS_EXTENSION, Sink
 
 _perf = time.perf_counter_ns
 
@@ -39,11 +39,6 @@ try:  # request bodies: msgspec encodes ~5x faster than json.dumps (same JSON)
 except ImportError:  # pragma: no cover
     def _dumps(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":")).encode()
-
-# A reader waiting on a batch sees buffered events at least this often. Nothing in the executor
-# needs events sooner (stream end always wakes it; timeouts hand over what was buffered), and each
-# flush is a task wake-up per stream: 0.5 s cost ~0.6 us/event at 2000 streams of 2 s.
-FLUSH_S = 1.0
 
 
 class _Pacer:
@@ -86,261 +81,6 @@ class _Pacer:
                 break
         if not self.free:
             self._tick_soon()
-
-
-class StampedBytes(bytes):
-    """Body bytes + ``t_ns``: perf_counter_ns when they were received."""
-
-    t_ns: int
-
-
-class _Conn(asyncio.Protocol):
-    def __init__(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.tr: asyncio.Transport | None = None
-        self.reset()
-
-    def reset(self) -> None:
-        self.head_buf = b""
-        self.head: asyncio.Future = self.loop.create_future()
-        self.in_head = True
-        self.mode = "close"  # chunked | length | close
-        self.remaining = 0
-        self.cbuf = b""
-        self.csize = -1  # -1: expecting a size line; -2: expecting the CRLF after chunk data
-        self.pieces: deque[StampedBytes] = deque()  # body bytes before a sink is attached
-        # set once the reader attaches a sink: body bytes are then framed + parsed as they arrive
-        self.framer: SseFramer | None = None
-        self.sink: Sink | None = None
-        self.waiter: asyncio.Future | None = None
-        self.watchdog: asyncio.TimerHandle | None = None
-        self.rx_ns = _perf()  # last time bytes arrived (the read timeout counts from here)
-        self.flush = False  # the slow flush tick asked the reader to take what is buffered
-        self.cancel_next = False  # a cancellation was deferred to hand over buffered events
-        self.done = False
-        self.lost = False
-        self.keep_alive = True
-
-    # ---------------------------------------------------------------- asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.tr = transport  # type: ignore[assignment]
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-        self.tr = None
-        if not self.head.done():
-            self.head.set_exception(httpx.RemoteProtocolError("server closed the connection before answering"))
-            self.head.exception()  # idle keep-alive connections close unobserved: not an error to log
-        if self.mode == "close" and not self.in_head:
-            self.done = True
-        self._wake()
-
-    def data_received(self, data: bytes) -> None:
-        # THE stamp: the first moment Python sees these bytes, before any parsing or task wake-up
-        self.rx_ns = t = _perf()
-        f = self.framer
-        if f is not None and self.csize == -1 and not self.cbuf and self.mode == "chunked":
-            # the usual read: exactly one whole chunk (one SSE event) -> straight to the framer
-            i = data.find(b"\r\n")
-            if 0 < i < 9:
-                try:
-                    size = int(data[:i], 16)
-                except ValueError:  # a chunk extension (";..."): the general path below
-                    size = 0
-                end = i + 2 + size
-                if size and len(data) == end + 2 and data.endswith(b"\r\n"):
-                    f.feed(data[i + 2:end], t)
-                    if self.sink.ready:  # type: ignore[union-attr]
-                        self._wake()
-                    return
-        if self.in_head:
-            self.head_buf += data
-            i = self.head_buf.find(b"\r\n\r\n")
-            if i < 0:
-                return
-            head, data = self.head_buf[:i], self.head_buf[i + 4:]
-            self.in_head = False
-            self._parse_head(head)
-            if self.done or not data:
-                self._wake()
-                return
-        if self.mode == "chunked":
-            self._dechunk(data, t)
-        elif self.mode == "length":
-            piece = data[: self.remaining]
-            self.remaining -= len(piece)
-            self._push(piece, t)
-            self.done = self.remaining == 0
-        else:
-            self._push(data, t)
-        sink = self.sink
-        # a raw reader wants every piece; a sink's reader only full batches, errors and the end
-        if sink is None or sink.ready or self.done:
-            self._wake()
-
-    # ---------------------------------------------------------------- parsing
-    def _parse_head(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
-        headers = []
-        for line in lines[1:]:
-            k, _, v = line.partition(b":")
-            headers.append((k.strip(), v.strip()))
-            lk = k.strip().lower()
-            if lk == b"transfer-encoding" and b"chunked" in v.lower():
-                self.mode = "chunked"
-            elif lk == b"content-length" and self.mode != "chunked":
-                self.mode, self.remaining = "length", int(v)
-            elif lk == b"connection" and b"close" in v.lower():
-                self.keep_alive = False
-        if self.mode == "close":
-            self.keep_alive = False
-        if self.mode == "length" and self.remaining == 0:
-            self.done = True
-        self.head.set_result((int(parts[1]), parts[2].decode("latin-1") if len(parts) > 2 else "", headers))
-
-    def _dechunk(self, data: bytes, t: int) -> None:
-        """Chunked transfer coding, incremental; positions instead of re-slicing the buffer."""
-        buf = self.cbuf + data if self.cbuf else data
-        pos, n, size = 0, len(buf), self.csize
-        while pos < n:
-            if size == -1:
-                i = buf.find(b"\r\n", pos)
-                if i < 0:
-                    break
-                size = int(buf[pos:i].partition(b";")[0], 16)
-                pos = i + 2
-                if size == 0:  # last chunk (trailers are not used by SSE servers)
-                    self.done = True
-                    pos = n
-                    break
-            elif size == -2:
-                if n - pos < 2:
-                    break
-                pos += 2
-                size = -1
-            else:
-                end = pos + size if pos + size < n else n
-                self._push(buf[pos:end], t)  # partial chunk data is pushed at once: first-byte stamps
-                size -= end - pos
-                pos = end
-                if size == 0:
-                    size = -2
-        self.csize = size
-        self.cbuf = buf[pos:] if pos < n else b""
-
-    def _push(self, piece: bytes, t: int) -> None:
-        if piece:
-            if self.framer is not None:
-                self.framer.feed(piece, t)
-                return
-            b = StampedBytes(piece)
-            b.t_ns = t
-            self.pieces.append(b)
-
-    def _wake(self) -> None:
-        w = self.waiter
-        if w is not None and not w.done():
-            w.set_result(None)
-
-    # ---------------------------------------------------------------- the reader's side
-    async def wait(self, read_timeout: float | None) -> None:
-        """Until bytes arrive or the connection ends; ReadTimeout after ``read_timeout`` s of silence."""
-        self.waiter = self.loop.create_future()
-        if read_timeout and self.watchdog is None:
-            self.watchdog = self.loop.call_later(read_timeout, self._watch, read_timeout, read_timeout)
-        try:
-            await self.waiter
-        finally:
-            self.waiter = None
-
-    async def fill(self, sink: Sink, read_timeout: float | None) -> None:
-        """Until ``sink`` has a batch for its reader: ready (full batch / error), ended, or flushed.
-
-        Body faults (cut inside an event, connection lost, read timeout) are set on the sink,
-        after the events that came before them, so the reader keeps every token received."""
-        if self.cancel_next:  # the cancellation deferred below: honour it now
-            self.cancel_next = False
-            raise asyncio.CancelledError()
-        if self.framer is None:  # first call: from now on bytes are framed on arrival; earlier ones keep their stamps
-            self.sink = sink
-            f = self.framer = SseFramer(sink.push)
-            while self.pieces:
-                p = self.pieces.popleft()
-                f.feed(p, p.t_ns)
-        tick = min(read_timeout, FLUSH_S) if read_timeout else FLUSH_S
-        while True:
-            if sink.ready or sink.ended:
-                return
-            if self.done:
-                try:
-                    self.framer.close()  # raises if the body ended inside an event
-                except Exception as e:
-                    sink.fail(e)
-                sink.ended = True
-                return
-            if self.lost:
-                sink.fail(httpx.RemoteProtocolError("peer closed connection without sending complete message body"))
-                return
-            if self.flush:
-                self.flush = False
-                if sink.items:
-                    return
-            w = self.waiter = self.loop.create_future()
-            if self.watchdog is None:  # (armed by _send; re-armed here if it was stopped)
-                self.watchdog = self.loop.call_later(tick, self._watch, tick, read_timeout)
-            try:
-                await w
-            except asyncio.CancelledError:
-                # cancelled (the executor's request timeout, a level stop) with events buffered
-                # that arrived before: hand them over first; the reader's next call raises
-                if sink.items:
-                    self.cancel_next = True
-                    return
-                raise
-            finally:
-                self.waiter = None
-
-    def _watch(self, tick: float, read_timeout: float | None) -> None:
-        """One timer per response, re-armed each tick (not one per wait: that cost a timer per event).
-
-        Ticks every ``min(read_timeout, flush_s)`` while a sink is attached (flushing buffered
-        events to a waiting reader), else every ``read_timeout``; enforces the read timeout."""
-        self.watchdog = None
-        if self.done or self.lost:
-            return
-        delay = tick
-        if not self.head.done():  # waiting for the response head (_send)
-            idle_s = (_perf() - self.rx_ns) / 1e9
-            if read_timeout and idle_s >= read_timeout:
-                self.head.set_exception(httpx.ReadTimeout("no response head within the read timeout"))
-                return
-            if read_timeout:
-                delay = min(tick, read_timeout - idle_s)
-            self.watchdog = self.loop.call_later(delay, self._watch, tick, read_timeout)
-            return
-        w = self.waiter
-        if w is not None and not w.done():
-            idle_s = (_perf() - self.rx_ns) / 1e9
-            if read_timeout and idle_s >= read_timeout:
-                err = httpx.ReadTimeout("no data within the read timeout")
-                if self.sink is not None:
-                    self.sink.fail(err)  # after the events that arrived before it
-                    w.set_result(None)
-                else:
-                    w.set_exception(err)
-                return
-            if self.sink is not None and self.sink.items:
-                self.flush = True
-                w.set_result(None)
-            if read_timeout:
-                delay = min(tick, read_timeout - idle_s)
-        self.watchdog = self.loop.call_later(delay, self._watch, tick, read_timeout)
-
-    def stop_watch(self) -> None:
-        if self.watchdog is not None:
-            self.watchdog.cancel()
-            self.watchdog = None
 
 
 class _Body(httpx.AsyncByteStream):
@@ -413,10 +153,11 @@ class StreamingTransport(httpx.AsyncBaseTransport):
         """THE request path of both ways in: send ``wire`` on a pooled connection, await the head.
 
         The read timeout (head, then body) is the connection's one watchdog timer, armed here
-        and kept for the response; it also ticks the slow flush (``FLUSH_S``)."""
+        and kept for the response; it also ticks the slow flush (``connection.FLUSH_S``)."""
         await self._pacer.turn()
         fresh_only = False
-        tick = min(read_s, FLUSH_S) if read_s else FLUSH_S
+        flush_s = connection.FLUSH_S
+        tick = min(read_s, flush_s) if read_s else flush_s
         while True:
             conn, reused = (await self._connect(key, connect_s), False) if fresh_only \
                 else await self._checkout(key, connect_s)
