@@ -71,11 +71,12 @@ def record(args: argparse.Namespace) -> Path:
     load_before = os.getloadavg()
     t0 = time.time()
     header = {"bench": {"load_before": load_before, "slow_native": args.slow_native, "mode": args.mode,
+                        "settle_s": args.settle_s,
                         "single_process": args.single_process}}
     if args.mode == "restart":
         writer = asyncio.run(run(cfg, backend_factory=factory, extra_header=header))
     else:
-        writer = asyncio.run(_record_same_engine(cfg, factory, header))
+        writer = asyncio.run(_record_same_engine(cfg, factory, header, args.settle_s))
     writer.run["bench"]["load_after"] = os.getloadavg()
     writer.run["bench"]["wall_s"] = round(time.time() - t0, 1)
     writer.flush()
@@ -83,7 +84,7 @@ def record(args: argparse.Namespace) -> Path:
     return writer.dir
 
 
-async def _record_same_engine(cfg, factory, header):
+async def _record_same_engine(cfg, factory, header, settle_s: float = 2.0):
     """Both engines started once and kept up; their level runs alternate A B A B. Two engine
     starts instead of 2 x rounds: on 2 shared cores at load ~18 one vLLM start took 5-8 min.
     Restart-to-restart noise is therefore NOT in these repeats (said in docs/benchmarks.md)."""
@@ -113,6 +114,10 @@ async def _record_same_engine(cfg, factory, header):
             entry.update(status="running", capabilities=e.capabilities.as_dict(), describe=e.describe().as_dict())
         for rep in range(cfg.repeats):
             for e in engines:
+                # vLLM's idle worker keeps spinning (sched_yield) for ~1 s after its last step
+                # (shm_broadcast SpinCondition busy_loop_s): without a pause the engine that just
+                # finished competes for the core with the one starting
+                await asyncio.sleep(settle_s)
                 out = await run_level(e, cfg.requests, level, seed=cfg.workload.seed, timeout_s=cfg.timeout_s,
                                       max_errors=len(cfg.requests))
                 recs = [replace(r, repeat=rep) for r in out.records]
@@ -221,6 +226,8 @@ def main() -> None:
     r.add_argument("--mode", choices=["same-engine", "restart"], default="same-engine",
                    help="same-engine: two engines started once, level runs alternate A B A B; restart: "
                         "the runner's --repeats (fresh engine per repeat, 2 x rounds engine starts)")
+    r.add_argument("--settle-s", type=float, default=2.0,
+                   help="same-engine mode: pause before each level run (the other engine's idle spin ends)")
     r.add_argument("--single-process", action="store_true",
                    help="restart mode: run vLLM's engine core in this process (faster starts)")
     e = sub.add_parser("evaluate")
