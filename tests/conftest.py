@@ -14,6 +14,26 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"  # ../shared beside the checkout (specs, recipes); read-only
 VENV_BIN = Path(sys.executable).parent
 
+# Two xdist workers (scripts/test.sh) each run real engines: pin each worker's vLLM compute threads
+# to its own core, or vLLM's auto binding puts both on core 0 (it reserves the last core for the
+# front-end processes) and each measures the other's load
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(int(_WORKER[2:]) % (os.cpu_count() or 1))
+
+
+def pytest_collection_modifyitems(config, items):
+    from tests.scheduling import order_heaviest_first
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers collect; the controller hands out groups
+        order_heaviest_first(items)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from tests.scheduling import make_scheduler
+
+    return make_scheduler(config, log)
+
 
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:

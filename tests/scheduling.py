@@ -1,0 +1,68 @@
+"""How the suite is spread over pytest-xdist workers (scripts/test.sh runs ``-n 2``).
+
+The suite's time is real engine starts (~35 s each on 2 cores, almost all single-threaded module
+imports in 2-3 processes), so two workers roughly halve it, provided that
+
+- the session fixtures that start engines run ONCE, not once per worker: every file using one
+  goes to the same worker (GROUPS), and
+- the longest groups start first (WEIGHTS, seconds measured serially on 2026-11-30, see
+  docs/benchmarks.md), so the two workers finish close together (longest-processing-time-first).
+
+Without xdist (``-p no:xdist`` or a plain ``pytest tests/x.py``) none of this does anything.
+"""
+from __future__ import annotations
+
+# file -> group. Files sharing an expensive session fixture run on one worker.
+GROUPS = {
+    # real_run (compare run vllm,hf --repeats 2) and slow_run (vllm,hf,vllm-server)
+    "test_engines_e2e.py": "shared-runs",
+    "test_report_e2e.py": "shared-runs",
+    "test_gate_e2e.py": "shared-runs",
+    "test_http_vllm_server.py": "shared-runs",
+    # tgi_url: the TGI-protocol test double on a real vLLM engine
+    "test_tgi_double_protocol.py": "tgi-double",
+    "test_length_match_e2e.py": "tgi-double",
+}
+
+# group (or file) -> seconds, serial run 2026-11-30 13:30 (load ~1.5); anything absent is short
+WEIGHTS = {
+    "shared-runs": 270,
+    "test_tune_live.py": 200,
+    "test_containers_e2e.py": 180,
+    "test_quant_engine.py": 165,
+    "test_topology.py": 135,
+    "tgi-double": 110,
+    "test_trtllm_pipeline.py": 80,
+    "test_trtllm_serve_http.py": 50,
+    "test_engine_cache.py": 15,
+    "test_quality.py": 12,
+    "test_bundle.py": 12,
+    "test_containers.py": 12,
+}
+
+
+def group_of(nodeid: str) -> str:
+    file = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    return GROUPS.get(file, file)
+
+
+def order_heaviest_first(items: list) -> None:
+    """Stable sort of collected items: heavy groups first, each group's items contiguous and in
+    their original order (xdist hands out groups in collection order)."""
+    first_seen: dict[str, int] = {}
+    for i, it in enumerate(items):
+        first_seen.setdefault(group_of(it.nodeid), i)
+    items.sort(key=lambda it: (-WEIGHTS.get(group_of(it.nodeid), 1), first_seen[group_of(it.nodeid)]))
+
+
+def make_scheduler(config, log):
+    """LoadScopeScheduling with our groups as the scopes, in our order (its default reorders the
+    scopes by test count, which puts many quick unit tests first)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return GroupScheduling(config, log)
