@@ -68,6 +68,7 @@ class HttpStreamBackend:
         self.raw_observer: Callable[[str, RawEvent], None] | None = None
         self._client: httpx.AsyncClient | None = None
         self._post: Any = None  # StreamingTransport.poster for http:// (no httpx per-request work)
+        self._transport: StreamingTransport | None = None
         self._scraper: Any = None
         self._tokenizer: Any = None
         self._info: dict[str, Any] = {}
@@ -106,6 +107,7 @@ class HttpStreamBackend:
                 timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=self.read_timeout_s, pool=None),
                 limits=httpx.Limits(max_connections=self.max_connections,
                                     max_keepalive_connections=self.max_connections))
+            self._transport = transport
             if transport is not None:  # streaming POSTs skip httpx's request machinery (same pool)
                 self._post = transport.poster(self.base_url, self._client.headers, CONNECT_TIMEOUT_S,
                                               self.read_timeout_s)
@@ -236,7 +238,10 @@ class HttpStreamBackend:
             name=self.name, framework=self.framework, version=self._version,
             native_config={"protocol": self.protocol.name, "endpoint": self.protocol.path,
                            "base_url": self.base_url, "model": self.model},
-            extra={"server_info": self._info, "auth": f"bearer from ${API_KEY_ENV}" if os.environ.get(API_KEY_ENV) else None})
+            extra={"server_info": self._info, "auth": f"bearer from ${API_KEY_ENV}" if os.environ.get(API_KEY_ENV) else None,
+                   # which clock stamped the events (kernel receive time or user-space read time)
+                   "event_clock": self._transport.clock() if self._transport is not None
+                   else {"source": "user: perf_counter_ns when httpx's transport yielded the bytes"}})
 
 
 class OpenAIEndpointBackend(HttpStreamBackend):

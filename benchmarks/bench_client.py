@@ -33,6 +33,7 @@ def _load() -> str:
 
 def _line(r: dict, load_before: str, load_after: str) -> str:
     e, lag = r["timing_error_ms"], r["loop_lag_ms"]
+    u = r.get("user_stamp_error_ms") or e  # had events been stamped when Python read them
     def cpu(c: dict | None) -> str:  # microseconds per event: total (user + sys)
         return f"{c['total']}({c['user']}u+{c['sys']}s)" if c else "?"
 
@@ -40,7 +41,9 @@ def _line(r: dict, load_before: str, load_after: str) -> str:
             f"tok_s={r['steady_tokens_per_s']:,.0f} offered={r['offered_tokens_per_s']:,.0f} "
             f"client_cpu_us_ev={cpu(r.get('client_cpu_us_per_event'))} "
             f"server_cpu_us_ev={cpu(r.get('server_cpu_us_per_event'))} "
+            f"clock={(r.get('event_clock') or {}).get('source', '?').split(':')[0]} "
             f"err_ms p50={e['p50']:.3f} p99={e['p99']:.3f} max={e['max']:.3f} min={e['min']:.3f} "
+            f"user_err_ms p50={u['p50']:.3f} p99={u['p99']:.3f} max={u['max']:.3f} "
             f"lag_ms p99={lag.get('p99', 0):.1f} max={lag.get('max', 0):.1f} "
             f"load_before=[{load_before}] load_after=[{load_after}] "
             f"{'TARGET-MET' if r['sustainable'] else 'target-not-met'}")

@@ -6,8 +6,12 @@ The calibration server speaks the OpenAI completions streaming protocol (with vL
 ``itl_ms`` between events, each event carrying ``tokens_per_event`` tokens. Every token event
 carries, in its SSE ``id:`` field, ``perf_counter_ns()`` taken just before the bytes were written.
 perf_counter_ns is CLOCK_MONOTONIC, shared by all processes of a machine, so
-``client stamp - server stamp`` is the client's timing error for that event: loopback transit +
-time the client's event loop took to get to the bytes. That is what ``compare calibrate`` reports.
+``client stamp - server stamp`` is the client's timing error for that event. With kernel receive
+stamps (backends/http/rxstamp.py, Linux) that is loopback transit up to the socket, plus, when
+one read held several events, the wait for the newest of them; with user-space stamps it also
+holds the time the client's event loop took to get to the bytes. Both are reported (the
+user-space one from ``RawEvent.rx_ns``), with the clock that stamped the records. That is what
+``compare calibrate`` reports.
 
 The server is a bare asyncio.Protocol (no framework) so that it, not the client, is never the
 bottleneck; it runs in its own process (``python -m compare.calibration --port N``), pinned to
@@ -276,12 +280,14 @@ async def measure(base_url: str, streams: int, tokens: int, rounds: int = 1, tim
     from compare.schedule import LoadLevel
 
     pairs_srv: list[str] = []  # the server's send stamps as sent (converted after the level)
-    pairs_cli: list[int] = []
+    pairs_cli: list[int] = []  # the events' stamps (what the records carry)
+    pairs_rx: list[int | None] = []  # when Python read them (None: same as the stamp)
 
     def observe(rid: str, raw: Any) -> None:  # runs per event inside the measured level: keep it lean
         if raw.id is not None:
             pairs_srv.append(raw.id)
             pairs_cli.append(raw.t_ns)
+            pairs_rx.append(raw.rx_ns)
 
     reqs = [GenerationRequest(request_id=f"cal-{i}", max_tokens=tokens, prompt_token_ids=(1, 2, 3))
             for i in range(streams * rounds)]
@@ -300,30 +306,40 @@ async def measure(base_url: str, streams: int, tokens: int, rounds: int = 1, tim
             cpu1 = _cpu()
             gc.unfreeze()
         srv1 = await _server_stats(base_url)
+        clock = backend.describe().extra.get("event_clock", {})
     srv = np.asarray([int(x) for x in pairs_srv], dtype=np.int64)
     cli = np.asarray(pairs_cli, dtype=np.int64)
+    rx = np.asarray([c if r is None else r for c, r in zip(pairs_cli, pairs_rx)], dtype=np.int64)
     err_ms = (cli - srv) / 1e6
+    user_err_ms = (rx - srv) / 1e6
     recs = out.records
     ok = [r for r in recs if r.ok]
     n_tok = sum(r.output_tokens for r in ok)
-    # steady-state ingest rate: the middle 60 % of the time tokens were arriving (no ramp-up/down)
+    # steady-state ingest rate: the middle 60 % of the time the client was reading events (no
+    # ramp-up/down); by read time, not receive stamp (that would be the server's send rate)
     rate = 0.0
-    if cli.size > 10:
-        lo, hi = np.percentile(cli, [20, 80])
+    if rx.size > 10:
+        lo, hi = np.percentile(rx, [20, 80])
         if hi > lo:
-            rate = float(((cli >= lo) & (cli <= hi)).sum()) / ((hi - lo) / 1e9)
+            rate = float(((rx >= lo) & (rx <= hi)).sum()) / ((hi - lo) / 1e9)
     # the records the runner keeps must be the very stamps the observer saw (same code path)
     consistent = sum(len(r.event_times_ns) for r in recs) == cli.size
-    pct = (lambda q: float(np.percentile(err_ms, q))) if err_ms.size else (lambda q: float("nan"))
+    def dist(x: Any) -> dict[str, float]:
+        if not x.size:
+            return {k: float("nan") for k in ("p50", "p90", "p99", "p999", "max", "min")}
+        p50, p90, p99, p999 = (float(v) for v in np.percentile(x, [50, 90, 99, 99.9]))
+        return {"p50": p50, "p90": p90, "p99": p99, "p999": p999, "max": float(x.max()), "min": float(x.min())}
+
     return {
         "streams": streams, "tokens_per_stream": tokens, "requests": len(recs), "ok": len(ok),
         "errors": {k: sum(1 for r in recs if r.error_kind == k) for k in {r.error_kind for r in recs if r.error_kind}},
         "events": int(cli.size), "tokens": n_tok,
         "wall_s": (out.t_end_ns - out.t_start_ns) / 1e9,
         "steady_events_per_s": rate,
-        "timing_error_ms": {"p50": pct(50), "p90": pct(90), "p99": pct(99), "p999": pct(99.9),
-                            "max": float(err_ms.max()) if err_ms.size else float("nan"),
-                            "min": float(err_ms.min()) if err_ms.size else float("nan")},
+        "event_clock": clock,  # which clock stamped the records (kernel receive time or user space)
+        "timing_error_ms": dist(err_ms),  # the records' stamps
+        "user_stamp_error_ms": dist(user_err_ms),  # had the events been stamped when Python read them
+        "client_lag_ms": dist((rx - cli) / 1e6),  # read time - receive stamp: the client's own delay
         "loop_lag_ms": out.loop_lag_ms,
         # CPU time per event (user+sys, incl. socket syscalls): unlike wall-clock rates this hardly
         # depends on machine load. Client: this whole process during the level; server: its own report.

@@ -1,7 +1,9 @@
 """One HTTP/1.1 client connection (an ``asyncio.Protocol``) that parses streamed events on arrival.
 
-In ``data_received`` -- the first moment Python sees the bytes -- each read is stamped with
-``perf_counter_ns()``, the response head is parsed, the body de-chunked, and, once the reader has
+Each read is stamped -- with the kernel's receive time when the connection is a
+``rxstamp.StampedSocket`` (Linux), else with ``perf_counter_ns()`` in ``data_received``, the first
+moment Python sees the bytes -- and ``rx_ns`` (when Python read them) travels beside it; the
+response head is parsed, the body de-chunked, and, once the reader has
 attached a sink, framed by the shared ``SseFramer`` and parsed into that sink
 (``sse.Sink`` / ``protocol.EventSink``), all before any task wakes up. ``fill`` wakes the reader
 only for a full batch, the end of the body, an error, or a slow flush tick (``FLUSH_S``); the
@@ -24,10 +26,14 @@ _perf = time.perf_counter_ns
 # needs events sooner (stream end always wakes it; timeouts hand over what was buffered), and each
 # flush is one more task wake-up per stream and tick (at 0.5 s, 3 extra per 2-s stream).
 FLUSH_S = 1.0
+USER_CLOCK = "user: perf_counter_ns when the event loop handed over the bytes"
+
+
 class StampedBytes(bytes):
-    """Body bytes + ``t_ns``: perf_counter_ns when they were received."""
+    """Body bytes + ``t_ns`` (their receive stamp) + ``rx_ns`` (when Python read them)."""
 
     t_ns: int
+    rx_ns: int
 
 
 class _Conn(asyncio.Protocol):
@@ -72,8 +78,14 @@ class _Conn(asyncio.Protocol):
         self._wake()
 
     def data_received(self, data: bytes) -> None:
-        # THE stamp: the first moment Python sees these bytes, before any parsing or task wake-up
-        self.rx_ns = t = _perf()
+        # an asyncio transport (no kernel stamp): THE stamp is the first moment Python sees the
+        # bytes, before any parsing or task wake-up
+        t = _perf()
+        self.received(data, t, t)
+
+    def received(self, data: bytes, t: int, u: int) -> None:
+        """``data`` read at perf_counter_ns ``u``; ``t``: its receive stamp (the kernel's, or ``u``)."""
+        self.rx_ns = u
         f = self.framer
         if f is not None and self.csize == -1 and not self.cbuf and self.mode == "chunked":
             # the usual read: exactly one whole chunk (one SSE event) -> straight to the framer
@@ -85,7 +97,7 @@ class _Conn(asyncio.Protocol):
                     size = 0
                 end = i + 2 + size
                 if size and len(data) == end + 2 and data.endswith(b"\r\n"):
-                    f.feed(data[i + 2:end], t)
+                    f.feed(data[i + 2:end], t, u)
                     if self.sink.ready:  # type: ignore[union-attr]
                         self._wake()
                     return
@@ -101,14 +113,14 @@ class _Conn(asyncio.Protocol):
                 self._wake()
                 return
         if self.mode == "chunked":
-            self._dechunk(data, t)
+            self._dechunk(data, t, u)
         elif self.mode == "length":
             piece = data[: self.remaining]
             self.remaining -= len(piece)
-            self._push(piece, t)
+            self._push(piece, t, u)
             self.done = self.remaining == 0
         else:
-            self._push(data, t)
+            self._push(data, t, u)
         sink = self.sink
         # a raw reader wants every piece; a sink's reader only full batches, errors and the end
         if sink is None or sink.ready or self.done:
@@ -135,7 +147,7 @@ class _Conn(asyncio.Protocol):
             self.done = True
         self.head.set_result((int(parts[1]), parts[2].decode("latin-1") if len(parts) > 2 else "", headers))
 
-    def _dechunk(self, data: bytes, t: int) -> None:
+    def _dechunk(self, data: bytes, t: int, u: int) -> None:
         """Chunked transfer coding, incremental; positions instead of re-slicing the buffer."""
         buf = self.cbuf + data if self.cbuf else data
         pos, n, size = 0, len(buf), self.csize
@@ -157,7 +169,7 @@ class _Conn(asyncio.Protocol):
                 size = -1
             else:
                 end = pos + size if pos + size < n else n
-                self._push(buf[pos:end], t)  # partial chunk data is pushed at once: first-byte stamps
+                self._push(buf[pos:end], t, u)  # partial chunk data is pushed at once: first-byte stamps
                 size -= end - pos
                 pos = end
                 if size == 0:
@@ -165,13 +177,13 @@ class _Conn(asyncio.Protocol):
         self.csize = size
         self.cbuf = buf[pos:] if pos < n else b""
 
-    def _push(self, piece: bytes, t: int) -> None:
+    def _push(self, piece: bytes, t: int, u: int) -> None:
         if piece:
             if self.framer is not None:
-                self.framer.feed(piece, t)
+                self.framer.feed(piece, t, u)
                 return
             b = StampedBytes(piece)
-            b.t_ns = t
+            b.t_ns, b.rx_ns = t, u
             self.pieces.append(b)
 
     def _wake(self) -> None:
@@ -203,7 +215,7 @@ class _Conn(asyncio.Protocol):
             f = self.framer = SseFramer(sink.push)
             while self.pieces:
                 p = self.pieces.popleft()
-                f.feed(p, p.t_ns)
+                f.feed(p, p.t_ns, p.rx_ns)
         tick = min(read_timeout, FLUSH_S) if read_timeout else FLUSH_S
         while True:
             if sink.ready or sink.ended:

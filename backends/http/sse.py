@@ -1,9 +1,12 @@
 """The ONE Server-Sent-Events reader every HTTP protocol goes through.
 
-Timing rule (identical for every protocol): an event is stamped with ``time.perf_counter_ns()``
-taken the moment the chunk holding its FIRST byte is handed to us by the socket layer. Several
-events in one chunk share that chunk's stamp (they arrived together); an event split over
-several chunks keeps the stamp of its first chunk. Parsing happens after stamping, so JSON
+Timing rule (identical for every protocol): an event is stamped with the receive stamp of the
+read holding its FIRST byte, in the ``time.perf_counter_ns()`` domain: on our transport under
+Linux the kernel's receive time of the newest segment in that read (``rxstamp.py``), else the
+moment the socket layer handed the read to us. Several events in one read share its stamp
+(they arrived no later than it); an event split over several reads keeps the stamp of its
+first. ``RawEvent.rx_ns`` keeps when Python read that first piece (equal to ``t_ns`` without
+kernel stamps), so the client's own lag stays visible. Parsing happens after stamping, so JSON
 decoding never inflates a latency.
 
 Pipeline (one implementation of each step): bytes -> ``SseFramer`` (framing) -> a ``Sink``
@@ -59,7 +62,8 @@ BATCH = 64  # events a sink buffers before it wakes its reader (the end of the b
 
 
 class RawEvent(NamedTuple):
-    """One SSE event as received: ``t_ns`` = first byte seen, fields as sent.
+    """One SSE event as received: ``t_ns`` = its first byte's receive stamp, fields as sent,
+    ``rx_ns`` = when Python read that byte (None: not recorded, i.e. the same as ``t_ns``).
 
     A NamedTuple: built once per streamed event, it costs a fraction of a frozen dataclass."""
 
@@ -67,23 +71,24 @@ class RawEvent(NamedTuple):
     data: str
     event: str | None = None
     id: str | None = None
+    rx_ns: int | None = None
 
 
-_raw = functools.partial(tuple.__new__, RawEvent)  # RawEvent from a 4-tuple, without NamedTuple's __new__
+_raw = functools.partial(tuple.__new__, RawEvent)  # RawEvent from a 5-tuple, without NamedTuple's __new__
 
 
-def _parse_block(block: bytes, t_ns: int) -> RawEvent | None:
+def _parse_block(block: bytes, t_ns: int, rx_ns: int) -> RawEvent | None:
     """One event block (lines without the blank terminator) -> RawEvent; None for comments only."""
     # fast paths (they cost most of the client's per-event CPU otherwise): one data line (vLLM,
     # TGI), and "id:" + one data line (the calibration server)
     j = block.find(b"\n")
     if j < 0:
         if block.startswith(b"data:"):
-            return _raw((t_ns, block[6 if block.startswith(b" ", 5) else 5:].decode(), None, None))
+            return _raw((t_ns, block[6 if block.startswith(b" ", 5) else 5:].decode(), None, None, rx_ns))
         lines = [block]
     elif block.startswith(b"id:") and block.startswith(b"data:", j + 1) and block.find(b"\n", j + 1) < 0:
         return _raw((t_ns, block[j + (7 if block.startswith(b" ", j + 6) else 6):].decode(), None,
-                     block[4 if block.startswith(b" ", 3) else 3:j].decode()))
+                     block[4 if block.startswith(b" ", 3) else 3:j].decode(), rx_ns))
     else:
         lines = block.split(b"\n")
     data: list[bytes] = []
@@ -103,24 +108,25 @@ def _parse_block(block: bytes, t_ns: int) -> RawEvent | None:
         # "retry" and unknown fields are ignored, as the SSE spec says
     if not data and event is None:
         return None
-    return RawEvent(t_ns, b"\n".join(data).decode() if len(data) != 1 else data[0].decode(), event, eid)
+    return RawEvent(t_ns, b"\n".join(data).decode() if len(data) != 1 else data[0].decode(), event, eid, rx_ns)
 
 
 class SseFramer:
-    """THE Server-Sent-Events framing, incremental: ``feed(bytes, t_ns)`` appends each complete
-    event to ``events``, stamped with the ``t_ns`` of the piece that held its first byte.
+    """THE Server-Sent-Events framing, incremental: ``feed(bytes, t_ns, rx_ns)`` appends each
+    complete event to ``events``, stamped with the ``t_ns``/``rx_ns`` of the piece that held its
+    first byte.
 
     Our transport feeds it straight from ``data_received`` (the stamp is taken there, before
     any task wakes up); for other transports ``post_events`` feeds it the response's chunks.
     """
 
-    __slots__ = ("events", "emit", "_buf", "_t", "_cr")
+    __slots__ = ("events", "emit", "_buf", "_t", "_u", "_cr")
 
     def __init__(self, emit: Callable[[RawEvent], None] | None = None) -> None:
         self.events: list[RawEvent] = []
         self.emit = emit or self.events.append  # where each complete event goes
         self._buf = b""  # an event begun but not terminated yet
-        self._t = 0  # ... and the stamp of its first byte
+        self._t = self._u = 0  # ... and the stamps of its first byte
         self._cr = False  # the last piece ended in CR: maybe half of a CRLF
 
     def take(self) -> list[RawEvent]:
@@ -128,43 +134,43 @@ class SseFramer:
         self.events.clear()
         return out
 
-    def feed(self, piece: bytes, t_ns: int) -> None:
+    def feed(self, piece: bytes, t_ns: int, rx_ns: int) -> None:
         if not self._buf and not self._cr and b"\r" not in piece:
             i = piece.find(b"\n\n")
             if i == len(piece) - 2 and i > 0:  # the usual piece: exactly one whole event, LF line ends
-                ev = _parse_block(piece[:i], t_ns)
+                ev = _parse_block(piece[:i], t_ns, rx_ns)
                 if ev is not None:
                     self.emit(ev)
                 return
         if self._cr or b"\r" in piece:  # normalise CRLF / CR line ends (rare: axum, vLLM use LF)
             piece = self._lf(piece)
         if self._buf:
-            buf, t = self._buf + piece, self._t
+            buf, t, u = self._buf + piece, self._t, self._u
         else:
-            buf, t = piece, t_ns
+            buf, t, u = piece, t_ns, rx_ns
         i = buf.find(b"\n\n")
         if i < 0:
-            self._buf, self._t = buf, t
+            self._buf, self._t, self._u = buf, t, u
             return
         if i == len(buf) - 2:  # the usual piece: exactly one whole event
             self._buf = b""
             if i:
-                ev = _parse_block(buf[:i], t)
+                ev = _parse_block(buf[:i], t, u)
                 if ev is not None:
                     self.emit(ev)
             return
         pos = 0
         while i >= 0:
             if i > pos:
-                ev = _parse_block(buf[pos:i], t)
+                ev = _parse_block(buf[pos:i], t, u)
                 if ev is not None:
                     self.emit(ev)
-            t = t_ns  # any later event in this piece started in this piece
+            t, u = t_ns, rx_ns  # any later event in this piece started in this piece
             pos = i + 2
             i = buf.find(b"\n\n", pos)
         rest = buf[pos:]
         self._buf = rest if rest.strip(b"\n") else b""  # blank lines between events start nothing
-        self._t = t_ns
+        self._t, self._u = t_ns, rx_ns
 
     def _lf(self, piece: bytes) -> bytes:
         if self._cr:
@@ -273,7 +279,8 @@ async def read_events(client: httpx.AsyncClient, url: str, payload: dict[str, An
                 else:  # httpx's transport (https): frame its chunks here, stamped now
                     framer = SseFramer(sink.push)
                     async for chunk in resp.aiter_raw():
-                        framer.feed(chunk, getattr(chunk, "t_ns", 0) or _perf())
+                        t = getattr(chunk, "t_ns", 0) or _perf()
+                        framer.feed(chunk, t, getattr(chunk, "rx_ns", t))
                         if sink.items:
                             yield sink.take()
                         if sink.error is not None:

@@ -28,7 +28,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import httpx
 
-from backends.http import connection
+from backends.http import connection, rxstamp
 from backends.http.connection import StampedBytes, _Conn  # noqa: F401 (StampedBytes: re-exported)
 from backends.http.sse import EVENTS_EXTENSION, Sink
 
@@ -136,12 +136,27 @@ class StreamingTransport(httpx.AsyncBaseTransport):
     def __init__(self) -> None:
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
         self._pacer = _Pacer()
+        # event stamps: the kernel's receive time where the platform gives it (rxstamp.py)
+        self.kernel_stamps = rxstamp.kernel_stamps()
+        self._reads = rxstamp.ReadCounts()
+
+    def clock(self) -> dict[str, Any]:
+        """Which clock stamped the events (run.json, via the backend's describe()): the source,
+        and how many socket reads carried a kernel stamp vs fell back to the user-space one."""
+        if not self.kernel_stamps:
+            return {"source": connection.USER_CLOCK}
+        return {"source": rxstamp.KERNEL_CLOCK, "kernel_stamped_reads": self._reads.kernel,
+                "user_stamped_reads": self._reads.user}
 
     async def _connect(self, key: tuple[str, int], timeout: float | None) -> _Conn:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
-                _, conn = await loop.create_connection(_Conn, key[0], key[1])
+                if self.kernel_stamps:
+                    conn = _Conn()
+                    await rxstamp.open_stamped(loop, key[0], key[1], conn, self._reads)
+                else:
+                    _, conn = await loop.create_connection(_Conn, key[0], key[1])
         except TimeoutError:
             raise httpx.ConnectTimeout(f"connect to {key[0]}:{key[1]} timed out") from None
         except OSError as e:

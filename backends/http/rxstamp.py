@@ -1,0 +1,239 @@
+"""Kernel receive timestamps: a client socket whose reads we do ourselves, with ``recvmsg``.
+
+Why: a stamp taken in user space (``perf_counter_ns()`` when Python gets the bytes) includes the
+time the process took to wake up and reach the socket -- on the development VM a sleeping
+process woken by a loopback write has a p99 of 0.2-2.8 ms before any Python runs, and a busy
+client reads some sockets late in a batch (docs/benchmarks.md, issue 3). Linux stamps every
+received packet when it enters the network stack (``SO_TIMESTAMPNS``; for loopback that is in
+the sender's own ``send()``), and hands the stamp over with ``recvmsg``. For TCP the kernel
+reports, per read, the stamp of the LAST segment the read consumed (``tcp_recvmsg``:
+``tcp_update_recv_tstamps`` per skb, last wins) and a segment coalesced into the one before it
+in the receive queue carries the newer stamp (``tcp_try_coalesce``: ``to->tstamp =
+from->tstamp``). So a read's kernel stamp is the arrival of its newest byte: every event in
+the read arrived no later than that, which is the same "upper bound" rule the user-space stamp
+follows, minus the wake-up and the client's own lag.
+
+The stamp is CLOCK_REALTIME; it is moved to the ``perf_counter_ns`` (CLOCK_MONOTONIC) domain
+with the offset ``time_ns() - perf_counter_ns()`` sampled at each read (three vDSO calls: the
+realtime read bracketed by two monotonic ones; a sample whose bracket is wider than
+``OFFSET_BRACKET_NS`` -- the process was preempted in between, which first measured as events
+stamped up to 0.6 ms BEFORE the server sent them -- is dropped for the last good one), so
+clock steps between reads do not matter; a stamp that comes out later than the user-space stamp (a
+clock step inside the read) is replaced by the user-space stamp. Records keep integers in the
+perf_counter_ns domain as before; ``rx_ns`` (when Python read the bytes) travels beside each
+event so a report can show the client's own lag.
+
+uvloop/asyncio transports call ``data_received`` without ancillary data, hence
+``StampedSocket``: the few transport methods ``connection._Conn`` uses (``write``, ``close``,
+``is_closing``) over a non-blocking socket with ``loop.add_reader``. Where the option does not
+exist (not Linux) or ``LLM_COMPARE_RX_CLOCK=user``, connections are ordinary asyncio transports
+stamped in ``data_received`` (``connection.USER_CLOCK``).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import struct
+import sys
+import time
+from typing import Any
+
+_perf = time.perf_counter_ns
+_time_ns = time.time_ns
+
+# SO_TIMESTAMPNS: Python's socket module does not export it; 35 on every Linux architecture but
+# a few (asm-generic/socket.h: SO_TIMESTAMPNS_OLD 35; the _NEW variant only differs on 32-bit)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
+_TS = struct.Struct("@qq")  # struct timespec (64-bit time_t)
+_ANC = socket.CMSG_SPACE(_TS.size) if hasattr(socket, "CMSG_SPACE") else 0
+READ_BYTES = 64 * 1024  # per recvmsg: a fresh bytes object per read; 256 KiB (what uvloop reads into its one
+# reused buffer) went through mmap/munmap and cost ~16 us per read
+
+CLOCK_ENV = "LLM_COMPARE_RX_CLOCK"  # auto (kernel stamps where available) | user
+KERNEL_CLOCK = "kernel: SO_TIMESTAMPNS socket receive time -> perf_counter_ns"
+
+_supported: bool | None = None
+
+
+def kernel_stamps() -> bool:
+    """Whether new connections should read kernel receive stamps (probed once per process)."""
+    global _supported
+    choice = os.environ.get(CLOCK_ENV, "auto").strip().lower() or "auto"
+    if choice not in ("auto", "user"):
+        from compare.errors import UserError
+        raise UserError(f"{CLOCK_ENV}={choice!r} is not one of auto, user (unset it for kernel stamps "
+                        f"where available)")
+    if choice == "user":
+        return False
+    if _supported is None:
+        _supported = False
+        if SO_TIMESTAMPNS is not None and _ANC and _TS.size == 16 and hasattr(socket.socket, "recvmsg"):
+            try:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                    _supported = s.getsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS) == 1
+            except OSError:
+                pass
+    return _supported
+
+
+OFFSET_BRACKET_NS = 4000
+
+
+class ReadCounts:
+    """Reads that carried a kernel stamp vs fell back to the user-space one, and the last good
+    CLOCK_REALTIME - CLOCK_MONOTONIC offset (shared per pool)."""
+
+    __slots__ = ("kernel", "user", "off")
+
+    def __init__(self) -> None:
+        self.kernel = self.user = 0
+        self.off = _offset()
+
+
+def _offset() -> int:
+    """CLOCK_REALTIME - CLOCK_MONOTONIC, from the tightest of a few bracketed samples."""
+    best = (1 << 62, 0)
+    for _ in range(5):
+        a = _perf()
+        r = _time_ns()
+        b = _perf()
+        best = min(best, (b - a, r - (a + b) // 2))
+    return best[1]
+
+
+class StampedSocket:
+    """A connected non-blocking TCP socket driving an ``asyncio.Protocol``-like object.
+
+    Reads: ``protocol.received(data, t_ns, rx_ns)`` with ``t_ns`` the kernel stamp of the read
+    (``rx_ns`` when the read carried none) and ``rx_ns`` = perf_counter_ns right after the read.
+    Writes: straight ``send``; what the socket does not take is kept and sent on writability.
+    ``connection_lost`` is called once, soon after close / EOF / a socket error, as asyncio does."""
+
+    __slots__ = ("loop", "sock", "fd", "protocol", "closing", "wbuf", "counts")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: Any,
+                 counts: ReadCounts) -> None:
+        self.loop, self.sock, self.protocol, self.counts = loop, sock, protocol, counts
+        self.fd = sock.fileno()
+        self.closing = False
+        self.wbuf = bytearray()
+        protocol.connection_made(self)
+        loop.add_reader(self.fd, self._read)
+
+    def _read(self) -> None:
+        try:
+            data, anc, _, _ = self.sock.recvmsg(READ_BYTES, _ANC)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._fail(e)
+            return
+        u = _perf()  # when Python got the bytes (the user-space stamp)
+        if not data:
+            self.close()  # EOF: the server closed (asyncio's default for a protocol without eof_received)
+            return
+        t = u
+        if anc:
+            c = self.counts
+            r = _time_ns()
+            b = _perf()
+            if b - u < OFFSET_BRACKET_NS:  # else preempted between the calls: keep the last offset
+                c.off = r - ((u + b) >> 1)
+            sec, ns = _TS.unpack_from(anc[0][2])
+            k = sec * 1_000_000_000 + ns - c.off
+            if k < u:
+                t = k
+            c.kernel += 1
+        else:  # a segment queued before the option took effect, or the stack did not stamp it
+            self.counts.user += 1
+        self.protocol.received(data, t, u)
+
+    # ------------------------------------------------------------ the transport methods _Conn uses
+    def write(self, data: bytes) -> None:
+        if self.closing:
+            return
+        if not self.wbuf:
+            try:
+                n = self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError as e:
+                self._fail(e)
+                return
+            if n == len(data):
+                return
+            data = data[n:]
+            self.loop.add_writer(self.fd, self._write_more)
+        self.wbuf += data
+
+    def _write_more(self) -> None:
+        try:
+            n = self.sock.send(self.wbuf)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._fail(e)
+            return
+        del self.wbuf[:n]
+        if not self.wbuf:
+            self.loop.remove_writer(self.fd)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self._shut(None)
+
+    def _fail(self, exc: Exception) -> None:
+        self._shut(exc)
+
+    def _shut(self, exc: Exception | None) -> None:
+        if self.closing:
+            return
+        self.closing = True
+        self.loop.remove_reader(self.fd)
+        if self.wbuf:
+            self.loop.remove_writer(self.fd)
+            self.wbuf.clear()
+        self.sock.close()
+        self.loop.call_soon(self.protocol.connection_lost, exc)
+
+
+def _numeric(host: str, port: int) -> list[tuple[Any, ...]] | None:
+    """An IP literal needs no resolver (asyncio's create_connection skips it too; its threaded
+    getaddrinfo per connection would cost thousands of executor calls at a 2000-stream start)."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host.strip("[]"))
+        except OSError:
+            continue
+        addr = (host.strip("[]"), port) if family == socket.AF_INET else (host.strip("[]"), port, 0, 0)
+        return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", addr)]
+    return None
+
+
+async def open_stamped(loop: asyncio.AbstractEventLoop, host: str, port: int, protocol: Any,
+                       counts: ReadCounts) -> StampedSocket:
+    """Connect to ``host:port`` (each resolved address in turn, as ``create_connection`` does)
+    with kernel receive stamps on. OSError as ``create_connection`` raises it."""
+    infos = _numeric(host, port) or await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                           proto=socket.IPPROTO_TCP)
+    err: OSError | None = None
+    for family, type_, proto, _, addr in infos:
+        sock = socket.socket(family, type_, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio's transports do
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            await loop.sock_connect(sock, addr)
+        except OSError as e:
+            sock.close()
+            err = e
+            continue
+        except BaseException:  # cancelled (connect timeout)
+            sock.close()
+            raise
+        return StampedSocket(loop, sock, protocol, counts)
+    raise err or OSError(f"no address for {host}:{port}")
