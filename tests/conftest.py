@@ -29,6 +29,7 @@ def pytest_collection_modifyitems(config, items):
         order_heaviest_first(items)
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown when xdist is off (-p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
     from tests.scheduling import make_scheduler
 

@@ -45,7 +45,7 @@ def test_matrix_agrees_with_the_tgi_and_trtllm_adapters():
     for s, flag in tgi.TGI_QUANTIZE.items():
         if flag:
             assert f"--quantize {flag}" in check("tgi", s, "cuda").how
-    trt = pytest.importorskip("adapters.trtllm")
+    trt = pytest.importorskip("adapters.trtllm_support")
     for s in ("w4a16-awq", "w4a16-gptq", "w4a16", "w8a16-int8", "w8a8-int8", "w8a8-fp8"):
         algo = trt.NEUTRAL.get(s)
         from adapters.quant import cell
