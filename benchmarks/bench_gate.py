@@ -69,8 +69,9 @@ def record(args: argparse.Namespace) -> Path:
         return VllmBackend(s, name=name)
 
     load_before = os.getloadavg()
+    probe_before = machine_noise()
     t0 = time.time()
-    header = {"bench": {"load_before": load_before, "slow_native": args.slow_native, "mode": args.mode,
+    header = {"bench": {"load_before": load_before, "machine_noise_before": probe_before, "slow_native": args.slow_native, "mode": args.mode,
                         "settle_s": args.settle_s,
                         "single_process": args.single_process}}
     if args.mode == "restart":
@@ -78,10 +79,32 @@ def record(args: argparse.Namespace) -> Path:
     else:
         writer = asyncio.run(_record_same_engine(cfg, factory, header, args.settle_s))
     writer.run["bench"]["load_after"] = os.getloadavg()
+    writer.run["bench"]["machine_noise_after"] = machine_noise()
     writer.run["bench"]["wall_s"] = round(time.time() - t0, 1)
     writer.flush()
     print(f"recorded {writer.dir} in {time.time() - t0:.0f} s; load before {load_before}, after {os.getloadavg()}")
     return writer.dir
+
+
+def machine_noise(reps: int = 20, seconds: float = 0.25) -> dict:
+    """How steady this machine is right now, engine aside: the same fixed single-threaded work
+    (a pure-Python loop: no BLAS thread pool, calibrated to ~``seconds``) timed ``reps`` times. Its
+    coefficient of variation is a floor under any repeat-to-repeat noise the gate can see."""
+    import numpy as np
+
+    def work(n: int) -> float:
+        t0 = time.perf_counter()
+        sum(i * i for i in range(n))
+        return time.perf_counter() - t0
+
+    n = 1 << 14
+    while (t := work(n)) < seconds / 4:  # calibrate the iteration count
+        n *= 2
+    n = max(1, int(n * seconds / t))
+    times = [work(n) for _ in range(reps)]
+    x = np.asarray(times)
+    return {"reps": reps, "seconds_each": round(float(x.mean()), 4), "cv": round(float(x.std(ddof=1) / x.mean()), 4),
+            "max_over_min": round(float(x.max() / x.min()), 3)}
 
 
 async def _record_same_engine(cfg, factory, header, settle_s: float = 2.0):
