@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from backends.http import rxstamp
+from backends.http import native, rxstamp
 from backends.http.sse import Sink, read_events
 from backends.http.transport import StreamingTransport
 from compare.errors import UserError
@@ -82,7 +82,12 @@ def _run(srv: OneEventServer) -> tuple[list, dict]:
 
 
 @pytest.mark.skipif(not rxstamp.kernel_stamps(), reason="no SO_TIMESTAMPNS on this platform")
-def test_kernel_stamp_is_arrival_time_while_the_loop_was_blocked():
+@pytest.mark.parametrize("reader", ["native", "python"])
+def test_kernel_stamp_is_arrival_time_while_the_loop_was_blocked(reader: str, monkeypatch: pytest.MonkeyPatch):
+    if reader == "native" and native.recv_stamped is None:
+        pytest.skip(f"native helpers: {native.status}")
+    if reader == "python":  # the pure-Python read (what runs without the compiled helpers)
+        monkeypatch.setattr(rxstamp, "_recv_stamped", None)
     srv = OneEventServer()
     events, clock = _run(srv)
     tokens = [e for e in events if e.id is not None]

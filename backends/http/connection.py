@@ -18,7 +18,8 @@ from collections import deque
 
 import httpx
 
-from backends.http.sse import SseFramer, Sink
+from backends.http.native import frame_chunks as _frame_chunks
+from backends.http.sse import RawEvent, SseFramer, Sink
 
 _perf = time.perf_counter_ns
 
@@ -88,6 +89,13 @@ class _Conn(asyncio.Protocol):
         self.rx_ns = u
         f = self.framer
         if f is not None and self.csize == -1 and not self.cbuf and self.mode == "chunked":
+            if _frame_chunks is not None and not f._buf and not f._cr:
+                # whole chunks of whole events (nearly every read): de-chunked, framed and emitted
+                # in C (backends/http/_native.c); -1: nothing emitted, the Python path below
+                if _frame_chunks(data, t, u, f.emit, RawEvent) >= 0:
+                    if self.sink.ready:  # type: ignore[union-attr]
+                        self._wake()
+                    return
             # the usual read: exactly one whole chunk (one SSE event) -> straight to the framer
             i = data.find(b"\r\n")
             if 0 < i < 9:

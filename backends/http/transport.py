@@ -28,7 +28,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import httpx
 
-from backends.http import connection, rxstamp
+from backends.http import connection, native, rxstamp
 from backends.http.connection import StampedBytes, _Conn  # noqa: F401 (StampedBytes: re-exported)
 from backends.http.sse import EVENTS_EXTENSION, Sink
 
@@ -144,9 +144,9 @@ class StreamingTransport(httpx.AsyncBaseTransport):
         """Which clock stamped the events (run.json, via the backend's describe()): the source,
         and how many socket reads carried a kernel stamp vs fell back to the user-space one."""
         if not self.kernel_stamps:
-            return {"source": connection.USER_CLOCK}
+            return {"source": connection.USER_CLOCK, "native": native.status}
         return {"source": rxstamp.KERNEL_CLOCK, "kernel_stamped_reads": self._reads.kernel,
-                "user_stamped_reads": self._reads.user}
+                "user_stamped_reads": self._reads.user, "native": native.status}
 
     async def _connect(self, key: tuple[str, int], timeout: float | None) -> _Conn:
         loop = asyncio.get_running_loop()
