@@ -2,19 +2,20 @@
 
 A baseline keeps, per backend, load level and metric, the value of every repeat of the run it was
 saved from, plus that run's workload identity and environment fingerprint. The gate's threshold
-for a metric comes from the baseline's own repeat-to-repeat noise:
+for a metric comes from the repeat-to-repeat noise of the baseline and the candidate (pooled, as in a
+two-sample t test):
 
     threshold = max(floor, t(1 - alpha/m, df) * noise * sqrt(1/n_baseline + 1/n_candidate))
 
-in log space, where noise is the standard deviation of log(value) across the baseline's repeats
+in log space, where noise is the standard deviation of log(value) across each side's repeats
 (see _pooled_noise for how few repeats still give usable degrees of freedom, df), m the number
 of metrics checked and alpha
 the family-wise false-alarm rate (default 5%): a one-sided t test per metric with a Bonferroni
 split, so checking more metrics does not raise the false-alarm rate, and a noise estimate from
 few repeats (small df) is not trusted more than it deserves. The statistic is the difference of
 the mean log values (the geometric-mean ratio); a metric got worse when it moves in the bad
-direction (latency up, throughput down) beyond the threshold. With one baseline repeat there is
-no noise estimate and the floor alone decides (said in the output).
+direction (latency up, throughput down) beyond the threshold. With one repeat on both sides there
+is no noise estimate and the floor alone decides (said in the output).
 
 Every check also prints what changed in the environment (framework/driver versions, GPU, CPU,
 spec), so "what got slower" comes with "what changed".
@@ -221,8 +222,10 @@ def _log_ss(values: list[float]) -> tuple[float, int]:
     return (float(np.var(np.log(v), ddof=1)) * (v.size - 1), v.size - 1) if v.size >= 2 else (0.0, 0)
 
 
-def _pooled_noise(cells: dict[str, dict[str, Any]], metric: str) -> tuple[float, int] | None:
-    """(noise, degrees of freedom) for one metric of one backend.
+def _pooled_noise(*sides: dict[str, dict[str, Any]], metric: str) -> tuple[float, int] | None:
+    """(noise, degrees of freedom) for one metric of one backend, from the repeats of every side
+    given (baseline and candidate: the pooled variance of a two-sample t test, so a candidate
+    measured on a noisier day widens its own threshold instead of raising false alarms).
 
     2-3 repeats give a variance with 1-2 df: its t quantile would make the gate blind. So the
     degrees of freedom come from pooling the log-variance over every metric and level of the
@@ -230,7 +233,7 @@ def _pooled_noise(cells: dict[str, dict[str, Any]], metric: str) -> tuple[float,
     TTFT p95 keeps its wider threshold; a quiet TPOT is not held to an implausibly tight one).
     The false-alarm rate this gives is measured, not assumed: benchmarks/bench_gate.py."""
     own_ss = own_df = all_ss = all_df = 0
-    for cell in cells.values():
+    for cell in (c for cells in sides for c in cells.values()):
         for m, vals in cell.items():
             if m not in METRICS:
                 continue
@@ -252,9 +255,13 @@ def check(baseline: dict[str, Any], run: dict[str, Any], records: Iterable[Reque
     res = GateResult(env_changes=diff_fingerprints(baseline.get("fingerprint", {}), fingerprint_of(run)))
     if run.get("status") != "complete":
         res.problems.append(f"the results did not complete (status {run.get('status')}): {run.get('error', '')}".strip())
-    if baseline.get("repeats", 0) < 2:
-        res.notes.append("the baseline has 1 repeat: no noise estimate, the floor alone sets the thresholds "
-                         "(save a baseline from a run with --repeats 3)")
+    nb, nc = int(baseline.get("repeats", 0) or 0), int(run.get("repeats", 1) or 1)
+    if nb < 2 and nc < 2:
+        res.notes.append("baseline and results have 1 repeat each: no noise estimate, the floor alone sets "
+                         "the thresholds (save a baseline from a run with --repeats 3)")
+    elif nb < 2:
+        res.notes.append(f"the baseline has 1 repeat: the noise estimate comes from these results' {nc} "
+                         "repeats alone (save a baseline from a run with --repeats 3)")
     family = sum(1 for levels in baseline["metrics"].values() for cell in levels.values()
                  for m in cell if m in METRICS)
     for backend, levels in baseline["metrics"].items():
@@ -290,7 +297,7 @@ def check_cells(backend: str, base: dict[str, dict[str, Any]], cand: dict[str, d
             if metric not in METRICS or metric not in cand[level]:
                 continue
             mc = _check_metric(backend, level, metric, base_vals, cand[level][metric],
-                               _pooled_noise(base, metric), floor, alpha / max(1, family))
+                               _pooled_noise(base, cand, metric=metric), floor, alpha / max(1, family))
             out.append(mc or MetricCheck(backend, level, metric, math.nan, None, math.nan, math.nan,  # type: ignore[arg-type]
                                          None, False, False))
     return out

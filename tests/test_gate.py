@@ -51,9 +51,22 @@ def test_threshold_comes_from_baseline_noise_with_floor():
     floored = {c.metric: c for c in check(quiet, *cand, floor=0.5).checks}
     assert floored["ttft_p50"].threshold == pytest.approx(0.5) and not floored["ttft_p50"].regression
     one = make_baseline(*_run(repeats=1), name="one", workload_sha256=None)
-    res = check(one, *cand)
-    assert any("1 repeat" in n for n in res.notes)
+    res = check(one, *_run(ttft_ms=22.0, seed=5, repeats=1))
+    assert any("1 repeat each" in n for n in res.notes)
     assert all(c.noise is None for c in res.checks)
+    # a one-repeat baseline still gets a noise estimate from the candidate's own repeats
+    res = check(one, *cand)
+    assert any("from these results' 3 repeats" in n for n in res.notes)
+    assert all(c.noise is not None for c in res.checks)
+
+
+def test_a_noisy_candidate_widens_its_own_threshold():
+    """Pooled two-sample noise: the same quiet baseline, a candidate whose repeats scatter 40%
+    gets wider thresholds than one whose repeats scatter 1% (fewer false alarms on a noisy day)."""
+    base = make_baseline(*_run(noise=0.01), name="q", workload_sha256=None)
+    calm = {c.metric: c for c in check(base, *_run(noise=0.01, seed=7), floor=0.01).checks}
+    wild = {c.metric: c for c in check(base, *_run(noise=0.4, seed=7), floor=0.01).checks}
+    assert wild["ttft_p50"].threshold > 2 * calm["ttft_p50"].threshold
 
 
 def test_refuses_other_workload_schema_levels_and_backends():
