@@ -32,6 +32,7 @@ stamped in ``data_received`` (``connection.USER_CLOCK``).
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import socket
 import struct
@@ -243,6 +244,27 @@ def _numeric(host: str, port: int) -> list[tuple[Any, ...]] | None:
     return None
 
 
+async def _connect(loop: asyncio.AbstractEventLoop, sock: socket.socket, addr: Any) -> None:
+    """Non-blocking connect; waits for writability only when the handshake is in progress.
+    (``loop.sock_connect`` cost ~80 us more per connection: at one 50-event stream per
+    connection that was ~1.6 us per event.)"""
+    err = sock.connect_ex(addr)
+    if err == 0:
+        return
+    if err not in (errno.EINPROGRESS, errno.EAGAIN, errno.EINTR):
+        raise OSError(err, os.strerror(err))
+    fd = sock.fileno()
+    done = loop.create_future()
+    loop.add_writer(fd, lambda: done.done() or done.set_result(None))
+    try:
+        await done
+    finally:
+        loop.remove_writer(fd)
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        raise OSError(err, os.strerror(err))
+
+
 async def open_stamped(loop: asyncio.AbstractEventLoop, host: str, port: int, protocol: Any,
                        counts: ReadCounts) -> StampedSocket:
     """Connect to ``host:port`` (each resolved address in turn, as ``create_connection`` does)
@@ -256,7 +278,7 @@ async def open_stamped(loop: asyncio.AbstractEventLoop, host: str, port: int, pr
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio's transports do
             sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            await loop.sock_connect(sock, addr)
+            await _connect(loop, sock, addr)
         except OSError as e:
             sock.close()
             err = e
