@@ -193,6 +193,19 @@ class GateResult:
         return 1 if self.regressed else 0
 
 
+def select_backends(baseline: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The baseline restricted to some of its backends (``compare check --backends``: the candidate
+    re-ran only those). Unknown names are a usage error naming the ones it has."""
+    have = list(baseline.get("metrics", {}))
+    unknown = [n for n in names if n not in have]
+    if unknown or not names:
+        raise UserError(f"baseline {baseline['name']} has no backend {', '.join(unknown) or '(none given)'}: "
+                        f"it has {', '.join(have)}")
+    fp = dict(baseline.get("fingerprint") or {})
+    fp["backends"] = {k: v for k, v in (fp.get("backends") or {}).items() if k in names}
+    return {**baseline, "metrics": {k: v for k, v in baseline["metrics"].items() if k in names}, "fingerprint": fp}
+
+
 def ensure_comparable(baseline: dict[str, Any], run: dict[str, Any], workload_sha256: str | None) -> None:
     """Refuse (UserError) what cannot be compared: another workload, schema or load levels."""
     if baseline.get("schema_version") != run.get("schema_version"):

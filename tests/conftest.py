@@ -128,12 +128,13 @@ def real_run(tmp_path_factory, tiny_model) -> RealRun:
 @pytest.fixture(scope="session")
 def slow_run(tmp_path_factory, tiny_model) -> RealRun:
     """The shared run's workload, levels and spec again with vLLM limited to ONE sequence at a time
-    (``--max-num-seqs 1``), once per session, with the vLLM OpenAI server as a third backend. Read by
-    test_gate_e2e (the genuinely slower config a gate must flag) and test_http_vllm_server (server
-    vs in-process engine from one spec, in one command). One start each of vLLM, transformers and
-    the server, where the two tests' own runs took two vLLM starts, a server and transformers."""
+    (``--max-num-seqs 1``), once per session, with the vLLM OpenAI server as a second backend. Read
+    by test_gate_e2e (the genuinely slower config a gate must flag, checked with ``--backends vllm``)
+    and test_http_vllm_server (server vs in-process engine from one spec, in one command). One
+    start each of vLLM and the server, where the two tests' own runs took two vLLM starts, a server
+    and transformers."""
     out = tmp_path_factory.mktemp("slow")
-    p = run_cli("run", "--backends", "vllm,hf,vllm-server", "--model", str(tiny_model), *TINY_SPEC_ARGS,
+    p = run_cli("run", "--backends", "vllm,vllm-server", "--model", str(tiny_model), *TINY_SPEC_ARGS,
                 *REAL_RUN_WORKLOAD, "--max-num-seqs", "1", "--out", str(out), "--run-id", "slow",
                 "--format", "html", timeout=1400)
     assert p.returncode == 0, p.stderr[-3000:]

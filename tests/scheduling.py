@@ -5,7 +5,7 @@ imports in 2-3 processes), so two workers roughly halve it, provided that
 
 - the session fixtures that start engines run ONCE, not once per worker: every file using one
   goes to the same worker (GROUPS), and
-- the longest groups start first (WEIGHTS, seconds measured serially on 2026-11-30, see
+- the longest groups start first (WEIGHTS, seconds measured on 2026-11-30, see
   docs/benchmarks.md), so the two workers finish close together (longest-processing-time-first).
 
 Without xdist (``-p no:xdist`` or a plain ``pytest tests/x.py``) none of this does anything.
@@ -24,15 +24,16 @@ GROUPS = {
     "test_length_match_e2e.py": "tgi-double",
 }
 
-# group (or file) -> seconds, serial run 2026-11-30 13:30 (load ~1.5); anything absent is short
+# group (or file) -> seconds with two workers, 2026-11-30 14:57 run (a slow hour of this VM), less
+# what was cut after it (topology's standalone engine, slow_run's transformers); absent: short
 WEIGHTS = {
-    "shared-runs": 270,
-    "test_tune_live.py": 200,
-    "test_containers_e2e.py": 180,
-    "test_quant_engine.py": 165,
-    "test_topology.py": 135,
-    "tgi-double": 110,
-    "test_trtllm_pipeline.py": 80,
+    "shared-runs": 345,
+    "test_containers_e2e.py": 242,
+    "test_tune_live.py": 180,
+    "test_quant_engine.py": 153,
+    "tgi-double": 115,
+    "test_topology.py": 95,
+    "test_trtllm_pipeline.py": 94,
     "test_trtllm_serve_http.py": 50,
     "test_engine_cache.py": 15,
     "test_quality.py": 12,

@@ -116,6 +116,10 @@ def test_cli_save_check_exit_codes(tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     assert "REGRESSION vllm c1 TTFT p50" in r.stdout and "RESULT: REGRESSION" in r.stdout
     # usage errors: exit 2, one line, no traceback
+    r = run_cli("check", "--baseline", "ref", "--dir", str(bl), "--backends", "vllm", str(slow_dir))
+    assert r.returncode == 1 and "REGRESSION vllm c1 TTFT p50" in r.stdout
+    r = run_cli("check", "--baseline", "ref", "--dir", str(bl), "--backends", "tgi", str(same_dir))
+    assert r.returncode == 2 and "has no backend tgi: it has vllm" in r.stderr and "Traceback" not in r.stderr
     r = run_cli("check", "--baseline", "missing", "--dir", str(bl), str(same_dir))
     assert r.returncode == 2 and "baseline 'missing' not found" in r.stderr and "Traceback" not in r.stderr
     other = _write(tmp_path / "other", *_run(), workload_lines=("{\"request_id\": \"zzz\"}",))

@@ -25,7 +25,9 @@ def test_baseline_then_check_pass_and_real_regression(real_run, slow_run, tmp_pa
     # alpha 0.2, not the default 0.05: a 2-repeat baseline recorded on the shared, loaded 2-core
     # machine had 33% repeat noise, and at 0.05 a measured +306% TTFT sat under its +398% threshold
     # (docs/benchmarks.md: at 0.2 the A/A false-alarm rate measured 10%)
-    r = run_cli("check", "--baseline", "tiny-cpu", "--dir", str(bl), "--alpha", "0.2", str(slow))
+    # slow_run re-ran vLLM only (and its server): the check covers the baseline's vllm
+    r = run_cli("check", "--baseline", "tiny-cpu", "--dir", str(bl), "--alpha", "0.2", "--backends", "vllm",
+                str(slow))
     assert r.returncode == 1, r.stdout + r.stderr
     assert "REGRESSION vllm c2 TTFT" in r.stdout
     assert "backends.vllm.spec.max_num_seqs: None -> 1" in r.stdout  # what changed, next to what got slower

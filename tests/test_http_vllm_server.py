@@ -59,7 +59,7 @@ def test_guard_kills_the_group_when_the_benchmark_is_killed(tmp_path):
 
 @pytest.mark.engine
 def test_inprocess_vs_server_one_command(slow_run):
-    """``compare run --backends vllm,hf,vllm-server`` (the session's slow_run, tests/conftest.py:
+    """``compare run --backends vllm,vllm-server`` (the session's slow_run, tests/conftest.py:
     6 requests per level, levels c2 and r20, 48 output tokens, --max-num-seqs 1 for both engines)."""
     run, d = slow_run.run, slow_run.dir
     srv = run["backends"]["vllm-server"]

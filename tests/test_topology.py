@@ -1,9 +1,11 @@
-"""Topology for real on CPU: 1 vLLM engine vs 2 vLLM replicas (one core each) behind the
-least-outstanding-requests balancer, identical workload and SLO; in the second load level one
-replica's engine processes are SIGKILLed and the run reports what that cost.
+"""Topology for real on CPU: 2 vLLM replicas (one core each) behind the least-outstanding-requests
+balancer under an SLO; in the second load level one replica's engine processes are SIGKILLed and
+the run reports what that cost.
 
-3 engine starts in all (one compare run). The pure parts (target grammar, balancing policy,
-failure arithmetic, device check) are tested without engines."""
+2 engine starts (one compare run). Comparing against one engine is `--backends
+vllm,replicas@2*vllm`: the same multi-backend run every other e2e test exercises, so it is not
+repeated here (a third engine start on 2 cores). The pure parts (target grammar, balancing
+policy, failure arithmetic, device check) are tested without engines."""
 from __future__ import annotations
 
 import json
@@ -60,25 +62,23 @@ def test_failure_cost_arithmetic():
 
 
 @pytest.mark.engine
-def test_two_replicas_vs_one_engine_and_a_replica_killed_mid_run(tmp_path):
+def test_two_replicas_and_a_replica_killed_mid_run(tmp_path):
     if len(psutil.Process().cpu_affinity()) < 2:
         pytest.skip("needs 2 CPU cores (one per replica)")
     # killed when the 16th request of c8 is routed: ~8 in flight then, whatever the machine's speed
     kill = "replicas@2*vllm:lb=lor:kill=16r@c8"
     # 32 requests per level: after the 16th is routed in c8, 16 remain for the surviving replica
-    r = run_cli("run", "--backends", f"vllm,{kill}", "--concurrency", "4,8", "--num-requests", str(N),
+    r = run_cli("run", "--backends", kill, "--concurrency", "4,8", "--num-requests", str(N),
                 "--input-len", "64", "--output-len", "32", "--slo", "ttft_p95=2s,tpot_p95=200ms",
                 "--max-errors", "40", "--out", str(tmp_path), "--run-id", "topo", "--format", "json",
                 timeout=1500)
     assert r.returncode in (0, 1), r.stderr[-3000:]
     run = json.loads((tmp_path / "topo" / "run.json").read_text())
-    one, reps = run["backends"]["vllm"], run["backends"][kill]
-    # identical workload on both; every level has goodput and TTFT/TPOT percentiles
-    for b in (one, reps):
-        for label in ("c4", "c8"):
-            s = b["levels"][label]
-            assert s["requests"] == N and "goodput_req_s" in s and s["ttft_ms"]["p95"] > 0 and s["tpot_ms"]["p95"] > 0
-    assert one["levels"]["c8"]["failed"] == 0
+    reps = run["backends"][kill]
+    # every level has goodput and TTFT/TPOT percentiles
+    for label in ("c4", "c8"):
+        s = reps["levels"][label]
+        assert s["requests"] == N and "goodput_req_s" in s and s["ttft_ms"]["p95"] > 0 and s["tpot_ms"]["p95"] > 0
     # healthy level: both replicas served, nothing failed
     h = reps["levels"]["c4"]["server_metrics"]
     assert h["alive_at_end"] == [True, True] and min(h["routed"]) > 0 and sum(h["failed"]) == 0

@@ -24,12 +24,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
                    help=f"false-alarm rate of the whole check: threshold = max(floor, t(1-alpha/metrics, df) x "
                         f"baseline repeat noise x sqrt(1/n_b+1/n_c)) (default {DEFAULT_ALPHA})")
+    p.add_argument("--backends", help="check only these backends of the baseline, comma-separated "
+                   "(the candidate re-ran only them); default: every backend the baseline has")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=_check)
 
 
 def _check(args: argparse.Namespace) -> int:
-    from compare.baseline import check, ensure_comparable, load_baseline, workload_digest
+    from compare.baseline import check, ensure_comparable, load_baseline, select_backends, workload_digest
     from compare.commands.baseline import load_results
 
     if not 0 <= args.floor < 1:
@@ -37,6 +39,8 @@ def _check(args: argparse.Namespace) -> int:
     if not 0 < args.alpha < 1:
         raise UserError("--alpha is a probability, e.g. 0.05")
     base = load_baseline(args.baseline, args.dir)
+    if args.backends is not None:
+        base = select_backends(base, [n.strip() for n in args.backends.split(",") if n.strip()])
     run, records = load_results(args.results)
     ensure_comparable(base, run, workload_digest(args.results))
     res = check(base, run, records, floor=args.floor, alpha=args.alpha)
