@@ -20,6 +20,11 @@ VENV_BIN = Path(sys.executable).parent
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _WORKER.startswith("gw") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(int(_WORKER[2:]) % (os.cpu_count() or 1))
+# ... and every other torch (transformers backend, quality reference) to one thread: two workers'
+# OpenMP pools spin-waiting on 2 cores made transformers ~10x slower (TPOT 140-190 ms on the tiny
+# model, 2026-11-30 15:10 run) and broke the shared run's SLO
+if _WORKER.startswith("gw"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_collection_modifyitems(config, items):
