@@ -71,8 +71,8 @@ def record(args: argparse.Namespace) -> Path:
     load_before = os.getloadavg()
     probe_before = machine_noise()
     t0 = time.time()
-    header = {"bench": {"load_before": load_before, "machine_noise_before": probe_before, "slow_native": args.slow_native, "mode": args.mode,
-                        "settle_s": args.settle_s,
+    header = {"bench": {"load_before": load_before, "machine_noise_before": probe_before,
+                        "slow_native": args.slow_native, "mode": args.mode, "settle_s": args.settle_s,
                         "single_process": args.single_process}}
     if args.mode == "restart":
         writer = asyncio.run(run(cfg, backend_factory=factory, extra_header=header))

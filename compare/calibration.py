@@ -296,15 +296,13 @@ async def measure(base_url: str, streams: int, tokens: int, rounds: int = 1, tim
     backend.raw_observer = observe
     async with backend:
         srv0 = await _server_stats(base_url)
-        gc.collect()
-        gc.freeze()  # as compare run does around each level (compare/runner.py)
+        gc.collect()  # run_level collects and freezes the heap too; this one stays out of the CPU count
         cpu0 = _cpu()
         try:
             out = await run_level(backend, reqs, LoadLevel("concurrency", streams), seed=0, timeout_s=timeout_s,
                                   max_errors=len(reqs))
         finally:
             cpu1 = _cpu()
-            gc.unfreeze()
         srv1 = await _server_stats(base_url)
         clock = backend.describe().extra.get("event_clock", {})
     srv = np.asarray([int(x) for x in pairs_srv], dtype=np.int64)

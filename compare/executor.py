@@ -60,13 +60,18 @@ class LoopLagMonitor:
 
 
 @contextlib.contextmanager
-def _gc_paused():
-    """No cyclic GC during a level (the caller froze the heap before it; re-enabled after).
+def _gc_quiet():
+    """No garbage collection in the way of a level's timing, for every caller of run_level.
 
-    At 2000 streams the young objects of in-flight requests made the collector run ~2 us per
-    event and pause the loop up to ~30 ms (full collections), which is timing error on every
-    event arriving meanwhile; our request path leaves no cyclic garbage (measured: 0 objects
-    after 1000 requests), and timeit pauses the GC for the same reason."""
+    Everything alive when the level starts (engine, tokenizer, torch, earlier levels' records) is
+    frozen out of the collector's reach: full collections walking that heap (millions of objects
+    with torch/vLLM loaded) stalled the loop while tokens streamed (0.5 s at concurrency 128 on the
+    H200). The cyclic collector is also off during the level: at 2000 HTTP streams the young
+    objects of in-flight requests made it run ~2 us per event and pause the loop up to ~30 ms; our
+    request path leaves no cyclic garbage (measured: 0 objects after 1000 requests), and timeit
+    pauses the GC for the same reason."""
+    gc.collect()
+    gc.freeze()
     was = gc.isenabled()
     gc.disable()
     try:
@@ -74,6 +79,7 @@ def _gc_paused():
     finally:
         if was:
             gc.enable()
+        gc.unfreeze()
 
 
 async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_s: float,
@@ -131,6 +137,14 @@ async def run_level(backend: Backend, requests: list[GenerationRequest], level: 
                     seed: int, timeout_s: float, max_errors: int,
                     on_record: Callable[[RequestRecord], None] | None = None) -> LevelOutcome:
     """Send ``requests`` at ``level``; returns every record, including failed ones."""
+    with _gc_quiet():  # entered before the level's clock starts: the collection is not part of it
+        return await _run_level(backend, requests, level, seed=seed, timeout_s=timeout_s,
+                                max_errors=max_errors, on_record=on_record)
+
+
+async def _run_level(backend: Backend, requests: list[GenerationRequest], level: LoadLevel, *,
+                     seed: int, timeout_s: float, max_errors: int,
+                     on_record: Callable[[RequestRecord], None] | None) -> LevelOutcome:
     records: list[RequestRecord] = []
     aborted: list[str] = []
     offsets = None
@@ -155,7 +169,7 @@ async def run_level(backend: Backend, requests: list[GenerationRequest], level: 
             stop.set()
 
     t0 = time.perf_counter_ns()
-    with LoopLagMonitor() as lag, _gc_paused():
+    with LoopLagMonitor() as lag:
         if level.kind == "concurrency":
             queue: asyncio.Queue[GenerationRequest] = asyncio.Queue()
             for r in requests:

@@ -11,7 +11,6 @@ repeat's level summaries are kept (``backends[name]["repeats"]``) for the statis
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -216,14 +215,6 @@ async def _run_level(cfg: RunConfig, backend: Backend, level: LoadLevel, writer:
         progress.request_done(rec)
 
     max_errors = cfg.max_errors if cfg.max_errors is not None else max(1, len(cfg.requests) // 2)
-    # Everything alive now (engine, tokenizer, torch, earlier levels' records) is moved out of the
-    # collector's reach for the level: otherwise full collections walk that heap (millions of
-    # objects with torch/vLLM loaded) while tokens stream and stall the loop (seen: 0.5 s at
-    # concurrency 128 on the H200). Objects created during the level are still collected.
-    gc.collect()
-    gc.freeze()
-    try:
-        return await run_level(backend, cfg.requests, level, seed=cfg.workload.seed,
-                               timeout_s=cfg.timeout_s, max_errors=max_errors, on_record=on_record)
-    finally:
-        gc.unfreeze()
+    # run_level keeps the garbage collector out of the level's timing (compare/executor.py)
+    return await run_level(backend, cfg.requests, level, seed=cfg.workload.seed,
+                           timeout_s=cfg.timeout_s, max_errors=max_errors, on_record=on_record)

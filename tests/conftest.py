@@ -14,23 +14,22 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"  # ../shared beside the checkout (specs, recipes); read-only
 VENV_BIN = Path(sys.executable).parent
 
-# Two xdist workers (scripts/test.sh) each run real engines: pin each worker's vLLM compute threads
-# to its own core, or vLLM's auto binding puts both on core 0 (it reserves the last core for the
-# front-end processes) and each measures the other's load
+# Two xdist workers (scripts/test.sh) each run real engines:
+# - each worker's vLLM compute threads pinned to its own core, or vLLM's auto binding puts both on
+#   core 0 (it reserves the last core for the front-end processes) and each measures the other's load;
+# - every other torch (transformers backend, quality reference) on one thread: two workers' OpenMP
+#   pools spin-waiting on 2 cores made transformers ~10x slower (TPOT 140-190 ms on the tiny model,
+#   2026-11-30 15:10 run) and broke the shared run's SLO
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
-if _WORKER.startswith("gw") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(int(_WORKER[2:]) % (os.cpu_count() or 1))
-# ... and every other torch (transformers backend, quality reference) to one thread: two workers'
-# OpenMP pools spin-waiting on 2 cores made transformers ~10x slower (TPOT 140-190 ms on the tiny
-# model, 2026-11-30 15:10 run) and broke the shared run's SLO
 if _WORKER.startswith("gw"):
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(int(_WORKER[2:]) % (os.cpu_count() or 1)))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_collection_modifyitems(config, items):
     from tests.scheduling import order_heaviest_first
 
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers collect; the controller hands out groups
+    if _WORKER:  # the workers collect; the controller hands out groups
         order_heaviest_first(items)
 
 
