@@ -4,12 +4,14 @@ The container layer (containers/manager.py) starts the image, publishes its port
 waits until the server answers its protocol's health route; streaming, timing and server
 metrics are HttpStreamBackend's (backends/http_backends.py), unchanged. Container settings come
 from the spec's native options of the backend (``--native tgi.image=...``, ``tgi.pull=true``,
-``tgi.gpus=none``, ``tgi.shm_size=2g``, ``tgi.host_port=8080``, ``tgi.ready_timeout_s=900``);
-engine flags are the adapters' business.
+``tgi.gpus=none``, ``tgi.shm_size=2g``, ``tgi.host_port=8080``, ``tgi.ready_timeout_s=900``,
+``vllm-container.env=VLLM_ATTENTION_BACKEND=FLASHINFER,OMP_NUM_THREADS=4``); engine flags are the
+adapters' business.
 """
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -20,9 +22,37 @@ from backends.base import BackendRequestError, GenerationRequest, StreamItem
 from backends.http_backends import HttpStreamBackend
 from compare.errors import UserError
 from containers.manager import ContainerSpec, ManagedContainer, parse_gpus
+from containers.spec import is_secret
 
 CONTAINER_MODEL_ROOT = "/models"
-CONTAINER_KEYS = {"image", "pull", "gpus", "shm_size", "host_port", "ready_timeout_s"}
+CONTAINER_KEYS = {"image", "pull", "gpus", "shm_size", "host_port", "ready_timeout_s", "env"}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_env(backend: str, value: Any) -> tuple[tuple[str, str], ...]:
+    """``env``: extra environment for the server in the container, ``K=V[,K=V...]`` (or a YAML
+    mapping). Secrets are refused here: native options are stored in run.json; tokens come from
+    the caller's environment (HF_TOKEN, LLM_COMPARE_API_KEY), never from the spec."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, dict):
+        pairs = [(str(k), "" if v is None else str(v)) for k, v in value.items()]
+    else:
+        pairs = []
+        for item in str(value).split(","):
+            k, eq, v = item.strip().partition("=")
+            if not eq:
+                raise UnsupportedSpecError(backend, f"native env={value!r}", f"{item.strip()!r} is not NAME=VALUE",
+                                           "write env=NAME=VALUE[,NAME=VALUE...]")
+            pairs.append((k.strip(), v.strip()))
+    for k, _ in pairs:
+        if not _ENV_NAME.fullmatch(k):
+            raise UnsupportedSpecError(backend, f"native env {k!r}", "not an environment variable name",
+                                       "names are letters, digits and _ (not starting with a digit)")
+        if is_secret(k):
+            raise UnsupportedSpecError(backend, f"native env {k}", "looks like a secret and native options are stored "
+                                       "in run.json", "export it as HF_TOKEN / LLM_COMPARE_API_KEY instead")
+    return tuple(sorted(dict(pairs).items()))
 
 
 def container_options(spec: ServingSpec, backend: str, defaults: dict[str, Any],
@@ -48,6 +78,7 @@ def container_options(spec: ServingSpec, backend: str, defaults: dict[str, Any],
         opts["host_port"] = port
     opts["pull"] = str(opts.get("pull", False)).lower() in ("1", "true", "yes")
     opts["ready_timeout_s"] = float(opts.get("ready_timeout_s", 600))
+    opts["env"] = parse_env(backend, opts.get("env"))
     return opts
 
 

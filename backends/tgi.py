@@ -40,7 +40,7 @@ def container_spec(spec: ServingSpec) -> tuple[ContainerSpec, dict[str, Any], li
     model_path, mounts = model_in_container(spec.model)
     argv, env = tgi_launcher_args(spec, model_path=model_path, host_model_dir=spec.model)
     cs = ContainerSpec(image=str(opts["image"]), command=tuple(argv), container_port=CONTAINER_PORT,
-                       env=tuple(sorted(env.items())), mounts=mounts, shm_size=opts["shm_size"],
+                       env=tuple(sorted({**env, **dict(opts["env"])}.items())), mounts=mounts, shm_size=opts["shm_size"],
                        gpus=opts["gpus"], host_port=opts["host_port"])
     return cs, opts, argv, env
 

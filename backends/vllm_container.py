@@ -33,7 +33,7 @@ def container_spec(spec: ServingSpec) -> tuple[ContainerSpec, dict[str, Any], li
     argv = vllm_server_argv(inside, "0.0.0.0", CONTAINER_PORT)
     mounts = mounts + tuple(m for m in tok_mounts if m not in mounts)
     cs = ContainerSpec(image=str(opts["image"]), command=tuple(argv), container_port=CONTAINER_PORT,
-                       mounts=mounts, shm_size=opts["shm_size"], gpus=opts["gpus"], host_port=opts["host_port"])
+                       env=opts["env"], mounts=mounts, shm_size=opts["shm_size"], gpus=opts["gpus"], host_port=opts["host_port"])
     return cs, opts, argv
 
 

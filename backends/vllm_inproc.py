@@ -202,6 +202,10 @@ def _resolved_config(engine: Any) -> dict[str, Any]:
         "max_num_batched_tokens": sc.max_num_batched_tokens,
         "enable_chunked_prefill": getattr(sc, "enable_chunked_prefill", None),
         "tensor_parallel_size": pc.tensor_parallel_size,
+        # uni: the model worker runs inside the engine-core process; mp: its own process
+        "distributed_executor_backend": (pc.distributed_executor_backend
+                                         if isinstance(pc.distributed_executor_backend, (str, type(None)))
+                                         else getattr(pc.distributed_executor_backend, "__name__", "custom")),
         "device": str(getattr(cfg.device_config, "device_type", "")),
     }
     return {k: v for k, v in out.items() if v is not None}

@@ -268,3 +268,20 @@ def test_backends_lists_tgi_notes():
     assert "maintenance mode" in notes and "cannot force output length" in notes
     assert rows["tgi"]["capabilities"]["forced_output_length"] is False
     assert "vllm-container" in rows
+
+
+def test_container_env_option_reaches_the_plan_and_refuses_secrets_and_bad_names(tiny_model):
+    r = run_cli("plan", "--backends", "vllm-container,tgi", "--model", str(tiny_model),
+                "--native", "vllm-container.env=VLLM_ENABLE_V1_MULTIPROCESSING=0, OMP_NUM_THREADS=2",
+                "--native", "tgi.env=RUST_LOG=debug", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)["backends"]
+    assert plan["vllm-container"]["container"]["env"] == {"OMP_NUM_THREADS": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert "-e OMP_NUM_THREADS=2 -e VLLM_ENABLE_V1_MULTIPROCESSING=0" in plan["vllm-container"]["container"]["docker_run"]
+    assert plan["tgi"]["container"]["env"]["RUST_LOG"] == "debug"  # beside the launcher's own env
+    for bad, needle in (("HF_TOKEN=abc", "looks like a secret"), ("1X=2", "not an environment variable name"),
+                        ("JUSTANAME", "is not NAME=VALUE")):
+        r = run_cli("plan", "--backends", "vllm-container", "--model", str(tiny_model),
+                    "--native", f"vllm-container.env={bad}")
+        assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "abc" not in r.stderr

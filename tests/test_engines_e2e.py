@@ -28,6 +28,8 @@ def test_run_json_carries_provenance(real_run):
     assert vllm["describe"]["framework"] == "vllm" and vllm["describe"]["version"].startswith("0.")
     resolved = vllm["describe"]["native_config"]["resolved"]
     assert resolved["dtype"] == "float32" and resolved["max_model_len"] == 512 and resolved["device"] == "cpu"
+    # tests/conftest.py: VLLM_ENABLE_V1_MULTIPROCESSING=0 keeps vLLM's one-process worker on CPU
+    assert resolved["distributed_executor_backend"] == "uni"
     assert vllm["describe"]["native_config"]["engine_args"]["kv_cache_memory_bytes"] == 64 << 20
     assert run["backends"]["hf"]["describe"]["framework"] == "transformers"
     assert run["hardware"]["cpu_count"] >= 1 and "torch" in run["hardware"]["packages"]
