@@ -24,20 +24,20 @@ GROUPS = {
     "test_length_match_e2e.py": "tgi-double",
 }
 
-# group (or file) -> seconds with two workers, 2026-11-30 14:57 run (a slow hour of this VM), less
-# what was cut after it (topology's standalone engine, slow_run's transformers); absent: short
+# group (or file) -> seconds with two workers, 2026-11-30 16:37 run (vLLM's worker inside its
+# engine-core process, tests/conftest.py), from --durations; absent: short
 WEIGHTS = {
-    "shared-runs": 345,
-    "test_containers_e2e.py": 242,
-    "test_tune_live.py": 180,
-    "test_quant_engine.py": 153,
-    "tgi-double": 115,
-    "test_topology.py": 95,
-    "test_trtllm_pipeline.py": 94,
-    "test_trtllm_serve_http.py": 50,
+    "shared-runs": 205,
+    "test_containers_e2e.py": 175,
+    "test_tune_live.py": 127,
+    "test_quant_engine.py": 85,
+    "test_trtllm_pipeline.py": 75,
+    "tgi-double": 73,
+    "test_topology.py": 47,
+    "test_trtllm_serve_http.py": 32,
+    "test_bundle.py": 21,
     "test_engine_cache.py": 15,
     "test_quality.py": 12,
-    "test_bundle.py": 12,
     "test_containers.py": 12,
 }
 
