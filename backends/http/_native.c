@@ -15,6 +15,8 @@
  *     last good offset. Same rules as rxstamp.StampedSocket._read. Raises OSError (with
  *     BlockingIOError for EAGAIN) as socket.recvmsg does.
  *
+ * RxThread: a receive thread for the same sockets (_rxthread.c, compiled into this module).
+ *
  * frame_chunks(data, t_ns, rx_ns, emit, rawevent) -> int
  *     The common read, framed without Python: ``data`` is one or more whole, non-empty HTTP
  *     chunks (hex size without extensions), each holding whole SSE events in one of the two
@@ -290,8 +292,14 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_llm_compare_http", NULL, -1, methods};
 
+int llm_rx_add_type(PyObject *m); /* _rxthread.c */
+
 PyMODINIT_FUNC PyInit__llm_compare_http(void) {
     PyObject *m = PyModule_Create(&module);
+    if (m != NULL && llm_rx_add_type(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     /* which source it was built from: native.py ignores a build older than _native.c */
     if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_SHA", SOURCE_SHA) < 0) {
         Py_DECREF(m);

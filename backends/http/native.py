@@ -1,10 +1,10 @@
 """The optional compiled helpers of the HTTP client's read path, or None for each (pure Python).
 
-``backends/http/_native.c`` is built by ``scripts/setup.d/50-http-native.sh`` into the venv as
-``_llm_compare_http`` where a C compiler exists. It is used only when its recorded source sha
-matches ``_native.c`` in this checkout (a stale build is ignored, not trusted), and
-``recv_stamped`` only where ``time.perf_counter_ns`` is CLOCK_MONOTONIC (its stamps must be in
-that domain). ``LLM_COMPARE_HTTP_NATIVE=0`` turns both off (A/B measurements). The Python path
+``backends/http/_native.c`` (+ ``_rxthread.c``) is built by ``scripts/setup.d/50-http-native.sh``
+into the venv as ``_llm_compare_http`` where a C compiler exists. It is used only when its
+recorded source sha matches ``_native.c`` + ``_rxthread.c`` in this checkout (a stale build is ignored, not trusted), and
+``recv_stamped`` and ``RxThread`` (the receive thread, rxstamp.py) only where
+``time.perf_counter_ns`` is CLOCK_MONOTONIC (their stamps must be in that domain). ``LLM_COMPARE_HTTP_NATIVE=0`` turns both off (A/B measurements). The Python path
 gives the same events with the same stamps; tests/test_http_native.py checks both on the same
 inputs.
 """
@@ -20,12 +20,14 @@ ENV = "LLM_COMPARE_HTTP_NATIVE"
 
 recv_stamped: Callable[[int, int], tuple[bytes, int, int]] | None = None
 frame_chunks: Callable[[bytes, int, int, Callable[[Any], None], type], int] | None = None
+RxThread: Any = None  # _rxthread.c's type, or None
 status = "off"
+SOURCES = ("_native.c", "_rxthread.c")  # the build's SOURCE_SHA is the sha256 of these, concatenated
 
 
 def _load() -> None:
-    global recv_stamped, frame_chunks, status
-    recv_stamped = frame_chunks = None
+    global recv_stamped, frame_chunks, RxThread, status
+    recv_stamped = frame_chunks = RxThread = None
     if os.environ.get(ENV, "1").strip() == "0":
         status = f"off ({ENV}=0)"
         return
@@ -34,13 +36,15 @@ def _load() -> None:
     except ImportError:
         status = "not built (scripts/setup.d/50-http-native.sh)"
         return
-    src = Path(__file__).with_name("_native.c")
-    if not src.exists() or m.SOURCE_SHA != hashlib.sha256(src.read_bytes()).hexdigest():
+    srcs = [Path(__file__).with_name(n) for n in SOURCES]
+    if not all(p.exists() for p in srcs) or m.SOURCE_SHA != hashlib.sha256(b"".join(
+            p.read_bytes() for p in srcs)).hexdigest():
         status = "stale build ignored (re-run scripts/setup.d/50-http-native.sh)"
         return
     frame_chunks = m.frame_chunks
     if time.get_clock_info("perf_counter").implementation == "clock_gettime(CLOCK_MONOTONIC)":
         recv_stamped = m.recv_stamped
+        RxThread = getattr(m, "RxThread", None)
     status = "on" if recv_stamped is not None else "framing only (perf_counter is not CLOCK_MONOTONIC)"
 
 

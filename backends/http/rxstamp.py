@@ -23,6 +23,15 @@ clock step inside the read) is replaced by the user-space stamp. Records keep in
 perf_counter_ns domain as before; ``rx_ns`` (when Python read the bytes) travels beside each
 event so a report can show the client's own lag.
 
+Who reads: the kernel keeps one stamp per queued segment, and a segment coalesced into the one
+before it passes its newer stamp on, so a socket read more than one inter-token gap late gives
+its older event the newer event's stamp. Where the native helpers are built, a receive thread
+(``_rxthread.c``: epoll + recvmsg without the GIL) reads every watched socket as data arrives
+and the event loop drains its reads in batches (``_Receiver``), so a stalled event loop (streams
+ending together, a VM's steal time) no longer costs timing accuracy; ``rx_ns`` is then when that
+thread read the bytes. Otherwise (no build, ``LLM_COMPARE_RX_THREAD=0``) each socket is read by
+the event loop (``loop.add_reader``).
+
 uvloop/asyncio transports call ``data_received`` without ancillary data, hence
 ``StampedSocket``: the few transport methods ``connection._Conn`` uses (``write``, ``close``,
 ``is_closing``) over a non-blocking socket with ``loop.add_reader``. Where the option does not
@@ -54,6 +63,7 @@ READ_BYTES = 64 * 1024  # per recvmsg: a fresh bytes object per read; 256 KiB (w
 # reused buffer) went through mmap/munmap and cost ~16 us per read
 
 CLOCK_ENV = "LLM_COMPARE_RX_CLOCK"  # auto (kernel stamps where available) | user
+THREAD_ENV = "LLM_COMPARE_RX_THREAD"  # 1 (the receive thread where built) | 0 (the event loop reads)
 KERNEL_CLOCK = "kernel: SO_TIMESTAMPNS socket receive time -> perf_counter_ns"
 
 # recvmsg(n) allocates n bytes per call and shrinks them: 64 KiB per read cost ~4 us more than
@@ -112,6 +122,68 @@ def _offset() -> int:
     return best[1]
 
 
+class _Receiver:
+    """The receive thread of one event loop (``native.RxThread``) and the loop's drain of it."""
+
+    __slots__ = ("loop", "rx", "socks")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.rx = native.RxThread()
+        self.socks: dict[int, StampedSocket] = {}  # RxThread key -> socket
+        loop.add_reader(self.rx.fileno(), self._drain)
+
+    def _drain(self) -> None:
+        socks = self.socks
+        for key, data, t, u in self.rx.drain():
+            s = socks.get(key)
+            if s is not None:  # (else closed after the thread read it: dropped with the socket)
+                s._on_read(data, t, u)
+
+    def add(self, s: "StampedSocket") -> int:
+        key = self.rx.add(s.fd)
+        self.socks[key] = s
+        return key
+
+    def remove(self, key: int) -> None:
+        self.rx.remove(key)  # after this the thread never reads that fd number again
+        self.socks.pop(key, None)
+
+    def close(self) -> None:
+        try:
+            if not self.loop.is_closed():
+                self.loop.remove_reader(self.rx.fileno())
+        finally:
+            self.rx.close()
+
+
+_receiver: _Receiver | None = None
+
+
+def receiver(loop: asyncio.AbstractEventLoop) -> _Receiver | None:
+    """The running loop's receive thread (started on first use), or None: the loop reads."""
+    global _receiver
+    if native.RxThread is None or os.environ.get(THREAD_ENV, "1").strip() == "0":
+        return None
+    r = _receiver
+    if r is not None and r.loop is not loop:
+        if not r.loop.is_closed() and r.loop.is_running():
+            return None  # another loop (another thread) uses it: this one reads its own sockets
+        r.close()  # a finished loop's thread
+        r = _receiver = None
+    if r is None:
+        r = _receiver = _Receiver(loop)
+    return r
+
+
+def reader_name() -> str:
+    """Who reads the sockets, for run.json (``describe().extra.event_clock``)."""
+    if native.RxThread is None or os.environ.get(THREAD_ENV, "1").strip() == "0":
+        return "event loop (loop.add_reader per socket)"
+    prio = f", {_receiver.rx.priority()}" if _receiver is not None else ""
+    return f"receive thread (epoll + recvmsg outside the GIL, rounds 250 us apart; the loop drains it{prio})"
+
+
 class StampedSocket:
     """A connected non-blocking TCP socket driving an ``asyncio.Protocol``-like object.
 
@@ -120,7 +192,7 @@ class StampedSocket:
     Writes: straight ``send``; what the socket does not take is kept and sent on writability.
     ``connection_lost`` is called once, soon after close / EOF / a socket error, as asyncio does."""
 
-    __slots__ = ("loop", "sock", "fd", "protocol", "closing", "wbuf", "counts")
+    __slots__ = ("loop", "sock", "fd", "protocol", "closing", "wbuf", "counts", "recv", "key")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: Any,
                  counts: ReadCounts) -> None:
@@ -129,7 +201,26 @@ class StampedSocket:
         self.closing = False
         self.wbuf = bytearray()
         protocol.connection_made(self)
-        loop.add_reader(self.fd, self._read_native if _recv_stamped is not None else self._read)
+        self.recv = receiver(loop)
+        if self.recv is not None:
+            self.key = self.recv.add(self)
+        else:
+            self.key = 0
+            loop.add_reader(self.fd, self._read_native if _recv_stamped is not None else self._read)
+
+    def _on_read(self, data: bytes | None, t: int, u: int) -> None:
+        """One read of the receive thread: ``data`` (b"": EOF; None: the read failed, errno ``t``)."""
+        if data is None:
+            self._fail(OSError(t, os.strerror(t)))
+            return
+        if not data:
+            self.close()
+            return
+        if t < u:
+            self.counts.kernel += 1
+        else:
+            self.counts.user += 1
+        self.protocol.received(data, t, u)
 
     def _read_native(self) -> None:
         """``_read`` with recvmsg, cmsg and clocks in C (backends/http/_native.c): same stamps."""
@@ -223,7 +314,10 @@ class StampedSocket:
         if self.closing:
             return
         self.closing = True
-        self.loop.remove_reader(self.fd)
+        if self.recv is not None:
+            self.recv.remove(self.key)  # before close(): the fd number may be reused at once
+        else:
+            self.loop.remove_reader(self.fd)
         if self.wbuf:
             self.loop.remove_writer(self.fd)
             self.wbuf.clear()

@@ -146,7 +146,8 @@ class StreamingTransport(httpx.AsyncBaseTransport):
         if not self.kernel_stamps:
             return {"source": connection.USER_CLOCK, "native": native.status}
         return {"source": rxstamp.KERNEL_CLOCK, "kernel_stamped_reads": self._reads.kernel,
-                "user_stamped_reads": self._reads.user, "native": native.status}
+                "user_stamped_reads": self._reads.user, "native": native.status,
+                "reader": rxstamp.reader_name()}
 
     async def _connect(self, key: tuple[str, int], timeout: float | None) -> _Conn:
         loop = asyncio.get_running_loop()

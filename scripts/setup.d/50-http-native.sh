@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the HTTP client's optional native helpers (backends/http/_native.c) into .venv as the
+# Builds the HTTP client's optional native helpers (backends/http/_native.c + _rxthread.c) into .venv as the
 # module _llm_compare_http. Optional: without a C compiler or Python headers (e.g. a GPU box)
 # this step only says so, and backends/http/native.py falls back to the pure-Python path (same
 # results, more CPU per streamed event; docs/benchmarks.md, issue 3). Idempotent: the module
@@ -10,9 +10,10 @@ cd "$(dirname "$0")/../.."
 log() { printf '[setup:http-native] %s\n' "$*" >&2; }
 
 PY=.venv/bin/python
-SRC=backends/http/_native.c
+SRC=(backends/http/_native.c backends/http/_rxthread.c)
 [ -x "$PY" ] || { log "no .venv: skipped"; exit 0; }
-sha="$(sha256sum "$SRC" | cut -c1-64)"
+# the sources' sha256 (of both files, in this order): backends/http/native.py computes the same
+sha="$(cat "${SRC[@]}" | sha256sum | cut -c1-64)"
 if [ "$("$PY" -c 'import _llm_compare_http as m; print(m.SOURCE_SHA)' 2>/dev/null)" = "$sha" ]; then
   exit 0
 fi
@@ -24,7 +25,7 @@ if ! command -v "$CC" >/dev/null || [ ! -f "$inc/Python.h" ]; then
 fi
 dest="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')/_llm_compare_http$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
 tmp="$(mktemp "${dest}.XXXXXX")"
-if "$CC" -O2 -Wall -Werror -shared -fPIC -I"$inc" -DSOURCE_SHA="\"$sha\"" -o "$tmp" "$SRC"; then
+if "$CC" -O2 -Wall -Werror -shared -fPIC -I"$inc" -DSOURCE_SHA="\"$sha\"" -o "$tmp" "${SRC[@]}" -lpthread; then
   mv -f "$tmp" "$dest"
   log "built $dest"
 else
