@@ -31,6 +31,26 @@ def _load() -> str:
     return "%.2f %.2f %.2f" % os.getloadavg()
 
 
+def _steal() -> dict[str, tuple[int, int]]:
+    """Per CPU (cpuN): (steal, total) jiffies from /proc/stat. Steal = time the hypervisor ran
+    something else while this vCPU wanted to run: the VM's own noise, outside anything we do."""
+    out = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        f = line.split()
+        if f and f[0].startswith("cpu") and f[0] != "cpu":
+            vals = [int(x) for x in f[1:9]]
+            out[f[0]] = (vals[7], sum(vals))
+    return out
+
+
+def steal_pct(a: dict[str, tuple[int, int]], b: dict[str, tuple[int, int]]) -> str:
+    parts = []
+    for cpu in sorted(b):
+        if cpu in a and b[cpu][1] > a[cpu][1]:
+            parts.append(f"{cpu}:{100 * (b[cpu][0] - a[cpu][0]) / (b[cpu][1] - a[cpu][1]):.0f}%")
+    return ",".join(parts) or "?"
+
+
 def _line(r: dict, load_before: str, load_after: str) -> str:
     e, lag = r["timing_error_ms"], r["loop_lag_ms"]
     u = r.get("user_stamp_error_ms") or e  # had events been stamped when Python read them
@@ -45,7 +65,8 @@ def _line(r: dict, load_before: str, load_after: str) -> str:
             f"err_ms p50={e['p50']:.3f} p99={e['p99']:.3f} max={e['max']:.3f} min={e['min']:.3f} "
             f"user_err_ms p50={u['p50']:.3f} p99={u['p99']:.3f} max={u['max']:.3f} "
             f"lag_ms p99={lag.get('p99', 0):.1f} max={lag.get('max', 0):.1f} "
-            f"load_before=[{load_before}] load_after=[{load_after}] "
+            f"load_before=[{load_before}] load_after=[{load_after}] steal=[{r.get('steal', '?')}] "
+            f"reader={(r.get('event_clock') or {}).get('reader', '?').split(' (')[0].replace(' ', '-')} "
             f"{'TARGET-MET' if r['sustainable'] else 'target-not-met'}")
 
 
@@ -125,12 +146,13 @@ def main() -> None:
           f"({floor['samples']} writes, 1 per ms)", flush=True)
     uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     t0 = time.time()
-    last = [_load()]
+    last = [_load(), _steal()]
 
     def show(r: dict) -> None:
-        now = _load()
+        now, st = _load(), _steal()
+        r["steal"] = steal_pct(last[1], st)  # over this stream count's whole run (server start excluded)
         print(_line(r, last[0], now), flush=True)
-        last[0] = now
+        last[0], last[1] = now, st
 
     res = run_calibration([int(s) for s in a.streams.split(",")], a.tokens, a.ttft_ms, a.itl_ms,
                           a.tokens_per_event, a.max_error_ms, on_result=show)
