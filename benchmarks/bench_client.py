@@ -67,7 +67,14 @@ def _line(r: dict, load_before: str, load_after: str) -> str:
             f"lag_ms p99={lag.get('p99', 0):.1f} max={lag.get('max', 0):.1f} "
             f"load_before=[{load_before}] load_after=[{load_after}] steal=[{r.get('steal', '?')}] "
             f"reader={(r.get('event_clock') or {}).get('reader', '?').split(' (')[0].replace(' ', '-')} "
-            f"{'TARGET-MET' if r['sustainable'] else 'target-not-met'}")
+            f"{'TARGET-MET' if target_met(r) else 'target-not-met'}")
+
+
+def target_met(r: dict) -> bool:
+    """Issue 3's numbers, absolute: >= 2000 concurrent streams, all ok, >= 50,000 tokens/s
+    ingested, p99 timing error < 0.2 ms (not calibrate's "90 % of the offered rate")."""
+    return (r["streams"] >= 2000 and r["ok"] == r["requests"] and r["steady_tokens_per_s"] >= 50_000
+            and r["timing_error_ms"]["p99"] < 0.2)
 
 
 def wake_floor(client_cpu: int | None, writer_cpu: int | None, n: int = 2000) -> dict[str, float]:
@@ -121,7 +128,9 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--streams", default="200,2000")
     p.add_argument("--tokens", type=int, default=50)
-    p.add_argument("--itl-ms", type=float, default=40.0)  # 2000 streams x 25 events/s = 50k events/s
+    # 2000 streams x 1/38 ms = 52.6k events/s offered: >= 50k ingested must be shown, not rounded
+    # to (at 40 ms the offer is exactly 50k and the ingest measures 49.6-50.0k)
+    p.add_argument("--itl-ms", type=float, default=38.0)
     p.add_argument("--ttft-ms", type=float, default=20.0)
     p.add_argument("--tokens-per-event", type=int, default=1)
     p.add_argument("--max-error-ms", type=float, default=0.2)
