@@ -172,7 +172,10 @@ def receiver(loop: asyncio.AbstractEventLoop) -> _Receiver | None:
         r.close()  # a finished loop's thread
         r = _receiver = None
     if r is None:
-        r = _receiver = _Receiver(loop)
+        try:
+            r = _receiver = _Receiver(loop)
+        except OSError:  # no thread / epoll / eventfd to be had (limits): the loop reads, as without the build
+            return None
     return r
 
 
