@@ -1,0 +1,23 @@
+#!/bin/bash
+# One device call (issue 3 on a second machine): the HTTP client benchmark on the lent GPU box's
+# CPUs (no GPU used), with the client's native helpers built there when it has a compiler.
+# Prints the kernel, the build outcome and whether kernel receive stamps exist there, then
+# benchmarks/bench_client.py with the receive thread (default) and with the event loop reading.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+bash benchmarks/gpu/device.sh true || exit 2
+SITE=${VLLM_SITE:-/tmp/site}
+echo "kernel $(uname -r), $(nproc) CPUs, $(python3 --version)"
+inc=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+suf=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+sha=$(cat backends/http/_native.c backends/http/_rxthread.c | sha256sum | cut -c1-64)
+if command -v gcc >/dev/null && [ -f "$inc/Python.h" ]; then
+    gcc -O2 -Wall -shared -fPIC -I"$inc" -DSOURCE_SHA="\"$sha\"" -o "$SITE/_llm_compare_http$suf" \
+        backends/http/_native.c backends/http/_rxthread.c -lpthread && echo "native helpers built"
+else
+    echo "no gcc or no $inc/Python.h: the pure-Python read path runs"
+fi
+run() { bash benchmarks/gpu/device.sh "$@"; }
+run python3 -c 'from backends.http import native, rxstamp; print("native:", native.status, "| RxThread:", native.RxThread is not None, "| kernel stamps:", rxstamp.kernel_stamps(), "| reader:", rxstamp.reader_name())'
+run timeout 200 python3 benchmarks/bench_client.py --streams 200,2000,2000,2000 --json "$OUT/client-thread.json"
+LLM_COMPARE_RX_THREAD=0 run timeout 120 python3 benchmarks/bench_client.py --streams 2000,2000 --json "$OUT/client-loop.json"
