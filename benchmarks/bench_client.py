@@ -67,7 +67,7 @@ def _line(r: dict, load_before: str, load_after: str) -> str:
             f"lag_ms p99={lag.get('p99', 0):.1f} max={lag.get('max', 0):.1f} "
             f"load_before=[{load_before}] load_after=[{load_after}] steal=[{r.get('steal', '?')}] "
             f"reader={(r.get('event_clock') or {}).get('reader', '?').split(' (')[0].replace(' ', '-')} "
-            f"{'TARGET-MET' if target_met(r) else 'target-not-met'}")
+            f"{'TARGET-MET' if target_met(r) else 'target-not-met' if r['streams'] >= 2000 else 'below-target-size'}")
 
 
 def target_met(r: dict) -> bool:
