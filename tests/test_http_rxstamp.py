@@ -113,6 +113,8 @@ def test_kernel_stamp_is_arrival_time_while_the_loop_was_blocked(reader: str, mo
         assert ev.rx_ns >= srv.unblocked_ns, late_user_ms
         assert clock["reader"].startswith("event loop")
     assert clock["source"] == rxstamp.KERNEL_CLOCK and clock["kernel_stamped_reads"] >= 2
+    # the longest wait of a read in its socket: the loop readers waited out the block, the thread not
+    assert (clock["read_delay_max_ms"] >= (srv.unblocked_ns - srv.sent_ns) / 1e6 - 1) == (reader != "thread")
 
 
 def _reader(reader: str, monkeypatch: pytest.MonkeyPatch) -> None:

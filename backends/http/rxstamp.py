@@ -104,11 +104,14 @@ class ReadCounts:
     """Reads that carried a kernel stamp vs fell back to the user-space one, and the last good
     CLOCK_REALTIME - CLOCK_MONOTONIC offset (shared per pool)."""
 
-    __slots__ = ("kernel", "user", "off")
+    __slots__ = ("kernel", "user", "off", "delay_max")
 
     def __init__(self) -> None:
         self.kernel = self.user = 0
         self.off = _offset()
+        # the longest a kernel-stamped read waited in the socket (read time - receive stamp), ns:
+        # while it stays under one inter-token gap, no two events of a stream shared a read
+        self.delay_max = 0
 
 
 def _offset() -> int:
@@ -219,10 +222,13 @@ class StampedSocket:
         if not data:
             self.close()
             return
+        c = self.counts
         if t < u:
-            self.counts.kernel += 1
+            c.kernel += 1
+            if u - t > c.delay_max:
+                c.delay_max = u - t
         else:
-            self.counts.user += 1
+            c.user += 1
         self.protocol.received(data, t, u)
 
     def _read_native(self) -> None:
@@ -237,10 +243,13 @@ class StampedSocket:
         if not data:
             self.close()
             return
+        c = self.counts
         if t < u:
-            self.counts.kernel += 1
+            c.kernel += 1
+            if u - t > c.delay_max:
+                c.delay_max = u - t
         else:
-            self.counts.user += 1
+            c.user += 1
         self.protocol.received(data, t, u)
 
     def _read(self) -> None:
@@ -268,6 +277,8 @@ class StampedSocket:
             if k < u:
                 t = k
                 c.kernel += 1
+                if u - k > c.delay_max:
+                    c.delay_max = u - k
             else:  # (a clock step inside the read)
                 c.user += 1
         else:  # a segment queued before the option took effect, or the stack did not stamp it

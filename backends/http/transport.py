@@ -147,7 +147,10 @@ class StreamingTransport(httpx.AsyncBaseTransport):
             return {"source": connection.USER_CLOCK, "native": native.status}
         return {"source": rxstamp.KERNEL_CLOCK, "kernel_stamped_reads": self._reads.kernel,
                 "user_stamped_reads": self._reads.user, "native": native.status,
-                "reader": rxstamp.reader_name()}
+                "reader": rxstamp.reader_name(),
+                # longest wait of a read in its socket: under one inter-token gap, no event shared
+                # its read (and stamp) with the next event of its stream
+                "read_delay_max_ms": round(self._reads.delay_max / 1e6, 3)}
 
     async def _connect(self, key: tuple[str, int], timeout: float | None) -> _Conn:
         loop = asyncio.get_running_loop()
