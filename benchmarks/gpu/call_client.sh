@@ -8,15 +8,8 @@ cd "$(dirname "$0")/../.."
 bash benchmarks/gpu/device.sh true || exit 2
 SITE=${VLLM_SITE:-/tmp/site}
 echo "kernel $(uname -r), $(nproc) CPUs, $(python3 --version)"
-inc=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-suf=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-sha=$(cat backends/http/_native.c backends/http/_rxthread.c | sha256sum | cut -c1-64)
-if command -v gcc >/dev/null && [ -f "$inc/Python.h" ]; then
-    gcc -O2 -Wall -shared -fPIC -I"$inc" -DSOURCE_SHA="\"$sha\"" -o "$SITE/_llm_compare_http$suf" \
-        backends/http/_native.c backends/http/_rxthread.c -lpthread && echo "native helpers built"
-else
-    echo "no gcc or no $inc/Python.h: the pure-Python read path runs"
-fi
+# the one build recipe (also what a pip-installed GPU box runs), into the carried site dir
+PYTHONPATH="$SITE:$(pwd)" python3 -m backends.http.native_build --dest "$SITE"
 run() { bash benchmarks/gpu/device.sh "$@"; }
 run python3 -c 'from backends.http import native, rxstamp; print("native:", native.status, "| RxThread:", native.RxThread is not None, "| kernel stamps:", rxstamp.kernel_stamps(), "| reader:", rxstamp.reader_name())'
 run timeout 200 python3 benchmarks/bench_client.py --streams 200,2000,2000,2000 --json "$OUT/client-thread.json"
