@@ -102,19 +102,26 @@ def _descendants(pid):
 @pytest.mark.timeout(1200)
 def test_engine_crash_mid_run_keeps_results_and_leaves_no_process(tmp_path, tiny_model):
     out = tmp_path / "r"
+    # vLLM's own default process layout here (the product default, which the rest of the suite
+    # skips for speed: tests/conftest.py): engine core + a separate worker process, so "no process
+    # left behind" covers the worker too
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
     proc = subprocess.Popen(
         [str(VENV_BIN / "compare"), "run", "--backends", "vllm", "--model", str(tiny_model), *TINY_SPEC_ARGS,
          "--num-requests", "40", "--output-len", "200", "--concurrency", "1", "--warmup", "1",
          "--out", str(out), "--run-id", "crash"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+    tree: list = []
     reqs = out / "crash" / "requests.jsonl"
     deadline = time.time() + 900  # engine start can take minutes on a loaded 2-core machine
     killed = None
     try:
         while time.time() < deadline and proc.poll() is None:
             if reqs.exists() and reqs.read_text().count("\n") >= 2:
-                cores = [c for c in _descendants(proc.pid) if "EngineCore" in " ".join(c.cmdline()) or "EngineCore" in c.name()]
+                tree = _descendants(proc.pid)
+                cores = [c for c in tree if "EngineCore" in " ".join(c.cmdline()) or "EngineCore" in c.name()]
                 if cores:
+                    assert _descendants(cores[0].pid), "vLLM's default on CPU: the worker is the engine core's child"
                     killed = cores[0].pid
                     os.kill(killed, signal.SIGKILL)
                     break
@@ -141,3 +148,11 @@ def test_engine_crash_mid_run_keeps_results_and_leaves_no_process(tmp_path, tiny
     assert not psutil.pid_exists(killed) or psutil.Process(killed).status() == psutil.STATUS_ZOMBIE
     leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
     assert not leftovers
+    # every process of the run's tree (the worker and resource tracker included) is gone
+    def running(p: psutil.Process) -> bool:
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+    alive = [p.pid for p in tree if running(p)]
+    assert not alive, alive
