@@ -20,3 +20,14 @@ def test_client_stamps_are_causal_and_complete():
 def test_calibrate_bad_input_is_one_line_exit_2():
     p = run_cli("calibrate", "--streams", "0")
     assert p.returncode == 2 and p.stderr.startswith("error: --streams") and "Traceback" not in p.stderr
+
+
+def test_calibrate_cli_says_what_stamped_and_read_the_events():
+    p = run_cli("calibrate", "--streams", "20", "--tokens", "5", "--itl-ms", "10", timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = " ".join(p.stdout.split())  # rich wraps long lines
+    assert "max sustainable streams" in out and "stamps: " in out and "reads: " in out
+    from backends.http import native, rxstamp
+    if rxstamp.kernel_stamps() and native.RxThread is not None:
+        assert "kernel: SO_TIMESTAMPNS" in out and "reads: receive thread" in out
+        assert "longest wait of a read in its socket" in out

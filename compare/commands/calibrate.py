@@ -119,4 +119,9 @@ def _calibrate(a: argparse.Namespace) -> int:
     console.print(t)
     console.print(f"max sustainable streams (p99 error <= {a.max_error_ms} ms): {out['max_sustainable_streams']}"
                   f"; client CPU {out['client_cpus']}, server CPU {out['server_cpus']}")
+    clock = (out["levels"][-1].get("event_clock") or {}) if out["levels"] else {}
+    if clock:  # what stamped the events and who read the sockets (the same words as run.json)
+        console.print(f"stamps: {clock.get('source', '?')}; reads: {clock.get('reader', 'the event loop')}"
+                      + (f"; longest wait of a read in its socket {clock['read_delay_max_ms']} ms"
+                         if "read_delay_max_ms" in clock else ""))
     return 0
