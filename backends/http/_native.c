@@ -7,13 +7,9 @@
  * (docs/benchmarks.md, issue 3).
  *
  * recv_stamped(fd, nbytes) -> (bytes, t_ns, rx_ns)
- *     One non-blocking recvmsg with the SO_TIMESTAMPNS stamp: rx_ns = CLOCK_MONOTONIC right
- *     after the read (= time.perf_counter_ns() on Linux; native.py checks that), t_ns = the
- *     kernel's receive stamp moved from CLOCK_REALTIME to CLOCK_MONOTONIC (rx_ns when the read
- *     carried none, or when it converts to later than rx_ns). The offset comes from a realtime
- *     read bracketed by two monotonic reads; a bracket wider than 4 us (preempted) keeps the
- *     last good offset. Same rules as rxstamp.StampedSocket._read. Raises OSError (with
- *     BlockingIOError for EAGAIN) as socket.recvmsg does.
+ *     One non-blocking recvmsg with the SO_TIMESTAMPNS stamp (_stamp.h: stamped_recv; native.py
+ *     checks perf_counter_ns is CLOCK_MONOTONIC). Raises OSError (with BlockingIOError for
+ *     EAGAIN) as socket.recvmsg does.
  *
  * RxThread: a receive thread for the same sockets (_rxthread.c, compiled into this module).
  *
@@ -28,39 +24,14 @@
 #define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <errno.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
 
-#ifndef SO_TIMESTAMPNS
-#define SO_TIMESTAMPNS 35
-#endif
-#ifndef SCM_TIMESTAMPNS
-#define SCM_TIMESTAMPNS SO_TIMESTAMPNS
-#endif
+#include "_stamp.h"
 
 #define BUF_BYTES (64 * 1024)
-#define BRACKET_NS 4000
 
 static char rbuf[BUF_BYTES]; /* the GIL is held throughout: one reader at a time */
-static long long offset_ns;  /* CLOCK_REALTIME - CLOCK_MONOTONIC, last good sample */
-static int have_offset;
-
-static inline long long now_ns(clockid_t c) {
-    struct timespec ts;
-    clock_gettime(c, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void sample_offset(long long u) {
-    long long r = now_ns(CLOCK_REALTIME);
-    long long b = now_ns(CLOCK_MONOTONIC);
-    if (b - u < BRACKET_NS || !have_offset) {
-        offset_ns = r - (u + b) / 2;
-        have_offset = 1;
-    }
-}
+static StampClock stamp_clock = {0, 0};
 
 static PyObject *recv_stamped(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
@@ -73,37 +44,10 @@ static PyObject *recv_stamped(PyObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     if (want <= 0 || want > BUF_BYTES)
         want = BUF_BYTES;
-    union {
-        char buf[CMSG_SPACE(sizeof(struct timespec))];
-        struct cmsghdr align;
-    } ctrl;
-    struct iovec iov = {rbuf, (size_t)want};
-    struct msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctrl.buf;
-    msg.msg_controllen = sizeof ctrl.buf;
-    ssize_t n;
-    do {
-        n = recvmsg(fd, &msg, MSG_DONTWAIT);
-    } while (n < 0 && errno == EINTR);
+    long long t, u;
+    ssize_t n = stamped_recv(fd, rbuf, (size_t)want, &stamp_clock, &t, &u);
     if (n < 0)
         return PyErr_SetFromErrno(PyExc_OSError);
-    long long u = now_ns(CLOCK_MONOTONIC);
-    long long t = u;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
-            c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
-            struct timespec ts;
-            memcpy(&ts, CMSG_DATA(c), sizeof ts);
-            sample_offset(u);
-            long long k = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec - offset_ns;
-            if (k < u)
-                t = k;
-            break;
-        }
-    }
     PyObject *data = PyBytes_FromStringAndSize(rbuf, n);
     if (data == NULL)
         return NULL;

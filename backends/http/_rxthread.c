@@ -26,25 +26,16 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
-#ifndef SO_TIMESTAMPNS
-#define SO_TIMESTAMPNS 35
-#endif
-#ifndef SCM_TIMESTAMPNS
-#define SCM_TIMESTAMPNS SO_TIMESTAMPNS
-#endif
+#include "_stamp.h"
 
 #define RX_BYTES (64 * 1024)
 #define RX_EVENTS 256
-#define RX_BRACKET_NS 4000
 #define RX_NICE (-10)
 #define RX_ROUND_US 250
 
@@ -67,59 +58,19 @@ typedef struct {
     Rec *q;
     size_t qn, qcap;
     int notified;
-    long long off; /* CLOCK_REALTIME - CLOCK_MONOTONIC, last good sample (the thread's own) */
-    int have_off;
+    StampClock clock; /* the thread's own realtime -> monotonic offset */
     volatile int niced; /* the thread got RX_NICE (set by the thread as it starts) */
 } RxThread;
 
-static inline long long mono_ns(clockid_t c) {
-    struct timespec ts;
-    clock_gettime(c, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* one recvmsg on fd; fills r (r->data malloc'd when n > 0) */
 static void read_one(RxThread *self, int fd, char *buf, Rec *r) {
-    union {
-        char b[CMSG_SPACE(sizeof(struct timespec))];
-        struct cmsghdr align;
-    } ctrl;
-    struct iovec iov = {buf, RX_BYTES};
-    struct msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctrl.b;
-    msg.msg_controllen = sizeof ctrl.b;
-    ssize_t n;
-    do {
-        n = recvmsg(fd, &msg, MSG_DONTWAIT);
-    } while (n < 0 && errno == EINTR);
-    long long u = mono_ns(CLOCK_MONOTONIC);
-    r->u = r->t = u;
+    ssize_t n = stamped_recv(fd, buf, RX_BYTES, &self->clock, &r->t, &r->u);
     r->data = NULL;
     if (n < 0) {
         r->n = -errno;
         return;
     }
     r->n = (int32_t)n;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
-            c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
-            struct timespec ts;
-            memcpy(&ts, CMSG_DATA(c), sizeof ts);
-            long long rt = mono_ns(CLOCK_REALTIME);
-            long long b = mono_ns(CLOCK_MONOTONIC);
-            if (b - u < RX_BRACKET_NS || !self->have_off) { /* else preempted: keep the last offset */
-                self->off = rt - (u + b) / 2;
-                self->have_off = 1;
-            }
-            long long k = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec - self->off;
-            if (k < u)
-                r->t = k;
-            break;
-        }
-    }
     if (n > 0) {
         r->data = malloc((size_t)n);
         if (r->data == NULL)

@@ -1,8 +1,8 @@
 """The optional compiled helpers of the HTTP client's read path, or None for each (pure Python).
 
-``backends/http/_native.c`` (+ ``_rxthread.c``) is built by ``scripts/setup.d/50-http-native.sh``
+``backends/http/_native.c`` (+ ``_rxthread.c``, ``_stamp.h``) is built by ``scripts/setup.d/50-http-native.sh``
 into the venv as ``_llm_compare_http`` where a C compiler exists. It is used only when its
-recorded source sha matches ``_native.c`` + ``_rxthread.c`` in this checkout (a stale build is ignored, not trusted), and
+recorded source sha matches those sources in this checkout (a stale build is ignored, not trusted), and
 ``recv_stamped`` and ``RxThread`` (the receive thread, rxstamp.py) only where
 ``time.perf_counter_ns`` is CLOCK_MONOTONIC (their stamps must be in that domain). ``LLM_COMPARE_HTTP_NATIVE=0`` turns both off (A/B measurements). The Python path
 gives the same events with the same stamps; tests/test_http_native.py checks both on the same
@@ -22,7 +22,8 @@ recv_stamped: Callable[[int, int], tuple[bytes, int, int]] | None = None
 frame_chunks: Callable[[bytes, int, int, Callable[[Any], None], type], int] | None = None
 RxThread: Any = None  # _rxthread.c's type, or None
 status = "off"
-SOURCES = ("_native.c", "_rxthread.c")  # the build's SOURCE_SHA is the sha256 of these, concatenated
+# the build's SOURCE_SHA is the sha256 of these, concatenated (the .c files are compiled; the header is theirs)
+SOURCES = ("_stamp.h", "_native.c", "_rxthread.c")
 
 
 def _load() -> None:

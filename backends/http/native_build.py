@@ -1,4 +1,4 @@
-"""Build the HTTP client's optional C helpers (``_native.c`` + ``_rxthread.c``) into a Python environment.
+"""Build the HTTP client's optional C helpers (``_native.c`` + ``_rxthread.c``, ``_stamp.h``) into a Python environment.
 
     python -m backends.http.native_build [--dest DIR] [--cc CC] [--force]
 
@@ -64,7 +64,7 @@ def build(dest: Path | None = None, cc: str | None = None, force: bool = False) 
     fd, tmp = tempfile.mkstemp(prefix=target.name + ".", dir=dest)
     os.close(fd)
     cmd = [cc, "-O2", "-Wall", "-Werror", "-shared", "-fPIC", f"-I{inc}", f'-DSOURCE_SHA="{sha}"',
-           "-o", tmp, *map(str, sources()), "-lpthread"]
+           "-o", tmp, *(str(p) for p in sources() if p.suffix == ".c"), "-lpthread"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         os.unlink(tmp)

@@ -163,10 +163,14 @@ class _Receiver:
 _receiver: _Receiver | None = None
 
 
+def _thread_wanted() -> bool:
+    return native.RxThread is not None and os.environ.get(THREAD_ENV, "1").strip() != "0"
+
+
 def receiver(loop: asyncio.AbstractEventLoop) -> _Receiver | None:
     """The running loop's receive thread (started on first use), or None: the loop reads."""
     global _receiver
-    if native.RxThread is None or os.environ.get(THREAD_ENV, "1").strip() == "0":
+    if not _thread_wanted():
         return None
     r = _receiver
     if r is not None and r.loop is not loop:
@@ -184,7 +188,7 @@ def receiver(loop: asyncio.AbstractEventLoop) -> _Receiver | None:
 
 def reader_name() -> str:
     """Who reads the sockets, for run.json (``describe().extra.event_clock``)."""
-    if native.RxThread is None or os.environ.get(THREAD_ENV, "1").strip() == "0":
+    if not _thread_wanted():
         return "event loop (loop.add_reader per socket)"
     prio = f", {_receiver.rx.priority()}" if _receiver is not None else ""
     return f"receive thread (epoll + recvmsg outside the GIL, rounds 250 us apart; the loop drains it{prio})"
@@ -215,7 +219,7 @@ class StampedSocket:
             loop.add_reader(self.fd, self._read_native if _recv_stamped is not None else self._read)
 
     def _on_read(self, data: bytes | None, t: int, u: int) -> None:
-        """One read of the receive thread: ``data`` (b"": EOF; None: the read failed, errno ``t``)."""
+        """One read (receive thread or C read): ``data`` (b"": EOF; None: the read failed, errno ``t``)."""
         if data is None:
             self._fail(OSError(t, os.strerror(t)))
             return
@@ -240,17 +244,7 @@ class StampedSocket:
         except OSError as e:
             self._fail(e)
             return
-        if not data:
-            self.close()
-            return
-        c = self.counts
-        if t < u:
-            c.kernel += 1
-            if u - t > c.delay_max:
-                c.delay_max = u - t
-        else:
-            c.user += 1
-        self.protocol.received(data, t, u)
+        self._on_read(data, t, u)
 
     def _read(self) -> None:
         try:
