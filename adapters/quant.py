@@ -1,7 +1,7 @@
 """Framework-neutral quantization names and what each one means in each framework.
 
 "The same quantization" is only comparable if every framework is told the equivalent thing and
-then checked (compare/quant_verify.py). Names:
+then checked (compare/quality/verify.py). Names:
 
     fp32, bf16, fp16          unquantized, the model dtype (ServingSpec.dtype)
     w4a16-awq, w4a16-gptq     4-bit weights, 16-bit activations, from AWQ / GPTQ checkpoints
@@ -251,7 +251,7 @@ def dummy_model_dir(model: str, scheme: str) -> Path:
     Content-addressed under the cache, written atomically, reused across runs. Weights are never
     copied: load_format=dummy makes vLLM fill random ones in the quantized layout.
     """
-    from compare.tinymodel import cache_root
+    from backends.models.tiny import cache_root
 
     cfg = read_model_config(model)
     if cfg is None:

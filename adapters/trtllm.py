@@ -13,7 +13,7 @@ NOTHING here has been executed against TensorRT-LLM on our machines):
   TensorRT backend"; the removal PRs (#15763, #15918, #16369) landed after it.
 
 All paths are container paths: the source checkpoint is mounted read-only at MODEL_DIR, the build
-directory (a fresh engine-cache temp dir, see compare/engine_cache.py) at WORK_DIR, the per-run
+directory (a fresh engine-cache temp dir, see backends/models/engine_cache.py) at WORK_DIR, the per-run
 LlmArgs YAML at CONFIG_DIR.
 """
 from __future__ import annotations

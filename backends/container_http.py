@@ -18,9 +18,10 @@ from typing import Any, AsyncIterator
 import httpx
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from backends.base import BackendRequestError, GenerationRequest, StreamItem
+from core.records import GenerationRequest, StreamItem
+from core.errors import BackendRequestError
 from backends.http_backends import HttpStreamBackend
-from compare.errors import UserError
+from core.errors import UserError
 from containers.manager import ContainerSpec, ManagedContainer, parse_gpus
 from containers.spec import is_secret
 
@@ -135,7 +136,7 @@ class ContainerHttpBackend(HttpStreamBackend):
     async def _stop_server(self) -> None:
         await asyncio.to_thread(self.container.stop)
         if self.results_dir is not None and self.container.final_logs is not None:
-            from compare.fsutil import write_atomic
+            from core.fsutil import write_atomic
 
             safe = self.name.replace("/", "_").replace(":", "_").replace("@", "_")
             write_atomic(self.results_dir / f"{safe}.container.log", self.container.final_logs)

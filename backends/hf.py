@@ -13,11 +13,9 @@ from typing import Any, AsyncIterator
 
 from adapters.hf import hf_model_kwargs
 from adapters.spec import ServingSpec
-from backends.base import (
-    BackendDescription, BackendRequestError, BackendStartError, Capabilities, GenerationRequest,
-    StreamEnd, StreamItem, TokenEvent,
-)
-from backends.lazy import require
+from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
+from core.errors import BackendRequestError, BackendStartError
+from core.lazy import require
 
 CAPS = Capabilities(
     forced_output_length=True, token_id_prompts=True, logprobs=False, continuous_batching=False,

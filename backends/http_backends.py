@@ -27,10 +27,8 @@ from typing import Any, AsyncIterator, Callable
 import httpx
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from backends.base import (
-    BackendDescription, BackendRequestError, BackendStartError, Capabilities, GenerationRequest,
-    StreamEnd, StreamItem,
-)
+from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem
+from core.errors import BackendRequestError, BackendStartError
 from backends.http.protocol import EventSink, Protocol, get_protocol
 from backends.http.sse import RawEvent, read_events
 from backends.http.transport import StreamingTransport

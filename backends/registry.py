@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from adapters.spec import ServingSpec
 from backends.base import Backend
-from backends.lazy import importable
+from core.lazy import importable
 
 
 @dataclass(frozen=True)

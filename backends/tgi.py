@@ -112,7 +112,7 @@ def make_tgi(spec: ServingSpec, name: str = "tgi", target: str | None = None, **
 
 def docker_check() -> tuple[bool, str]:
     """`compare backends`: can the container run here (daemon + default image)?"""
-    from compare.errors import UserError
+    from core.errors import UserError
     from containers.manager import connect, ensure_image
 
     try:

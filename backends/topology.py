@@ -29,10 +29,9 @@ from typing import Any, AsyncIterator, Iterator
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
 from backends import registry
-from backends.base import (
-    Backend, BackendDescription, BackendRequestError, Capabilities, GenerationRequest, StreamItem,
-    TokenEvent,
-)
+from core.records import BackendDescription, Capabilities, GenerationRequest, StreamItem, TokenEvent
+from core.errors import BackendRequestError
+from backends.base import Backend
 
 LB_POLICIES = {"rr": "round-robin", "lor": "least outstanding requests"}
 _DEAD_KINDS = {"engine_dead", "connect"}
@@ -80,7 +79,7 @@ def _positive(v: str) -> bool:
 
 def devices_present() -> tuple[str, list[str]]:
     """("gpu", ids) when GPUs are visible, else ("cpu core", ids of the cores we may run on)."""
-    from compare.hardware import _gpus
+    from core.hardware import _gpus
 
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")
     gpus = _gpus()
@@ -364,7 +363,7 @@ def add_topology_options(p: Any) -> None:
 
 def apply_topology(args: Any, backends: list[str]) -> list[str]:
     """``--topology tp=2,replicas=2`` -> [tp@2*b, replicas@2*b:lb=..] for every backend b."""
-    from compare.errors import UserError
+    from core.errors import UserError
 
     text = getattr(args, "topology", None)
     if not text:

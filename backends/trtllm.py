@@ -26,10 +26,8 @@ from adapters.spec import ServingSpec, UnsupportedSpecError
 from adapters.trtllm import (
     CONFIG_DIR, LLM_ARGS_FILE, MODEL_DIR, SERVE_PORT, WORK_DIR, TrtllmPlan, trtllm_plan,
 )
-from backends.base import (
-    BackendDescription, BackendRequestError, BackendStartError, Capabilities, GenerationRequest,
-    StreamEnd, StreamItem, TokenEvent,
-)
+from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
+from core.errors import BackendRequestError, BackendStartError
 from backends.http import openai as openai_proto
 from backends.http.openai import COMPLETIONS, completions_payload
 from backends.http.protocol import UNKNOWN_ID, Done, Parsed
@@ -101,7 +99,7 @@ def trtllm_protocol(detokenize: bool = True):
 
 
 def detect_gpu() -> tuple[str | None, str | None]:
-    from compare.hardware import _gpus
+    from core.hardware import _gpus
 
     gpus = _gpus()
     return (gpus[0]["name"], gpus[0]["compute_cap"]) if gpus else (None, None)
@@ -121,7 +119,7 @@ def plan(spec: ServingSpec, target: str | None = None) -> dict[str, Any]:
     if target:
         return {"endpoint": target, "protocol": "trtllm-serve OpenAI /v1/completions", "note": NOT_RUN}
     if Path(spec.model).exists():  # `compare run` checks this before anything starts
-        from compare.engine_cache import validate_checkpoint
+        from backends.models.engine_cache import validate_checkpoint
 
         validate_checkpoint(spec.model)
     p = resolve_plan(spec)
@@ -156,7 +154,7 @@ class TrtllmBackend(HttpStreamBackend):
                  metrics: str | None = "trtllm-json", cache_dir: str | None = None, pull: bool = False) -> None:
         native = spec.native_for("trtllm")
         if not target:
-            from compare.engine_cache import validate_checkpoint
+            from backends.models.engine_cache import validate_checkpoint
 
             validate_checkpoint(spec.model)  # missing files: one line, before any container starts
         self.plan = None if target else resolve_plan(spec)  # raises UnsupportedSpecError before any I/O
@@ -180,7 +178,7 @@ class TrtllmBackend(HttpStreamBackend):
     async def _start_server(self) -> None:
         if self.plan is None:  # trtllm@URL: an already running trtllm-serve
             return
-        from compare.engine_cache import EngineCache
+        from backends.models.engine_cache import EngineCache
         from containers.manager import ManagedContainer, connect, ensure_image, parse_gpus
 
         native = self.spec.native_for("trtllm")
@@ -257,7 +255,7 @@ class TrtllmInprocBackend:
     async def __aenter__(self) -> "TrtllmInprocBackend":
         import importlib
 
-        from backends.lazy import MissingFrameworkError
+        from core.lazy import MissingFrameworkError
 
         try:
             trt = importlib.import_module("tensorrt_llm")

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from adapters.trtllm import MODEL_DIR, MODELOPT_DIR, WORK_DIR, TrtllmPlan
-from compare.engine_cache import BuildFailed, EngineCache, Entry, cache_key, checkpoint_digest
-from compare.errors import UserError
+from backends.models.engine_cache import BuildFailed, EngineCache, Entry, cache_key, checkpoint_digest
+from core.errors import UserError
 from containers.manager import ContainerSpec, ManagedContainer, create_tracked, device_requests, ensure_image
 
 STEP_TIMEOUT_S = 6 * 3600.0

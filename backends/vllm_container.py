@@ -61,7 +61,7 @@ class VllmContainerBackend(ContainerHttpBackend):
 
 
 def docker_check() -> tuple[bool, str]:
-    from compare.errors import UserError
+    from core.errors import UserError
     from containers.manager import connect, ensure_image
 
     try:

@@ -11,11 +11,9 @@ from typing import Any, AsyncIterator
 
 from adapters.spec import ServingSpec
 from adapters.vllm import vllm_engine_args
-from backends.base import (
-    BackendDescription, BackendRequestError, BackendStartError, Capabilities, GenerationRequest,
-    StreamEnd, StreamItem, TokenEvent,
-)
-from backends.lazy import require
+from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
+from core.errors import BackendRequestError, BackendStartError
+from core.lazy import require
 
 # perf_counter and monotonic are the same clock (CLOCK_MONOTONIC) on Linux; elsewhere engine
 # stamps are not comparable with ours
@@ -52,8 +50,8 @@ class VllmBackend:
         self._version = getattr(vllm, "__version__", "unknown")
         args = dict(self.engine_args)
         args.setdefault("disable_log_stats", False)
-        # lets us ask the worker process what it loaded (compare/quant_verify.py)
-        args.setdefault("worker_extension_cls", "compare.quant_verify.VllmQuantProbe")
+        # lets us ask the worker process what it loaded (compare/quality/verify.py)
+        args.setdefault("worker_extension_cls", "compare.quality.verify.VllmQuantProbe")
         try:
             # vLLM picks scheduler defaults (max_num_seqs, max_num_batched_tokens) by usage
             # context, and AsyncLLM's own (ENGINE_CONTEXT) is not in that table: it falls back to
@@ -161,7 +159,7 @@ def _engine_metrics(m: Any, t_first_ns: int = 0, t_last_ns: int = 0) -> dict[str
     both read CLOCK_MONOTONIC, so the difference between when the engine produced the first/last
     token and when our client saw it is the frontend's delivery delay (AsyncLLM output
     processing + our event loop), and the engine stamps give an engine-side throughput that no
-    client overhead can distort (compare/metrics.py ``engine_output_tok_s``).
+    client overhead can distort (compare/analysis/metrics.py ``engine_output_tok_s``).
     """
     if m is None or not hasattr(m, "first_token_ts"):
         return {}

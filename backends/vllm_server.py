@@ -30,7 +30,7 @@ import httpx
 
 from adapters.spec import ServingSpec
 from adapters.vllm import vllm_engine_args, vllm_server_argv
-from backends.base import BackendStartError
+from core.errors import BackendStartError
 from backends.http_backends import HttpStreamBackend
 
 HOST = "127.0.0.1"
@@ -162,7 +162,7 @@ class VllmServerBackend(HttpStreamBackend):
         self.results_dir = Path(path)
 
     async def _start_server(self) -> None:
-        from backends.lazy import require
+        from core.lazy import require
 
         vllm = require("vllm", "vllm")
         self._version = getattr(vllm, "__version__", "unknown")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from compare.commands.calibrate import run_calibration  # noqa: E402
+from compare.cli.commands.calibrate import run_calibration  # noqa: E402
 
 
 def _load() -> str:
@@ -141,7 +141,7 @@ def main() -> None:
     if a.loop:
         os.environ["LLM_COMPARE_LOOP"] = a.loop
     if os.environ.get("LLM_COMPARE_LOOP", "auto") != "asyncio":
-        try:  # for an asyncio.run() caller; compare.aio.run reads LLM_COMPARE_LOOP itself
+        try:  # for an asyncio.run() caller; compare.running.aio.run reads LLM_COMPARE_LOOP itself
             import asyncio
 
             import uvloop

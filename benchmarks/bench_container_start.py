@@ -40,7 +40,7 @@ def target_spec(name: str) -> tuple[ContainerSpec, str]:
     if name == "light":
         return ContainerSpec(image="llm-compare/base:bookworm", command=("python3", "-m", "http.server", "80"),
                              container_port=80), "/"
-    from compare.tinymodel import ensure_tiny_model
+    from backends.models.tiny import ensure_tiny_model
 
     model = ensure_tiny_model()
     return ContainerSpec(

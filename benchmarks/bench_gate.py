@@ -9,7 +9,7 @@ Two phases, so the expensive part runs once and the statistics can be replayed:
    ``--mode restart`` uses the runner's own ``--repeats`` (a fresh engine per repeat: 2 x rounds
    engine starts); ``--mode same-engine`` (default) starts each engine once and alternates their
    level runs, because on the shared 2-core machine one engine start took 5-8 minutes.
-2. evaluate (no engine): the gate's own arithmetic (compare.baseline.check_cells) on disjoint
+2. evaluate (no engine): the gate's own arithmetic (compare.analysis.gate.check_cells) on disjoint
    subsets of the recorded repeats, ``--repeats`` per side (the gate's recommended 3):
    - A/A false alarms: baseline = 3 repeats of A, candidate = 3 other repeats of A;
    - detection of the real config change: baseline = 3 repeats of A, candidate = 3 repeats of B;
@@ -36,9 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from compare.baseline import DEFAULT_ALPHA, DEFAULT_FLOOR, check_cells, repeat_values  # noqa: E402
-from compare.results import iter_records, load_run  # noqa: E402
-from compare.stats import METRICS, collect, default_metrics  # noqa: E402
+from compare.analysis.gate import DEFAULT_ALPHA, DEFAULT_FLOOR, check_cells, repeat_values  # noqa: E402
+from core.results import iter_records, load_run  # noqa: E402
+from compare.analysis.stats import METRICS, collect, default_metrics  # noqa: E402
 
 
 def record(args: argparse.Namespace) -> Path:
@@ -50,12 +50,12 @@ def record(args: argparse.Namespace) -> Path:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from adapters.spec import ServingSpec
     from backends.vllm_inproc import VllmBackend
-    from compare.commands.common import DEFAULT_TINY_SPEC
-    from compare.options import _scalar
-    from compare.runner import RunConfig, run
-    from compare.schedule import LoadLevel
-    from compare.tinymodel import ensure_tiny_model
-    from compare.workload import WorkloadSpec, build_requests
+    from compare.cli.commands.common import DEFAULT_TINY_SPEC
+    from compare.cli.options import _scalar
+    from compare.running.runner import RunConfig, run
+    from compare.workload.schedule import LoadLevel
+    from backends.models.tiny import ensure_tiny_model
+    from compare.workload.build import WorkloadSpec, build_requests
 
     spec = ServingSpec(model=str(ensure_tiny_model()), **DEFAULT_TINY_SPEC)
     key, _, value = args.slow_native.partition("=")
@@ -115,11 +115,11 @@ async def _record_same_engine(cfg, factory, header, settle_s: float = 2.0):
     Restart-to-restart noise is therefore NOT in these repeats (said in docs/benchmarks.md)."""
     from dataclasses import replace
 
-    from compare.executor import run_level
-    from compare.metrics import summarize
-    from compare.results import ResultsWriter
-    from compare.runner import _warmup
-    from compare.workload import request_to_dict
+    from compare.running.executor import run_level
+    from compare.analysis.metrics import summarize
+    from core.results import ResultsWriter
+    from compare.running.runner import _warmup
+    from compare.workload.build import request_to_dict
 
     writer = ResultsWriter(cfg.out_root, cfg.run_id, {
         "spec": cfg.spec.model_dump(mode="json"),

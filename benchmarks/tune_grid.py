@@ -24,14 +24,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from adapters.spec import ServingSpec  # noqa: E402
-from compare.fsutil import write_json_atomic  # noqa: E402
-from compare.hardware import fingerprint  # noqa: E402
-from compare.metrics import parse_slo  # noqa: E402
-from compare.tinymodel import ensure_tiny_model  # noqa: E402
-from compare.tune_probe import LoadSearch  # noqa: E402
-from compare.tune_space import apply_config, config_label, grid_points, space_for  # noqa: E402
-from compare.tune_trial import run_trial  # noqa: E402
-from compare.workload import WorkloadSpec, build_requests, request_to_dict  # noqa: E402
+from core.fsutil import write_json_atomic  # noqa: E402
+from core.hardware import fingerprint  # noqa: E402
+from compare.analysis.metrics import parse_slo  # noqa: E402
+from backends.models.tiny import ensure_tiny_model  # noqa: E402
+from compare.tuning.probe import LoadSearch  # noqa: E402
+from compare.tuning.space import apply_config, config_label, grid_points, space_for  # noqa: E402
+from compare.tuning.trial import run_trial  # noqa: E402
+from compare.workload.build import WorkloadSpec, build_requests, request_to_dict  # noqa: E402
 
 # 12 points, so the search (a third: 4 trials) has room to move. Knobs with a large, real effect
 # on the tiny model on CPU, where a step's fixed cost dominates its compute:

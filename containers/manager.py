@@ -29,8 +29,8 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable
 
-from backends.base import BackendStartError
-from compare.errors import UserError
+from core.errors import BackendStartError
+from core.errors import UserError
 from containers.spec import (  # noqa: F401  (re-exported: callers import them from here)
     BACKEND, LABEL, OWNER_HOST, OWNER_PID, OWNER_START, RUN_ID, ContainerSpec, device_requests, is_secret,
     parse_gpus, run_id,
@@ -58,7 +58,7 @@ class ContainerExitedError(BackendStartError):
 
 def connect() -> Any:
     """A Docker client, or one line saying the daemon is not reachable and how to start it."""
-    from backends.lazy import require
+    from core.lazy import require
 
     docker = require("docker", "docker")
     try:

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from compare.errors import UserError
+from core.errors import UserError
 
 LABEL = "llm-compare"  # prefix of every label we set
 OWNER_PID, OWNER_START, OWNER_HOST = f"{LABEL}.owner-pid", f"{LABEL}.owner-start", f"{LABEL}.owner-host"

@@ -50,7 +50,7 @@ def pytest_xdist_make_scheduler(config, log):
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
     """The tiny real Qwen2 model (built once into the cache by scripts/setup.sh)."""
-    from compare.tinymodel import ensure_tiny_model
+    from backends.models.tiny import ensure_tiny_model
 
     return ensure_tiny_model()
 

@@ -1,11 +1,11 @@
 """Synthetic results for the stats/verdict/gate unit tests: real RequestRecords with integer ns
-times (allowed for metric units), summarised by the real compare.metrics.summarize."""
+times (allowed for metric units), summarised by the real compare.analysis.metrics.summarize."""
 from __future__ import annotations
 
 import numpy as np
 
-from compare.metrics import summarize
-from compare.records import RequestRecord
+from compare.analysis.metrics import summarize
+from core.records import RequestRecord
 
 MS = 1_000_000
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from compare.bundle import Target, pip_downloader, read_package_list, resolve
-from compare.bundle_prune import KIND_ELF, elf_section, import_sites, parse_fatbin, prune_fatbin
+from compare.bundling.build import Target, pip_downloader, read_package_list, resolve
+from compare.bundling.prune import KIND_ELF, elf_section, import_sites, parse_fatbin, prune_fatbin
 from tests.conftest import run_cli
 
 HTTPX = "httpx==0.28.1"  # small pure-Python tree: httpcore, h11, anyio, certifi, idna (+ typing-extensions < 3.13)

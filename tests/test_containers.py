@@ -35,7 +35,7 @@ def _unavailable(reason: str) -> None:
 
 @pytest.fixture(scope="session")
 def docker_client():
-    from compare.errors import UserError
+    from core.errors import UserError
     from containers.manager import connect
 
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from compare.records import RequestRecord
+from core.records import RequestRecord
 from tests.conftest import ROOT, VENV_BIN, run_cli
 from tests.test_containers import _ours, docker_client, require_image  # noqa: F401  (fixture)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from compare.engine_cache import (
+from backends.models.engine_cache import (
     BuildFailed, CheckpointError, EngineCache, cache_key, checkpoint_digest, validate_checkpoint,
 )
 
@@ -43,7 +43,7 @@ def test_digest_memo_avoids_rehash_but_detects_rewrite(tmp_path, monkeypatch):
     a = make_ckpt(tmp_path / "a")
     memo = tmp_path / "memo"
     checkpoint_digest(a, memo)
-    import compare.engine_cache as ec
+    import backends.models.engine_cache as ec
 
     calls = []
     real = ec._file_sha256

@@ -1,4 +1,4 @@
-"""Regression gate (compare/baseline.py, `compare baseline save`, `compare check`) on synthetic
+"""Regression gate (compare/analysis/gate.py, `compare baseline save`, `compare check`) on synthetic
 results: real RequestRecords with integer ns times, summarised by the real metrics code."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from compare.baseline import check, diff_fingerprints, ensure_comparable, fingerprint_of, make_baseline
-from compare.errors import UserError
+from compare.analysis.gate import check, diff_fingerprints, ensure_comparable, fingerprint_of, make_baseline
+from core.errors import UserError
 from tests.conftest import run_cli
 from tests.synth import make_run, records
 

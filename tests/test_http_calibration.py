@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 
-from compare.calibration import CalibrationServerProcess, CalibrationTiming, measure
+from compare.running.calibration import CalibrationServerProcess, CalibrationTiming, measure
 from tests.conftest import run_cli
 
 

@@ -11,10 +11,10 @@ import socket
 
 import pytest
 
-from backends.base import GenerationRequest
+from core.records import GenerationRequest
 from backends.http_backends import HttpStreamBackend
-from compare.executor import run_level, run_one
-from compare.schedule import LoadLevel
+from compare.running.executor import run_level, run_one
+from compare.workload.schedule import LoadLevel
 from tests.http_util import RawHttpServer, silent_response, sse_response, status_response
 
 REQ = GenerationRequest("r", 4, prompt_token_ids=(1, 2, 3))
@@ -148,7 +148,7 @@ def test_level_continues_and_counts_failures_by_kind():
 
 
 def test_unreachable_endpoint_fails_start_with_one_line():
-    from backends.base import BackendStartError
+    from core.errors import BackendStartError
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -16,7 +16,7 @@ import pytest
 from backends.http import native, rxstamp
 from backends.http.sse import Sink, read_events
 from backends.http.transport import StreamingTransport
-from compare.errors import UserError
+from core.errors import UserError
 
 BLOCK_S = 0.1  # long enough that a loaded machine still reads (thread) inside it
 

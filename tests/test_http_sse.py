@@ -8,14 +8,14 @@ import time
 import httpx
 import pytest
 
-from backends.base import GenerationRequest, TokenEvent
+from core.records import GenerationRequest, TokenEvent
 from backends.http import openai, tgi
 from backends.http.protocol import Done, Error
 from backends.http.sse import RawEvent, post_events
 from backends.http.transport import StreamingTransport
 from backends.http_backends import HttpStreamBackend
-from compare.executor import run_one
-from compare.metrics import itls_ns
+from compare.running.executor import run_one
+from compare.analysis.metrics import itls_ns
 from tests.http_util import RawHttpServer, sse_response
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from compare.results import iter_records
+from core.results import iter_records
 from tests.conftest import REAL_RUN_OUTPUT_LEN as OUT
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Length matching (compare/length_match.py) on synthetic records with integer ns times: the cut
+"""Length matching (compare/analysis/length_match.py) on synthetic records with integer ns times: the cut
 at k, the matched k per request, exclusions, throughput over the matched window, the verdict and
 the console/report rows built from it."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from compare.length_match import match_level, match_run, matched_inputs, reason, section, truncate
-from compare.metrics import e2e_ns, itls_ns, tpot_ns, ttft_ns
-from compare.records import RequestRecord
+from compare.analysis.length_match import match_level, match_run, matched_inputs, reason, section, truncate
+from compare.analysis.metrics import e2e_ns, itls_ns, tpot_ns, ttft_ns
+from core.records import RequestRecord
 from tests.synth import make_run
 
 MS = 1_000_000
@@ -126,7 +126,7 @@ def test_reason_capability_or_observed_lengths():
 
 
 def test_verdict_uses_length_matched_tpot_e2e_and_throughput():
-    from compare.verdict import build_verdict
+    from compare.analysis.verdict import build_verdict
 
     # same per-token speed on both; B stops at EOS after 3 of 8 tokens on every request
     a = [rec("A", f"r{i}", i * 1000, [i * 1000 + 100 + 10 * t for t in range(8)]) for i in range(6)]
@@ -150,7 +150,7 @@ def test_verdict_uses_length_matched_tpot_e2e_and_throughput():
 
 
 def test_no_matching_when_lengths_were_forced_and_equal():
-    from compare.verdict import build_verdict
+    from compare.analysis.verdict import build_verdict
 
     a = [rec("A", f"r{i}", i * 1000, [i * 1000 + 100 + 10 * t for t in range(4)]) for i in range(4)]
     b = [rec("B", f"r{i}", i * 1000, [i * 1000 + 50 + 20 * t for t in range(4)]) for i in range(4)]
@@ -166,7 +166,8 @@ def test_no_matching_when_lengths_were_forced_and_equal():
 def test_console_table_shows_matched_rows_under_the_raw_ones():
     from rich.console import Console
 
-    from compare.console import caveats, comparison_table
+    from compare.analysis.caveats import caveats
+    from compare.report.console import comparison_table
 
     run, recs = _run(caps_b=False)
     run["length_matched"] = section(run, recs)

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from compare.length_match import stream_tokens
-from compare.records import RequestRecord
+from compare.analysis.length_match import stream_tokens
+from core.records import RequestRecord
 from tests.conftest import run_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1500)]

@@ -3,10 +3,10 @@ import math
 
 import pytest
 
-from compare.metrics import (
+from compare.analysis.metrics import (
     e2e_ns, itls_ns, parse_slo, request_meets_slo, summarize, tpot_ns, ttft_ns,
 )
-from compare.records import RequestRecord
+from core.records import RequestRecord
 
 MS = 1_000_000
 

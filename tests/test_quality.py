@@ -9,9 +9,9 @@ import math
 import pytest
 
 from adapters.spec import ServingSpec
-from backends.base import GenerationRequest, TokenEvent
-from compare.errors import UserError
-from compare.quality import (
+from core.records import GenerationRequest, TokenEvent
+from core.errors import UserError
+from compare.quality.parity import (
     QualityOptions, accuracy, is_correct, load_accuracy_jsonl, mcnemar_exact, parity, wanted,
 )
 
@@ -107,7 +107,7 @@ def test_accuracy_task_runs_on_real_backends_with_a_paired_test(tiny_model):
     """The accuracy path end to end on the real transformers backend (as candidate and reference):
     answers are the model's own first output line for one prompt and a wrong one for the other."""
     from backends.hf import HFBackend
-    from compare.quality import _accuracy, _probe
+    from compare.quality.parity import _accuracy, _probe
 
     async def go():
         async with HFBackend(ServingSpec(model=str(tiny_model), dtype="float32")) as ref:

@@ -22,8 +22,8 @@ SCHEMES = ("w8a8-int8", "w4a16")
 @pytest.fixture(scope="session")
 def quantized(tiny_model) -> dict[str, Path]:
     """scheme -> checkpoint dir, produced by `compare quantize` once and cached."""
-    from compare.commands.quantize import source_hash
-    from compare.tinymodel import cache_root
+    from compare.cli.commands.quantize import source_hash
+    from backends.models.tiny import cache_root
 
     digest = source_hash(tiny_model)
     out: dict[str, Path] = {}
@@ -55,7 +55,7 @@ def quant_run(tiny_model, quantized, tmp_path_factory) -> dict:
 
 def test_quantize_records_provenance(tiny_model, quantized):
     from adapters.quant import detect_checkpoint_scheme, read_model_config
-    from compare.commands.quantize import source_hash
+    from compare.cli.commands.quantize import source_hash
 
     for scheme, d in quantized.items():
         prov = json.loads((d / "llm_compare_quant.json").read_text())
@@ -101,7 +101,7 @@ def test_speed_and_quality_side_by_side(quant_run):
 def test_verification_marks_a_mislabelled_run_invalid(quant_run):
     """The fp32 engine's real report, judged as if w4a16 had been requested: invalid."""
     from adapters.spec import ServingSpec
-    from compare.quant_verify import verify
+    from compare.quality.verify import verify
 
     b = quant_run["run"]["backends"]["vllm:fp32"]
     report = b["describe"]["extra"]["quantization"]

@@ -11,7 +11,7 @@ from adapters.quant import (
     scheme_of_spec, vllm_quant_args,
 )
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from compare.quant_verify import verify
+from compare.quality.verify import verify
 from tests.conftest import run_cli
 
 
@@ -152,7 +152,7 @@ def test_cli_plan_refuses_a_scheme_the_backend_cannot_load(tiny_model):
 
 
 def test_tgi_and_trtllm_reports_are_judged_by_the_same_rules():
-    from compare.quant_verify import from_tgi, from_trtllm_config
+    from compare.quality.verify import from_tgi, from_trtllm_config
 
     # TGI: /info has no quantization field; the launch flag (or the checkpoint, as TGI reads it) decides
     rep = from_tgi({"--quantize": "awq"}, {"model_dtype": "torch.float16"}, None)

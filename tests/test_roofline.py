@@ -1,4 +1,4 @@
-"""compare/roofline.py against the real thing: transformers' own parameter counts (meta device, so
+"""compare/analysis/roofline.py against the real thing: transformers' own parameter counts (meta device, so
 the 7B shape costs no memory) and torch's FLOP counter on a real forward pass of the tiny model."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from compare.roofline import Ceilings, ModelShape, Work, dtype_bytes
+from compare.analysis.roofline import Ceilings, ModelShape, Work, dtype_bytes
 
 QWEN7B = "gpu/qwen2.5-7b-config.json"
 

@@ -1,4 +1,4 @@
-"""compare/stats.py on synthetic RequestRecords (integer ns times) summarised by the real metrics."""
+"""compare/analysis/stats.py on synthetic RequestRecords (integer ns times) summarised by the real metrics."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from compare.stats import MIN_REPEATS, collect, compare_levels, holm, single_ci
+from compare.analysis.stats import MIN_REPEATS, collect, compare_levels, holm, single_ci
 from tests.synth import make_run, records
 
 

@@ -12,11 +12,11 @@ import httpx
 import pytest
 
 from adapters.spec import ServingSpec
-from backends.base import GenerationRequest
+from core.records import GenerationRequest
 from backends.http import tgi
 from backends.http_backends import TgiEndpointBackend
-from compare.executor import run_level, run_one
-from compare.schedule import LoadLevel
+from compare.running.executor import run_level, run_one
+from compare.workload.schedule import LoadLevel
 from tests.doubles.tgi_protocol_server import schema_validator
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]

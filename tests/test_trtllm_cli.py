@@ -4,7 +4,7 @@ import json
 import pytest
 import yaml
 
-from compare.engine_cache import EngineCache
+from backends.models.engine_cache import EngineCache
 from tests.conftest import run_cli
 
 

@@ -14,10 +14,11 @@ import subprocess
 import pytest
 
 from adapters.spec import ServingSpec
-from backends.base import BackendStartError, GenerationRequest, TokenEvent
+from core.records import GenerationRequest, TokenEvent
+from core.errors import BackendStartError
 from backends.trtllm import TrtllmBackend
-from compare.engine_cache import EngineCache
-from compare.errors import UserError
+from backends.models.engine_cache import EngineCache
+from core.errors import UserError
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.docker, pytest.mark.engine]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from adapters.spec import ServingSpec
-from backends.base import GenerationRequest, TokenEvent
+from core.records import GenerationRequest, TokenEvent
 from backends.http.protocol import UNKNOWN_ID
 from backends.http.sse import RawEvent
 from backends.trtllm import TrtllmBackend, trtllm_payload

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from compare.tune_report import tuned_specs
+from compare.tuning.report import tuned_specs
 from adapters.spec import ServingSpec
 from tests.conftest import run_cli
 

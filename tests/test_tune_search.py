@@ -2,7 +2,7 @@
 
 tests/fixtures/tune_grid_vllm_cpu.json holds an exhaustive knob grid measured once with real vLLM
 engines on the tiny model (benchmarks/tune_grid.py: every point an engine start and a bracketing
-load search under the SLO). Here the tuner's own search (compare.tune.search, the code
+load search under the SLO). Here the tuner's own search (compare.tuning.search.search, the code
 ``compare tune`` runs) is given those recorded results instead of starting engines: it must find a
 config within 5% of the grid's best goodput with at most a third of the grid's trials, for every
 seed, while blind sampling of the same number of configs must miss for some (the target has teeth).
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from compare.tune import best_of, search
-from compare.tune_space import config_label
+from compare.tuning.search import best_of, search
+from compare.tuning.space import config_label
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tune_grid_vllm_cpu.json"
 SEEDS = range(10)

@@ -12,12 +12,12 @@ import pytest
 
 from adapters.spec import ServingSpec
 from adapters.vllm import vllm_engine_args
-from compare.metrics import parse_slo
-from compare.tune import LiveTrials, pareto_frontier, search
-from compare.tune_probe import LoadSearch, mean_ci
-from compare.tune_report import gain, tuned_specs
-from compare.tune_space import KnobError, apply_config, grid_points, parse_knobs, space_for
-from compare.workload import WorkloadSpec, build_requests
+from compare.analysis.metrics import parse_slo
+from compare.tuning.search import LiveTrials, pareto_frontier, search
+from compare.tuning.probe import LoadSearch, mean_ci
+from compare.tuning.report import gain, tuned_specs
+from compare.tuning.space import KnobError, apply_config, grid_points, parse_knobs, space_for
+from compare.workload.build import WorkloadSpec, build_requests
 from tests.conftest import run_cli
 
 SPEC = ServingSpec(model="/m", max_model_len=512)

@@ -1,11 +1,11 @@
-"""compare/verdict.py: words, costs, quality deltas and caveats, on synthetic records."""
+"""compare/analysis/verdict.py: words, costs, quality deltas and caveats, on synthetic records."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from compare.verdict import build_verdict, decision_rows, header_line, summary_lines
+from compare.analysis.verdict import build_verdict, decision_rows, header_line, summary_lines
 from tests.synth import make_run, records
 
 

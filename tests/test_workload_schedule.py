@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from compare.schedule import LoadLevel, parse_levels, poisson_offsets_ns
-from compare.workload import LengthDist, WorkloadSpec, build_requests, request_from_dict, request_to_dict
+from compare.workload.schedule import LoadLevel, parse_levels, poisson_offsets_ns
+from compare.workload.build import LengthDist, WorkloadSpec, build_requests, request_from_dict, request_to_dict
 
 
 def test_same_seed_same_requests_other_seed_differs():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.base import GenerationRequest, TokenEvent
+from core.records import GenerationRequest, TokenEvent
 from backends.http.protocol import UNKNOWN_ID, Done, Error, Parsed, Protocol, token_event
 from backends.http.sse import RawEvent, loads
 

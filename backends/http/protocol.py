@@ -7,7 +7,7 @@ tokens AND the finish reason (OpenAI's last chunk), hence a list.
 
 Token counting: tokens are counted from the token ids the server streams (vLLM
 ``return_token_ids``, TGI ``token.id``) or from logprob entries; several tokens in one event are
-several tokens sharing the event's timestamp (compare/metrics.py gives the gap to the first and
+several tokens sharing the event's timestamp (compare/analysis/metrics.py gives the gap to the first and
 0 to the others). When a server streams neither, each non-empty event counts as one token and
 its ids are ``-1`` placeholders (``UNKNOWN_ID``); the server's ``usage`` total is kept beside it.
 """
@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Callable
 
-from backends.base import BackendRequestError, GenerationRequest, TokenEvent
+from core.records import GenerationRequest, TokenEvent
+from core.errors import BackendRequestError
 from backends.http.sse import BATCH, RawEvent, Sink
 
 UNKNOWN_ID = -1
@@ -87,7 +88,7 @@ class EventSink(Sink):
     parser exception: a bug, re-raised as is) ends the parsing.
 
     Items are the TokenEvents, buffered for the whole stream: the executor pauses the cyclic GC
-    during a level (compare/executor.py), otherwise 100k buffered events at 2000 streams made
+    during a level (compare/running/executor.py), otherwise 100k buffered events at 2000 streams made
     collections run often and long."""
 
     __slots__ = ("parse", "observe", "rid", "finish", "prompt_tokens", "completion_tokens", "terminal")

@@ -80,7 +80,7 @@ def kernel_stamps() -> bool:
     global _supported
     choice = os.environ.get(CLOCK_ENV, "auto").strip().lower() or "auto"
     if choice not in ("auto", "user"):
-        from compare.errors import UserError
+        from core.errors import UserError
         raise UserError(f"{CLOCK_ENV}={choice!r} is not one of auto, user (unset it for kernel stamps "
                         f"where available)")
     if choice == "user":

@@ -28,7 +28,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, NamedTuple
 
 import httpx
 
-from backends.base import BackendRequestError
+from core.errors import BackendRequestError
 
 # ERROR KINDS raised here (each failed request records exactly one; docs/benchmarks.md#errors):
 #   connect       - connection refused / DNS / TLS: the server is not there

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.base import GenerationRequest
+from core.records import GenerationRequest
 from backends.http.protocol import Done, Error, Parsed, Protocol, token_event
 from backends.http.sse import RawEvent, loads
 

@@ -44,7 +44,7 @@ def load_spec(path: str | os.PathLike[str], model: str):
 
 
 def load_workload(path: str | os.PathLike[str], num_requests: int | None = None):
-    from compare.workload import WorkloadSpec
+    from compare.workload.build import WorkloadSpec
 
     data = yaml.safe_load(Path(path).read_text()) or {}
     if num_requests is not None:

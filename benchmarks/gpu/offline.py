@@ -1,7 +1,7 @@
 """vLLM's own offline ``LLM.generate`` on the exact request list ``compare run`` sends.
 
 The yardstick for our in-process measurement: same engine arguments (built by the same adapter,
-``adapters.vllm.vllm_engine_args``), the same requests (``compare.workload.build_requests`` on the
+``adapters.vllm.vllm_engine_args``), the same requests (``compare.workload.build.build_requests`` on the
 same workload file), the same sampling parameters, all submitted at once like our ``rate=inf``
 (burst) level. Throughput = output tokens / wall time of the ``generate`` call, repeated.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # repo root: adapters/, compare/
 
 from benchmarks.gpu.common import engine_info, load_spec, load_workload, set_engine_env  # noqa: E402
-from compare.fsutil import write_json_atomic  # noqa: E402
+from core.fsutil import write_json_atomic  # noqa: E402
 
 
 def _sampling(r, SamplingParams):
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     set_engine_env()
 
     from adapters.vllm import vllm_engine_args
-    from compare.workload import build_requests
+    from compare.workload.build import build_requests
 
     spec = load_spec(a.spec, a.model)
     workload = load_workload(a.workload, a.num_requests)

@@ -5,7 +5,7 @@ requests.jsonl (`compare run`), phases.json (GPU memory), the model's config.jso
 report.json and report.md beside them. Runs anywhere (no GPU, no vLLM):
   python benchmarks/gpu/report.py WORK_DIR
 
-Floors (compare/roofline.py), each measured point given as floor / measured:
+Floors (compare/analysis/roofline.py), each measured point given as floor / measured:
 - single-stream decode per token vs one decode step at the mean context length;
 - TPOT at a load level vs one decode step with B = the level's mean number of requests in flight
   (sum of request durations / wall) at the mean context;
@@ -23,10 +23,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from compare.fsutil import write_atomic, write_json_atomic  # noqa: E402
-from compare.metrics import e2e_ns  # noqa: E402
-from compare.results import iter_records  # noqa: E402
-from compare.roofline import Ceilings, ModelShape, Work, dtype_bytes  # noqa: E402
+from core.fsutil import write_atomic, write_json_atomic  # noqa: E402
+from compare.analysis.metrics import e2e_ns  # noqa: E402
+from core.results import iter_records  # noqa: E402
+from compare.analysis.roofline import Ceilings, ModelShape, Work, dtype_bytes  # noqa: E402
 
 TOLERANCE = 0.02  # issue 7: in-process throughput within 2% of LLM.generate's
 
@@ -105,7 +105,7 @@ def _burst_repeats(work: Path, ref: float, only: str | None = None, first: float
     that a restart-per-repeat measurement never gets.
 
     Client-side throughput (first send to last token seen) and the engine-side one (vLLM's own
-    engine-core stamps, compare/metrics.py ``engine_side``): the gap between them is delivery.
+    engine-core stamps, compare/analysis/metrics.py ``engine_side``): the gap between them is delivery.
     """
     out: dict[str, Any] = {}
     for run_json in sorted(work.glob("runs/inproc-burst*/run.json")):

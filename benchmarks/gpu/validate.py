@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.gpu.common import ENGINE_ENV  # noqa: E402
-from compare.fsutil import write_json_atomic  # noqa: E402
+from core.fsutil import write_json_atomic  # noqa: E402
 
 PHASES = ["env", "microbench", "offline", "inproc", "offline-default", "server", "inproc-c1", "server-c1",
           "inproc-burst", "inproc-burst-asyncio", "server-rates", "inproc-burst-nostats", "offline-nostats",

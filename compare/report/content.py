@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compare import length_match
-from compare.console import matched_note, matched_row
+from compare.analysis import length_match
+from compare.report.console import matched_note, matched_row
 from compare.report.data import ReportData
 from compare.report.plots import server_client_rows
-from compare.verdict import DECISION_HEADERS, decision_rows, header_line, summary_lines
+from compare.analysis.verdict import DECISION_HEADERS, decision_rows, header_line, summary_lines
 
 
 @dataclass

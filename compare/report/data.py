@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compare.records import RequestRecord
-from compare.stats import LevelSample, collect
-from compare.verdict import Verdict, build_verdict
+from core.records import RequestRecord
+from compare.analysis.stats import LevelSample, collect
+from compare.analysis.verdict import Verdict, build_verdict
 
 
 @dataclass
@@ -31,7 +31,7 @@ class ReportData:
 def load_report_data(path: Path, gpu_hour_price: float | None = None,
                      margin: float | None = None) -> ReportData:
     """Raises UserError (via load_results) for a missing or foreign results directory."""
-    from compare.commands.baseline import load_results
+    from core.results import load_results
 
     run, records = load_results(Path(path))
     samples = collect(run, records)

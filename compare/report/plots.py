@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from compare.metrics import itls_ns
+from compare.analysis.metrics import itls_ns
 from compare.report.data import ReportData, server_ttft_ms
-from compare.stats import METRICS, single_ci
+from compare.analysis.stats import METRICS, single_ci
 
 BAR_METRICS = ("ttft_p50", "tpot_p50", "output_tok_s")
 

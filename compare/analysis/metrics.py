@@ -1,0 +1,224 @@
+"""Latency/throughput metrics from immutable RequestRecords.
+
+Definitions (all client-side, from perf_counter_ns stamps):
+- TTFT: first event carrying a token - send time.
+- ITL: gap between consecutive events, attributed to the first token of the later event; the
+  other tokens of a multi-token event get an ITL of 0 (they arrived together). So
+  sum(ITL) == last token time - first token time, and an engine that batches tokens into one
+  event is not credited with impossibly small per-token gaps on average.
+- TPOT: (last token time - first token time) / (output tokens - 1), per request.
+- E2E: end of stream - send time.
+- Throughput: output tokens of successful requests / level wall time (first send to last end).
+- Goodput: requests/s that met every per-request SLO threshold (the SLO's percentiles are
+  checked separately as ``slo_met``).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from core.records import RequestRecord
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+def ttft_ns(r: RequestRecord) -> int | None:
+    return r.event_times_ns[0] - r.t_sent_ns if r.event_times_ns else None
+
+
+def e2e_ns(r: RequestRecord) -> int | None:
+    return (r.t_end_ns - r.t_sent_ns) if r.t_end_ns is not None and r.ok else None
+
+
+def itls_ns(r: RequestRecord) -> list[int]:
+    out: list[int] = []
+    times, counts = r.event_times_ns, r.event_token_counts
+    # tokens after the very first one of the stream
+    if counts and counts[0] > 1:
+        out.extend([0] * (counts[0] - 1))
+    for i in range(1, len(times)):
+        out.append(times[i] - times[i - 1])
+        out.extend([0] * (counts[i] - 1))
+    return out
+
+
+def tpot_ns(r: RequestRecord) -> float | None:
+    n = sum(r.event_token_counts)
+    if n < 2 or not r.event_times_ns:
+        return None
+    return (r.event_times_ns[-1] - r.event_times_ns[0]) / (n - 1)
+
+
+def queue_delay_ns(r: RequestRecord) -> int | None:
+    """Open loop: how late the client actually sent vs the schedule (client overload)."""
+    return None if r.t_scheduled_ns is None else r.t_sent_ns - r.t_scheduled_ns
+
+
+@dataclass(frozen=True)
+class Dist:
+    n: int
+    mean: float
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+    min: float
+    max: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in ("n", "mean", "p50", "p90", "p95", "p99", "min", "max")}
+
+    def get(self, stat: str) -> float:
+        return getattr(self, stat)
+
+
+def dist(values_ns: Iterable[float], scale: float = 1e-6) -> Dist | None:
+    """Summary of values given in ns, reported in ms by default."""
+    a = np.asarray([v for v in values_ns if v is not None], dtype=np.float64) * scale
+    if a.size == 0:
+        return None
+    p = np.percentile(a, PERCENTILES)
+    return Dist(int(a.size), float(a.mean()), *map(float, p), float(a.min()), float(a.max()))
+
+
+# ---------------------------------------------------------------- SLO
+
+_SLO_METRICS = {"ttft", "tpot", "itl", "e2e"}
+_SLO_STATS = {"p50", "p90", "p95", "p99", "mean", "max"}
+_UNIT = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+@dataclass(frozen=True)
+class SloTerm:
+    metric: str  # ttft | tpot | itl | e2e
+    stat: str  # p95, mean, ...
+    limit_ms: float
+
+    @property
+    def key(self) -> str:
+        return f"{self.metric}_{self.stat}"
+
+
+def parse_slo(text: str | None) -> tuple[SloTerm, ...]:
+    """``ttft_p95=2s,tpot_p95=100ms`` -> terms. Raises ValueError naming the bad term."""
+    if not text:
+        return ()
+    terms = []
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*([a-z][a-z0-9]*)_([a-z0-9]+)\s*=\s*([0-9.]+)\s*(ns|us|ms|s)\s*", part)
+        if not m or m.group(1) not in _SLO_METRICS or m.group(2) not in _SLO_STATS:
+            raise ValueError(
+                f"SLO term {part.strip()!r} is not METRIC_STAT=NUMBERUNIT; metrics "
+                f"{sorted(_SLO_METRICS)}, stats {sorted(_SLO_STATS)}, units ns/us/ms/s "
+                f"(e.g. --slo ttft_p95=2s,tpot_p95=100ms)")
+        terms.append(SloTerm(m.group(1), m.group(2), float(m.group(3)) * _UNIT[m.group(4)]))
+    return tuple(terms)
+
+
+def request_meets_slo(r: RequestRecord, slo: Sequence[SloTerm]) -> bool:
+    """Per-request check: each term's limit applied to this request's own value."""
+    if not r.ok:
+        return False
+    for t in slo:
+        if t.metric == "ttft":
+            v = ttft_ns(r)
+        elif t.metric == "tpot":
+            v = tpot_ns(r)
+        elif t.metric == "e2e":
+            v = e2e_ns(r)
+        else:
+            # per request, the ITL term bounds that request's own ITL at the same statistic
+            itl = itls_ns(r)
+            v = _stat(itl, t.stat) if itl else None
+        if v is not None and v / 1e6 > t.limit_ms:
+            return False
+    return True
+
+
+def _stat(values: Sequence[float], stat: str) -> float:
+    if stat == "max":
+        return float(max(values))
+    if stat == "mean":
+        return float(np.mean(values))
+    return float(np.percentile(values, int(stat[1:])))
+
+
+# ---------------------------------------------------------------- level summary
+
+
+def summarize(records: Sequence[RequestRecord], wall_ns: int,
+              slo: Sequence[SloTerm] = ()) -> dict[str, object]:
+    ok = [r for r in records if r.ok]
+    out_tokens = sum(r.output_tokens for r in ok)
+    wall_s = max(wall_ns, 1) / 1e9
+    ttft = dist(ttft_ns(r) for r in ok)
+    tpot = dist(tpot_ns(r) for r in ok)
+    itl = dist(x for r in ok for x in itls_ns(r))
+    e2e = dist(e2e_ns(r) for r in ok)
+    qd = dist(queue_delay_ns(r) for r in records)
+    summary: dict[str, object] = {
+        "requests": len(records),
+        "ok": len(ok),
+        "failed": len(records) - len(ok),
+        "errors": _error_counts(records),
+        "wall_s": wall_s,
+        "output_tokens": out_tokens,
+        "input_tokens": sum(r.prompt_tokens or 0 for r in ok),
+        "output_tok_s": out_tokens / wall_s,
+        "req_s": len(ok) / wall_s,
+        "ttft_ms": ttft.as_dict() if ttft else None,
+        "tpot_ms": tpot.as_dict() if tpot else None,
+        "itl_ms": itl.as_dict() if itl else None,
+        "e2e_ms": e2e.as_dict() if e2e else None,
+        "send_delay_ms": qd.as_dict() if qd else None,
+        "short_outputs": sum(1 for r in ok if r.requested_tokens and r.output_tokens < r.requested_tokens),
+    }
+    summary.update(engine_side(records))
+    if slo:
+        good = sum(1 for r in records if request_meets_slo(r, slo))
+        checks = {}
+        for t in slo:
+            d = {"ttft": ttft, "tpot": tpot, "itl": itl, "e2e": e2e}[t.metric]
+            val = d.get(t.stat) if d else math.nan
+            checks[t.key] = {"value_ms": val, "limit_ms": t.limit_ms, "met": bool(d) and val <= t.limit_ms}
+        summary["goodput_req_s"] = good / wall_s
+        summary["slo_attainment"] = good / len(records) if records else 0.0
+        summary["slo_checks"] = checks
+        summary["slo_met"] = all(c["met"] for c in checks.values()) and len(ok) == len(records)
+    return summary
+
+
+def engine_side(records: Sequence[RequestRecord]) -> dict[str, object]:
+    """Throughput from the engine's own token stamps, and how late the client saw the tokens.
+
+    Only for backends that report engine-core stamps on the same clock as ours (the in-process
+    vLLM backend): ``engine_output_tok_s`` = output tokens / (last token produced by the engine -
+    first request sent). Where it exceeds ``output_tok_s``, the gap is delivery (the frontend's
+    output processing and our event loop), not the engine. ``delivery_lag_ms``: per request, when
+    the client saw its last token minus when the engine produced it.
+    """
+    ok = [r for r in records if r.ok]
+    ends = [r.engine_metrics.get("engine_last_token_ts") for r in ok]
+    if not ok or any(e is None for e in ends):
+        return {}
+    span_s = max(ends) - min(r.t_sent_ns for r in records) / 1e9
+    out: dict[str, object] = {}
+    if span_s > 0:
+        out["engine_output_tok_s"] = sum(r.output_tokens for r in ok) / span_s
+    lag = dist((r.engine_metrics["last_token_delivery_s"] * 1e9 for r in ok
+                if "last_token_delivery_s" in r.engine_metrics))
+    if lag:
+        out["delivery_lag_ms"] = lag.as_dict()
+    return out
+
+
+def _error_counts(records: Sequence[RequestRecord]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in records:
+        if r.error_kind:
+            counts[r.error_kind] = counts.get(r.error_kind, 0) + 1
+    return counts

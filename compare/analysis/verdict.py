@@ -1,0 +1,287 @@
+"""The decision table: who wins each metric at each load level, by how much, and how sure we are.
+
+Built only from a results directory's data (run.json + requests.jsonl), so old runs can be
+re-judged. The first backend is the reference; every other backend is compared with it on the
+identical request list (compare/analysis/stats.py). Plain words, no over-claiming: a difference whose
+Holm-corrected test is not significant is reported as "no significant difference", and a metric
+without enough repeats for an interval is labelled as a point estimate. The caveats of the run
+(client lag, output length not forced, failed requests, quantization not verified) are part of
+every verdict, never a footnote that can be dropped.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from compare.analysis.length_match import match_run, matched_inputs, section
+from core.records import RequestRecord
+from compare.analysis.stats import (
+    METRICS, MIN_REPEATS, Comparison, LevelSample, collect, compare_levels, default_metrics, repeat_summaries,
+)
+
+
+@dataclass
+class Verdict:
+    reference: str
+    backends: list[str]
+    levels: list[str]
+    slo: list[dict[str, Any]]
+    quantization: dict[str, str]
+    comparisons: list[Comparison]
+    costs: dict[str, dict[str, float]] = field(default_factory=dict)  # backend -> level -> $/M out tok
+    gpu_hour_price: float | None = None
+    quality: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)
+    margin: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"reference": self.reference, "backends": self.backends, "levels": self.levels,
+                "slo": self.slo, "quantization": self.quantization, "margin": self.margin,
+                "gpu_hour_price": self.gpu_hour_price, "cost_per_million_output_tokens": self.costs,
+                "comparisons": [c.as_dict() for c in self.comparisons],
+                "summary": summary_lines(self), "quality": self.quality, "caveats": self.caveats}
+
+
+# metrics that change when outputs are cut at k (TTFT does not)
+_CUT_METRICS = {k for k, m in METRICS.items() if m.source != "ttft"}
+
+
+def build_verdict(run: dict[str, Any], records: Iterable[RequestRecord], *,
+                  gpu_hour_price: float | None = None, margin: float | None = None,
+                  metrics: tuple[str, ...] | None = None, seed: int = 0,
+                  samples: dict[tuple[str, str], LevelSample] | None = None) -> Verdict:
+    """``samples``: raw ones already collected (the report's); replaced by length-matched ones
+    when lengths were not forced or differ (compare/analysis/length_match.py)."""
+    records = list(records)
+    matched = match_run(run, records)
+    judged = run  # the summaries that levels and costs are judged on
+    if matched is not None:  # TPOT/E2E/tok/s (and cost) on each request's first k tokens only
+        run = {**run, "length_matched": run.get("length_matched") or section(run, records, matched)}
+        judged, cut = matched_inputs(run, matched)
+        samples = collect(judged, cut)
+    samples = samples if samples is not None else collect(run, records)
+    names = [n for n in run.get("backends", {}) if any(k[0] == n for k in samples)]
+    levels = [lv["label"] for lv in run.get("levels", [])]
+    ref = names[0] if names else ""
+    metrics = metrics or default_metrics(run)
+    comps: list[Comparison] = []
+    for other in names[1:]:
+        for label in levels:
+            a, b = samples.get((ref, label)), samples.get((other, label))
+            if a is not None and b is not None:
+                comps += compare_levels(a, b, metrics, margin=margin, seed=seed)
+    v = Verdict(reference=ref, backends=names, levels=levels, slo=run.get("slo", []),
+                quantization={n: _quantization(run, n) for n in names}, comparisons=comps,
+                gpu_hour_price=gpu_hour_price, margin=margin)
+    if gpu_hour_price is not None:
+        v.costs = _costs(judged, names, gpu_hour_price)
+    v.quality = _quality(run, names, ref)
+    v.caveats = verdict_caveats(run, samples)
+    if matched:
+        for c in comps:
+            if c.metric in _CUT_METRICS:
+                c.label += " @k"
+        v.caveats.insert(0, f"{run['length_matched']['reason']}: TPOT, E2E, output tok/s, goodput and "
+                            f"cost in this verdict are length-matched ('@k': each request's first k tokens, "
+                            f"k = fewest any backend streamed; docs/length-matching.md)")
+    return v
+
+
+def _spec(run: dict[str, Any], name: str) -> dict[str, Any]:
+    return (run.get("backend_specs") or {}).get(name) or run.get("spec") or {}
+
+
+def _quantization(run: dict[str, Any], name: str) -> str:
+    return str(_spec(run, name).get("quantization", "none"))
+
+
+def _costs(run: dict[str, Any], names: list[str], price: float) -> dict[str, dict[str, float]]:
+    """$ per million output tokens = price per accelerator-hour x accelerators / tokens per hour."""
+    out: dict[str, dict[str, float]] = {}
+    for n in names:
+        devices = int(_spec(run, n).get("tensor_parallel", 1) or 1)
+        for label, s in run["backends"][n].get("levels", {}).items():
+            tps = s.get("output_tok_s") or 0.0
+            if tps > 0:
+                out.setdefault(n, {})[label] = price * devices / (tps * 3600.0) * 1e6
+    return out
+
+
+def _numeric(d: Any, prefix: str = "") -> dict[str, float]:
+    """Flatten the numeric leaves of a quality dict (another feature fills it; shape may vary)."""
+    out: dict[str, float] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(_numeric(v, f"{prefix}{k}."))
+    elif isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d):
+        out[prefix.rstrip(".")] = float(d)
+    return out
+
+
+def _quality(run: dict[str, Any], names: list[str], ref: str) -> list[str]:
+    q = {n: _numeric(run["backends"][n].get("quality")) for n in names}
+    lines = []
+    for n in names:
+        if not q[n]:
+            continue
+        parts = []
+        for k, v in q[n].items():
+            if n != ref and k in q.get(ref, {}):
+                parts.append(f"{k} {v:.4g} (delta vs {ref} {v - q[ref][k]:+.4g})")
+            else:
+                parts.append(f"{k} {v:.4g}")
+        lines.append(f"{n}: " + ", ".join(parts))
+    if not lines:
+        lines.append("no quality results in this run: speed only (a faster config may still answer worse)")
+    return lines
+
+
+def verdict_caveats(run: dict[str, Any], samples: dict[tuple[str, str], LevelSample]) -> list[str]:
+    from compare.analysis.caveats import caveats
+
+    out = list(caveats(run))
+    for n, entry in run.get("backends", {}).items():
+        for k, levels in repeat_summaries(entry) if entry.get("repeats") else []:
+            for label, s in levels.items():
+                if s.get("client_lagged"):
+                    out.append(f"{n} {label} repeat {k + 1}: client event loop lagged "
+                               f"{s['loop_lag_ms']['max']:.1f} ms (that repeat's latencies are suspect)")
+        extra = (entry.get("describe") or {}).get("extra") or {}
+        if extra.get("quantization_verified") is False:
+            out.append(f"{n}: the loaded quantization was not verified to be the requested one")
+    quants = {_quantization(run, n) for n in run.get("backends", {})}
+    if len(quants) > 1:
+        out.append("backends run different quantizations: speed differences include the "
+                   "quantization, and quality may differ")
+    few = sorted({n for (n, _), s in samples.items() if s.n_repeats < MIN_REPEATS})
+    if few:
+        out.append(f"{', '.join(few)}: fewer than {MIN_REPEATS} repeats, so no confidence intervals; "
+                   f"differences below are point estimates (re-run with --repeats 3)")
+    return list(dict.fromkeys(out))  # de-duplicated, order kept
+
+
+# ---------------------------------------------------------------- words
+
+
+def _fmt(v: float, unit: str) -> str:
+    if v is None or not math.isfinite(v):
+        return "-"
+    return f"{v:.1f}" if unit != "req/s" else f"{v:.2f}"
+
+
+def change_words(c: Comparison) -> str:
+    """'vllm 35% lower' / 'vllm 2.4x higher': the better side, by how much, in the metric's sense."""
+    r = c.ratio
+    if not math.isfinite(r) or r <= 0:
+        return "-"
+    better = c.b if c.b_better else c.a
+    if r == 1:
+        return "identical"
+    factor = max(r, 1 / r)
+    direction = "higher" if c.higher_is_better else "lower"
+    if factor >= 2:
+        return f"{better} {factor:.1f}x {direction}"
+    pct = (factor - 1) * 100 if c.higher_is_better else (1 - 1 / factor) * 100
+    return f"{better} {pct:.0f}% {direction}"
+
+
+def _ci_words(c: Comparison) -> str:
+    if c.ci is None:
+        return "-"
+    lo, hi = ((x - 1) * 100 for x in c.ci)
+    return f"{lo:+.0f}%..{hi:+.0f}%"
+
+
+def decision_cell(c: Comparison) -> str:
+    if c.ci is None or c.p_value is None:
+        return f"{change_words(c)} (point estimate; {c.note})" if c.note else change_words(c)
+    if c.significant:
+        return f"{change_words(c)}"
+    text = "no significant difference"
+    if c.equivalent:
+        text += f"; equivalent within ±{c.margin * 100:.0f}%"
+    elif c.noninferior:
+        text += f"; {c.b} not worse by more than {c.margin * 100:.0f}%"
+    return text
+
+
+DECISION_HEADERS = ["load", "metric", "A", "B", "B vs A", "95% CI (B/A-1)", "p (Holm)", "verdict"]
+
+
+def decision_rows(v: Verdict) -> list[list[str]]:
+    rows = []
+    for c in v.comparisons:
+        rows.append([c.level, c.label, f"{c.a}: {_fmt(c.a_value, c.unit)}", f"{c.b}: {_fmt(c.b_value, c.unit)}",
+                     f"{c.change_pct:+.1f}%" if math.isfinite(c.ratio) else "-", _ci_words(c),
+                     "-" if c.p_holm is None else f"{c.p_holm:.3f}", decision_cell(c)])
+    return rows
+
+
+def header_line(v: Verdict) -> str:
+    slo = ", ".join(f"{t['metric']}_{t['stat']} <= {t['limit_ms']:g} ms" for t in v.slo) or "none"
+    quant = ", ".join(f"{n}={q}" for n, q in v.quantization.items())
+    return f"Verdict (reference {v.reference}; SLO: {slo}; quantization: {quant})"
+
+
+def summary_lines(v: Verdict) -> list[str]:
+    """One plain sentence per (backend, level)."""
+    out = []
+    if len(v.backends) < 2:
+        return ["only one backend measured: nothing to compare"]
+    for other in v.backends[1:]:
+        for label in v.levels:
+            cs = [c for c in v.comparisons if c.b == other and c.level == label]
+            if not cs:
+                continue
+            if all(c.ci is None for c in cs):
+                parts = [f"{c.label}: {change_words(c)}" for c in cs]
+                out.append(f"{label}: {other} vs {v.reference} (point estimates, no CI): " + "; ".join(parts))
+                continue
+            wins = [c for c in cs if c.significant]
+            same = [c.label for c in cs if c.ci is not None and not c.significant]
+            text = f"{label}: " + ("; ".join(f"{c.label} {change_words(c)}" for c in wins)
+                                   if wins else f"no significant difference between {other} and {v.reference}")
+            if wins and same:
+                text += f"; no significant difference in {', '.join(same)}"
+            out.append(text)
+    for n, per in v.costs.items():
+        costs = ", ".join(f"{lb} ${c:.3g}" for lb, c in per.items())
+        out.append(f"cost per million output tokens at ${v.gpu_hour_price:g}/device-hour, {n}: {costs}")
+    return out
+
+
+# ---------------------------------------------------------------- end of `compare run`
+
+
+def verdict_from_results(results_dir: Any, price: float | None = None, margin: float | None = None) -> Verdict:
+    """Read back what was written (run.json + requests.jsonl): the verdict never uses in-memory state."""
+    from core.results import load_results
+
+    run, records = load_results(results_dir)
+    price = price if price is not None else run.get("gpu_hour_price")
+    return build_verdict(run, records, gpu_hour_price=price, margin=margin)
+
+
+def verdict_json(results_dir: Any, price: float | None = None, margin: float | None = None) -> dict[str, Any]:
+    return verdict_from_results(results_dir, price, margin).as_dict()
+
+
+def print_verdict(console: Any, results_dir: Any, price: float | None = None, margin: float | None = None) -> None:
+    from rich.table import Table
+
+    v = verdict_from_results(results_dir, price, margin)
+    if v.comparisons:
+        t = Table(title=header_line(v), title_justify="left")
+        for h in DECISION_HEADERS:
+            t.add_column(h, justify="left" if h in ("load", "metric", "verdict") else "right")
+        for row in decision_rows(v):
+            t.add_row(*row)
+        # piped output (CI logs) would squeeze the table to 80 columns; keep it readable there
+        console.print(t, width=None if console.is_terminal else max(console.width, 160))
+    for line in summary_lines(v):
+        console.print(f"[bold]{line}[/bold]", highlight=False)
+    for line in v.quality:
+        console.print(f"quality: {line}", highlight=False)
+    for c in v.caveats:
+        console.print(f"[yellow]! {c}[/yellow]", highlight=False)

@@ -1,0 +1,3 @@
+from compare.cli.main import main
+
+raise SystemExit(main())

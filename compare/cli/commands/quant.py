@@ -1,0 +1,273 @@
+"""``compare quant``: the quantization support matrix, and speed + quality per scheme.
+
+* ``compare quant matrix [--device cpu|cuda] [--json]``: which (backend, scheme) combinations run,
+  how each is expressed natively and which kernel family runs it.
+* ``compare quant check --backend B --scheme S``: one cell; exit 2 with the nearest supported
+  alternative when unsupported.
+* ``compare quant run --model SRC --schemes fp32,w8a8-int8,... [--checkpoint S=DIR ...]``: the same
+  workload on vLLM once per scheme, then a table with speed, what was actually loaded, and
+  quality parity vs the fp32 transformers reference side by side. ``--dummy`` measures every
+  scheme's speed with random weights (config injection), and refuses quality numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compare.running import aio
+from core.errors import UserError
+
+BACKENDS = ("vllm", "tgi", "trtllm", "hf")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("quant", help="quantization matrix; speed and quality per scheme")
+    qs = p.add_subparsers(dest="quant_cmd", metavar="WHAT", required=True)
+    m = qs.add_parser("matrix", help="which backend runs which scheme, with which kernel family")
+    m.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: this machine's")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=_matrix)
+    c = qs.add_parser("check", help="is one (backend, scheme) supported here? exit 2 if not")
+    c.add_argument("--backend", required=True, choices=BACKENDS)
+    c.add_argument("--scheme", required=True)
+    c.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    c.set_defaults(func=_check)
+    r = qs.add_parser("run", help="vLLM once per scheme: speed, loaded kernels, quality side by side")
+    from compare.cli.options import add_spec_options, add_workload_options
+
+    r.add_argument("--schemes", required=True, help="comma-separated, e.g. fp32,w8a8-int8,w4a16")
+    r.add_argument("--checkpoint", action="append", default=[], metavar="SCHEME=DIR",
+                   help="a pre-quantized checkpoint for a scheme (made by `compare quantize`)")
+    r.add_argument("--dummy", action="store_true", help="random weights: speed only (quality refused)")
+    r.add_argument("--accuracy", metavar="JSONL", help="exact-match task: {\"prompt\",\"answer\"} lines")
+    r.add_argument("--quality-prompts", type=int, default=8)
+    r.add_argument("--quality-tokens", type=int, default=32)
+    r.add_argument("--concurrency", default="4", help="closed-loop levels (default 4)")
+    r.add_argument("--warmup", type=int, default=2)
+    r.add_argument("--timeout", type=float, default=600.0)
+    r.add_argument("--out", type=Path, default=Path("results"))
+    r.add_argument("--run-id", default=None)
+    r.add_argument("--format", choices=["table", "json"], default="table")
+    add_spec_options(r)
+    add_workload_options(r)
+    r.set_defaults(func=_run)
+
+
+def _device(arg: str | None) -> str:
+    from adapters.quant import detect_device
+
+    return arg or detect_device()
+
+
+def matrix_rows(device: str) -> list[dict[str, Any]]:
+    from adapters.quant import MATRIX_NAMES, SCHEMES, cell
+
+    rows = []
+    for s in MATRIX_NAMES:
+        row: dict[str, Any] = {"scheme": s, "summary": SCHEMES[s].summary}
+        for b in BACKENDS:
+            row[b] = cell(b, s, device).as_dict()
+        rows.append(row)
+    return rows
+
+
+def _matrix(args: argparse.Namespace) -> int:
+    device = _device(args.device)
+    rows = matrix_rows(device)
+    if args.json:
+        print(json.dumps({"device": device, "rows": rows}, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"quantization support on {device} (kernel family; '-' = unsupported, nearest in brackets)")
+    t.add_column("scheme")
+    for b in BACKENDS:
+        t.add_column(b)
+    for r in rows:
+        cells = []
+        for b in BACKENDS:
+            c = r[b]
+            cells.append(f"{c.get('kernel', '')}\n{c.get('how', '')}" if c["supported"]
+                         else f"- [{c.get('alternative') or 'none'}]\n{c.get('reason', '')}")
+        t.add_row(r["scheme"], *cells)
+    Console(width=200).print(t)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from adapters.quant import check
+
+    c = check(args.backend, args.scheme, _device(args.device))  # raises -> exit 2
+    print(json.dumps({"backend": args.backend, "scheme": args.scheme, **c.as_dict()}))
+    return 0
+
+
+# ---------------------------------------------------------------- compare quant run
+
+@dataclass
+class _Variant:
+    label: str
+    scheme: str
+    spec: Any
+
+
+def variants(args: argparse.Namespace, base: Any) -> list[_Variant]:
+    """One vLLM spec per requested scheme; bad combinations raise before anything starts."""
+    from adapters.quant import SCHEMES, cell, detect_device
+
+    ckpts: dict[str, str] = {}
+    for item in args.checkpoint:
+        s, eq, d = item.partition("=")
+        if not eq or s not in SCHEMES:
+            raise UserError(f"--checkpoint {item!r}: expected SCHEME=DIR with SCHEME one of "
+                            f"{', '.join(n for n in SCHEMES if SCHEMES[n].kind == 'weights')}")
+        if not Path(d, "config.json").is_file():
+            raise UserError(f"--checkpoint {item}: {d}/config.json not found; make one with "
+                            f"compare quantize --model {base.model} --scheme {s} --out {d}")
+        ckpts[s] = d
+    out = []
+    for s in [x.strip() for x in args.schemes.split(",") if x.strip()]:
+        if s not in SCHEMES or s == "auto":
+            raise UserError(f"--schemes: unknown scheme {s!r}; see `compare quant matrix`")
+        sch = SCHEMES[s]
+        upd: dict[str, Any] = dict(sch.spec_update)
+        if sch.kind == "weights":
+            if args.dummy:
+                upd["load_format"] = "dummy"
+            elif s in ckpts:
+                upd["model"] = ckpts[s]
+            elif not cell("vllm", s, detect_device()).online:
+                raise UserError(f"--schemes {s}: vLLM cannot quantize to {s} at load time; pass "
+                                f"--checkpoint {s}=DIR (compare quantize --model {base.model} --scheme {s} --out DIR)")
+        elif args.dummy:
+            upd["load_format"] = "dummy"
+        out.append(_Variant(f"vllm:{s}", s, base.model_copy(update=upd)))
+    if not out:
+        raise UserError("--schemes is empty: name at least one, e.g. fp32,w8a8-int8")
+    return out
+
+
+def _run(args: argparse.Namespace) -> int:
+    from adapters.vllm import vllm_engine_args
+    from compare.cli.options import spec_from_args, workload_from_args
+    from compare.quality.parity import QualityOptions, load_accuracy_jsonl
+    from compare.running.runner import run
+    from compare.workload.schedule import parse_levels
+    from compare.workload.build import build_requests
+
+    if args.format == "json":  # vLLM logs to stdout by default; keep stdout pure JSON
+        import os
+
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    if args.spec_quantization is not None:
+        raise UserError("compare quant run takes the schemes from --schemes, not --quantization")
+    if args.dummy and args.accuracy:
+        raise UserError("--accuracy with --dummy: quality numbers are refused for dummy-weight runs")
+    base = spec_from_args(args)
+    if not Path(base.model, "config.json").is_file():
+        raise UserError(f"--model {base.model}: no config.json there; pass a local model directory")
+    if base.kv_cache_memory_bytes is None and base.gpu_memory_utilization is None:
+        from compare.cli.commands.common import has_gpu
+
+        if not has_gpu():  # vLLM on CPU refuses to start without an explicit KV-cache size
+            base = base.model_copy(update={"kv_cache_memory_bytes": 256 * 2**20})
+    vs = variants(args, base)
+    for v in vs:
+        vllm_engine_args(v.spec)  # UnsupportedSpecError (exit 2) before any engine starts
+    acc = load_accuracy_jsonl(args.accuracy) if args.accuracy else ()
+    try:
+        levels = parse_levels(args.concurrency, None)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    workload = workload_from_args(args, {"name": "quant", "num_requests": 16, "input": {"dist": "fixed", "value": 64},
+                                         "output": {"dist": "fixed", "value": 32}})
+    requests = build_requests(workload)
+    opts = QualityOptions(mode="on", num_prompts=args.quality_prompts, max_tokens=args.quality_tokens,
+                          reference_model=str(Path(base.model).resolve()), accuracy=acc)
+    cfg = _quant_run_config()(backends=[v.label for v in vs], spec=base, workload=workload, requests=requests,
+                         levels=levels, warmup=args.warmup, timeout_s=args.timeout, out_root=args.out,
+                         backend_specs={v.label: v.spec for v in vs}, quality=opts,
+                         **({"run_id": args.run_id} if args.run_id else {}))
+
+    def factory(name: str, spec: Any) -> Any:
+        from backends.vllm_inproc import VllmBackend
+
+        return VllmBackend(spec, name=name)
+
+    writer = aio.run(run(cfg, backend_factory=factory))
+    table = side_by_side(writer.run, [v.label for v in vs])
+    from core.fsutil import write_json_atomic
+
+    write_json_atomic(writer.dir / "quant.json", table)
+    if args.format == "json":
+        print(json.dumps(table, indent=2))
+    else:
+        _print(table)
+        print(f"results: {writer.dir}", file=sys.stderr)
+    return 0 if writer.run["status"] == "complete" and all(r["valid"] is not False for r in table["rows"]) else 1
+
+
+def _quant_run_config() -> type:
+    """RunConfig + the quality options that the runner's quality hook reads (getattr)."""
+    from compare.quality.parity import QualityOptions
+    from compare.running.runner import RunConfig
+
+    @dataclass
+    class QuantRunConfig(RunConfig):
+        quality: QualityOptions = field(default_factory=QualityOptions)
+
+    return QuantRunConfig
+
+
+def side_by_side(run_data: dict[str, Any], labels: list[str]) -> dict[str, Any]:
+    """Speed, verification and quality per scheme, with speedups vs the first scheme."""
+    rows = []
+    for label in labels:
+        b = run_data["backends"].get(label, {})
+        lv = list(b.get("levels", {}).values())
+        last = lv[-1] if lv else {}
+        q = b.get("quality", {})
+        v = b.get("quant_verification", {})
+        loaded = v.get("loaded", {})
+        rows.append({
+            "scheme": label.split(":", 1)[1], "status": b.get("status"), "valid": v.get("valid"),
+            "problems": v.get("problems", []), "method": loaded.get("method"), "kernels": loaded.get("kernels", []),
+            "linear_ratio": loaded.get("linear_ratio"), "weight_bytes": loaded.get("weight_bytes"),
+            "start_s": b.get("start_s"), "output_tok_s": last.get("output_tok_s"),
+            "ttft_p50_ms": (last.get("ttft_ms") or {}).get("p50"), "tpot_p50_ms": (last.get("tpot_ms") or {}).get("p50"),
+            "quality_status": q.get("status"), "quality_reason": q.get("reason"),
+            "token_agreement": q.get("token_agreement"), "mean_first_divergence": q.get("mean_first_divergence"),
+            "mean_abs_logprob_diff": q.get("mean_abs_logprob_diff"), "kl_topk": q.get("kl_topk"),
+            "accuracy": (q.get("accuracy") or {}).get("accuracy"), "accuracy_p": (q.get("accuracy") or {}).get("mcnemar_p"),
+        })
+    base = rows[0]["output_tok_s"] if rows and rows[0]["output_tok_s"] else None
+    for r in rows:
+        r["speedup"] = round(r["output_tok_s"] / base, 3) if base and r["output_tok_s"] else None
+    return {"run_id": run_data.get("run_id"), "baseline": rows[0]["scheme"] if rows else None, "rows": rows}
+
+
+def _fmt(x: Any, nd: int = 3) -> str:
+    return "-" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
+
+
+def _print(table: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"speed and quality per scheme (baseline {table['baseline']}; quality vs fp32 transformers)")
+    for c in ("scheme", "loaded", "kernel", "w-ratio", "tok/s", "speedup", "TTFT p50", "agree", "1st div",
+              "|dlogp|", "KL top-k", "acc"):
+        t.add_column(c)
+    for r in table["rows"]:
+        loaded = "VALID" if r["valid"] else "INVALID: " + "; ".join(r["problems"]) if r["valid"] is False else "?"
+        qual = r["quality_status"] != "measured"
+        t.add_row(r["scheme"], loaded, ", ".join(r["kernels"]) or "-", _fmt(r["linear_ratio"], 2),
+                  _fmt(r["output_tok_s"], 1), _fmt(r["speedup"], 2), _fmt(r["ttft_p50_ms"], 1),
+                  r["quality_status"] if qual else _fmt(r["token_agreement"]), _fmt(r["mean_first_divergence"], 1),
+                  _fmt(r["mean_abs_logprob_diff"], 4), _fmt(r["kl_topk"], 5), _fmt(r["accuracy"]))
+    Console(width=220).print(t)

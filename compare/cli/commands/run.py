@@ -1,0 +1,185 @@
+"""``compare run``: replay one seeded workload on every backend, measure, compare, write results.
+
+With no arguments it is the embedded default: builds (once) the tiny Qwen2 model and compares
+vllm and hf on CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from compare.running import aio
+from compare.cli.commands.common import (
+    DEFAULT_LEVELS, DEFAULT_WORKLOAD, add_backends_option, apply_tiny_defaults, has_gpu, parse_backends,
+)
+from core.errors import UserError
+from compare.cli.options import add_spec_options, add_workload_options, spec_from_args, workload_from_args
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run the workload on each backend and compare (default command)")
+    add_backends_option(p)
+    add_spec_options(p)
+    add_workload_options(p)
+    g = p.add_argument_group("load and measurement")
+    g.add_argument("--concurrency", help=f"closed-loop levels, e.g. 1,4,16 (default {DEFAULT_LEVELS} "
+                                         "when no --rate is given)")
+    g.add_argument("--rate", help="open-loop Poisson rates in req/s, e.g. 2,8,inf")
+    g.add_argument("--slo", help="e.g. ttft_p95=2s,tpot_p95=100ms (goodput counts requests meeting each limit)")
+    g.add_argument("--warmup", type=int, default=2, help="warm-up requests per backend (not measured)")
+    g.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds")
+    g.add_argument("--max-errors", type=int, default=None,
+                   help="stop a backend's level after this many failed requests (default: half)")
+    g.add_argument("--replay", metavar="RESULTS_DIR", help="replay the exact requests of an earlier run")
+    g.add_argument("--repeats", type=int, default=1,
+                   help="runs per backend, each with a fresh engine, interleaved A B A B (>= 2 gives "
+                        "confidence intervals; 3 recommended for baselines)")
+    o = p.add_argument_group("output")
+    o.add_argument("--out", type=Path, default=Path("results"), help="results root (default ./results)")
+    o.add_argument("--run-id", default=None, help="results subdirectory name (default: timestamp)")
+    o.add_argument("--format", choices=["table", "json", "md", "html"], default="table",
+                   help="table: console; json: run.json + verdict on stdout; md: Markdown report on "
+                        "stdout; html: RESULTS/report.html (all rendered from the results files)")
+    o.add_argument("--gpu-hour-price", type=float, default=None,
+                   help="price of one accelerator-hour: adds cost per million output tokens to the verdict")
+    o.add_argument("--margin", type=float, default=None,
+                   help="equivalence / non-inferiority margin for the verdict, e.g. 0.05")
+    # --- tuning and topology (owned by compare/tuning/report.py and backends/topology.py) ---
+    from backends.topology import add_topology_options
+
+    add_topology_options(p)
+    p.add_argument("--tuned", metavar="TUNE_DIR",
+                   help="run each backend at its best config from `compare tune` (TUNE_DIR/tune.json)")
+    # --- end tuning and topology ---
+    p.set_defaults(func=_run)
+
+
+def _validate_load(args: argparse.Namespace):
+    from compare.workload.schedule import parse_levels
+
+    conc = args.concurrency if (args.concurrency or args.rate) else DEFAULT_LEVELS
+    try:
+        levels = parse_levels(conc, args.rate)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if args.warmup < 0:
+        raise UserError("--warmup must be >= 0")
+    if args.repeats < 1:
+        raise UserError("--repeats must be >= 1 (2 or more give confidence intervals)")
+    from compare.cli.commands.report import check_price_margin
+
+    check_price_margin(args.gpu_hour_price, args.margin)
+    if args.timeout <= 0:
+        raise UserError("--timeout must be > 0 seconds")
+    return levels
+
+
+def _requests(args: argparse.Namespace, spec, workload):
+    from compare.workload.build import build_requests, request_from_dict
+
+    if args.replay:
+        path = Path(args.replay) / "workload.jsonl"
+        if not path.exists():
+            raise UserError(f"--replay {args.replay}: no workload.jsonl there; pass a results directory")
+        return [request_from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    tokenizer = None
+    if workload.prompt_format != "token_ids" or workload.sharegpt:
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer or spec.model)
+        except Exception as e:  # tokenizer loading raises many types
+            raise UserError(f"cannot load the tokenizer of {spec.tokenizer or spec.model} for "
+                            f"prompt_format={workload.prompt_format}: {type(e).__name__}; use "
+                            f"--prompt-format token_ids or pass --tokenizer DIR") from None
+    try:
+        return build_requests(workload, tokenizer)
+    except ValueError as e:
+        raise UserError(f"workload: {e}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    from compare.analysis.metrics import parse_slo
+
+    backends = parse_backends(args.backends)
+    from backends.topology import apply_topology  # --topology tp=N,replicas=N: wraps each backend
+
+    backends = apply_topology(args, backends)
+    levels = _validate_load(args)
+    try:
+        slo = parse_slo(args.slo)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    default_model = apply_tiny_defaults(args)
+    tiny = default_model is not None
+    spec = spec_from_args(args, default_model=default_model)
+    if not tiny and "://" not in spec.model and not Path(spec.model).exists() and spec.load_format != "dummy":
+        raise UserError(f"model path {spec.model} does not exist; pass a local model directory "
+                        f"(no hub downloads here)")
+    if not has_gpu() and spec.kv_cache_memory_bytes is None and spec.gpu_memory_utilization is None:
+        # vLLM on CPU refuses to start without an explicit KV-cache size; only vLLM-based
+        # backends get it (as a native vLLM option), other frameworks keep their defaults
+        native = {k: dict(v) for k, v in spec.native.items()}
+        native.setdefault("vllm", {}).setdefault("kv_cache_memory_bytes", 2**30)
+        spec = spec.model_copy(update={"native": native})
+    workload = workload_from_args(args, DEFAULT_WORKLOAD if tiny else None)
+    requests = _requests(args, spec, workload)
+
+    from compare.running.runner import RunConfig
+
+    if args.max_errors is not None and args.max_errors < 0:
+        raise UserError("--max-errors must be >= 0")
+    cfg = RunConfig(backends=backends, spec=spec, workload=workload, requests=requests, levels=levels,
+                    slo=slo, warmup=args.warmup, timeout_s=args.timeout, max_errors=args.max_errors,
+                    out_root=args.out, repeats=args.repeats,
+                    **({"run_id": args.run_id} if args.run_id else {}))
+    if (args.out / cfg.run_id).exists():
+        raise UserError(f"results directory {args.out / cfg.run_id} already exists; pick another --run-id")
+    if args.tuned:  # each backend at its best config from `compare tune` (compare/tuning/report.py)
+        from compare.tuning.report import tuned_specs
+
+        cfg.backend_specs.update(tuned_specs(args.tuned, backends, spec))
+    # validate every backend's spec (pure adapters) before anything is started or written
+    from backends.registry import plan
+
+    for name in backends:
+        plan(name, cfg.spec_for(name))
+    return _execute(cfg, args.format, args.gpu_hour_price, args.margin)
+
+
+def _execute(cfg, fmt: str, price: float | None = None, margin: float | None = None) -> int:
+    from rich.console import Console
+
+    from compare.report.console import ConsoleProgress, comparison_table
+    from compare.running.runner import run
+
+    console = Console(stderr=fmt in ("json", "md"))
+    if fmt in ("json", "md"):
+        # stdout carries the machine-readable output; vLLM logs to stdout unless told otherwise
+        # (read when vllm is first imported, i.e. at the first engine start, so setting it here works)
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    writer = None
+    try:
+        writer = aio.run(run(cfg, ConsoleProgress(console), extra_header=(
+            {"gpu_hour_price": price} if price is not None else None)))
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted; partial results in {cfg.out_root / cfg.run_id}[/yellow]")
+        raise
+    run_data = writer.run
+    from compare.analysis.verdict import print_verdict, verdict_json
+
+    if fmt == "json":
+        print(json.dumps({**run_data, "verdict": verdict_json(writer.dir, price, margin)}, indent=2, default=str))
+    elif fmt in ("md", "html"):
+        from compare.cli.commands.report import render
+
+        written = render(writer.dir, fmt == "html", None, price, margin)
+        if written:
+            console.print(f"report: {written}")
+    else:
+        console.print(comparison_table(run_data))
+        print_verdict(console, writer.dir, price, margin)
+        console.print(f"results: {writer.dir}")
+    return 0 if run_data["status"] == "complete" else 1

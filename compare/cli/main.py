@@ -1,0 +1,71 @@
+"""``compare`` / ``llm-compare`` command line.
+
+Each subcommand lives in its own module under compare/cli/commands/ and registers itself through
+``add_parser(subparsers)``; this file only wires them and maps errors to exit codes:
+0 ok, 1 a run that measured but did not complete (or a regression, for ``check``),
+2 bad input (one line, no traceback), 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from compare import __version__
+from core.errors import UserError
+
+# module names under compare.cli.commands; each defines add_parser(subparsers). Modules not
+# written yet are skipped, so features land independently.
+COMMANDS = ["run", "plan", "backends", "model", "calibrate", "containers", "cache", "report",
+            "baseline", "check", "quant", "quantize", "tune", "bundle"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="compare",
+        description="Compare LLM serving frameworks on identical workloads: TTFT, TPOT, ITL, "
+                    "throughput, goodput under an SLO, quality.")
+    p.add_argument("--version", action="version", version=f"llm-compare {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        mod = f"compare.cli.commands.{name}"
+        try:
+            module = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise
+            continue
+        module.add_parser(sub)
+    return p
+
+
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    from adapters.spec import UnsupportedSpecError
+    from core.lazy import MissingFrameworkError
+    from backends.registry import UnknownBackendError
+
+    return (UserError, UnsupportedSpecError, MissingFrameworkError, UnknownBackendError)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        # `compare` with no command: the embedded default run
+        args = parser.parse_args(["run", *(argv or [])])
+    try:
+        return int(args.func(args) or 0)
+    except _user_error_types() as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: results measured so far were kept", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

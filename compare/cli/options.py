@@ -1,0 +1,122 @@
+"""CLI options -> ServingSpec / WorkloadSpec, with YAML files as the base layer.
+
+Precedence: built-in defaults < ``--spec FILE``/``--workload FILE`` < individual flags.
+Every ServingSpec field is a flag: ``--max-num-seqs 32``, ``--chunked-prefill true``.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from adapters.spec import SPEC_CLI_FIELDS, ServingSpec
+from core.errors import UserError
+from compare.workload.build import WorkloadSpec
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_spec_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("serving spec (framework-neutral; see `compare plan`)")
+    g.add_argument("--spec", metavar="FILE", help="YAML file with ServingSpec fields")
+    for name in SPEC_CLI_FIELDS:
+        field = ServingSpec.model_fields[name]
+        g.add_argument(_flag(name), dest=f"spec_{name}", metavar="V", default=None,
+                       help=field.description or None)
+    g.add_argument("--native", action="append", default=[], metavar="BACKEND.KEY=VALUE",
+                   help="native option passed as is to one backend, e.g. vllm.swap_space=0")
+
+
+def add_workload_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("workload")
+    g.add_argument("--workload", metavar="FILE", help="YAML workload file (docs/workloads.md)")
+    g.add_argument("--num-requests", type=int)
+    g.add_argument("--input-len", type=int, help="fixed input length in tokens")
+    g.add_argument("--output-len", type=int, help="fixed output length in tokens")
+    g.add_argument("--prompt-format", choices=["token_ids", "text", "chat"])
+    g.add_argument("--sharegpt", metavar="FILE", help="ShareGPT JSON/JSONL dataset")
+    g.add_argument("--workload-seed", type=int, dest="workload_seed", help="seed of the request list and arrivals")
+
+
+def _read_yaml(path: str, what: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{what} file {path} does not exist; check the path")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UserError(f"{what} file {path} is not valid YAML{where}: fix the syntax") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{what} file {path} must hold a mapping of field: value")
+    return data
+
+
+def _scalar(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _pydantic_error(e: ValidationError, what: str) -> UserError:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"]) or what
+    flag = _flag(str(err["loc"][0])) if err["loc"] else ""
+    hint = f" (set it with {flag} or in the {what} file)" if flag else ""
+    return UserError(f"{what}: {loc}: {err['msg']}{hint}")
+
+
+def spec_from_args(args: argparse.Namespace, default_model: str | None = None) -> ServingSpec:
+    data: dict[str, Any] = _read_yaml(args.spec, "spec") if getattr(args, "spec", None) else {}
+    for name in SPEC_CLI_FIELDS:
+        v = getattr(args, f"spec_{name}", None)
+        if v is not None:
+            data[name] = _scalar(v) if name not in ("model", "tokenizer") else v
+    native: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (data.get("native") or {}).items()}
+    for item in getattr(args, "native", []) or []:
+        key, eq, value = item.partition("=")
+        backend, dot, opt = key.partition(".")
+        if not eq or not dot or not backend or not opt:
+            raise UserError(f"--native {item!r}: expected BACKEND.KEY=VALUE, e.g. --native vllm.swap_space=0")
+        native.setdefault(backend, {})[opt] = _scalar(value)
+    if native:
+        data["native"] = native
+    if "model" not in data:
+        if default_model is None:
+            raise UserError("no model given: pass --model DIR (a local HF model directory)")
+        data["model"] = default_model
+    try:
+        return ServingSpec(**data)
+    except ValidationError as e:
+        raise _pydantic_error(e, "spec") from None
+
+
+def workload_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> WorkloadSpec:
+    data: dict[str, Any] = dict(defaults or {})
+    if getattr(args, "workload", None):
+        data.update(_read_yaml(args.workload, "workload"))
+    if args.num_requests is not None:
+        data["num_requests"] = args.num_requests
+    if args.input_len is not None:
+        data["input"] = {"dist": "fixed", "value": args.input_len}
+    if args.output_len is not None:
+        data["output"] = {"dist": "fixed", "value": args.output_len}
+    if args.prompt_format:
+        data["prompt_format"] = args.prompt_format
+    if args.sharegpt:
+        if not Path(args.sharegpt).exists():
+            raise UserError(f"ShareGPT file {args.sharegpt} does not exist; check the path")
+        data["sharegpt"] = args.sharegpt
+    if args.workload_seed is not None:
+        data["seed"] = args.workload_seed
+    try:
+        return WorkloadSpec(**data)
+    except ValidationError as e:
+        raise _pydantic_error(e, "workload") from None

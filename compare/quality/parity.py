@@ -1,0 +1,250 @@
+"""Quality parity against a reference, so a speedup never hides a quality loss.
+
+The reference is the unquantized model in float32 under transformers (backends/hf.py): for a
+checkpoint made by `compare quantize` that is its recorded source, else the model itself.
+For every backend under test we send a few greedy probe requests (from the run's own request
+list) and teacher-force the reference on the exact tokens the backend produced:
+
+* token agreement: share of positions where the backend's token is the reference's argmax given
+  the same prefix; ``first_divergence``: the first such position that differs (the position where
+  free-running greedy outputs would part), None when all agree;
+* mean per-token logprob difference (backend - reference, on the backend's tokens) and a
+  truncated KL(backend || reference) over the backend's top-k tokens, where the backend streams
+  logprobs (vLLM does; our hf backend does not);
+* optionally, exact-match accuracy on a user JSONL of {"prompt", "answer"} pairs, with an exact
+  McNemar test of the paired difference against the reference's own answers.
+
+Dummy-weight runs are refused: random weights make every quality number meaningless.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from adapters.spec import ServingSpec
+from core.records import GenerationRequest, StreamEnd, TokenEvent
+from core.errors import UserError
+
+
+@dataclass(frozen=True)
+class QualityOptions:
+    mode: str = "auto"  # auto: only for quantized / reduced-precision backends; on; off
+    num_prompts: int = 8
+    max_tokens: int = 32
+    top_k: int = 5
+    reference_model: str | None = None  # default: provenance source, else the model itself
+    accuracy: tuple[tuple[str, str], ...] = ()  # (prompt, answer) pairs
+    accuracy_max_tokens: int = 16
+
+
+def load_accuracy_jsonl(path: str | Path) -> tuple[tuple[str, str], ...]:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"accuracy file {path} does not exist: pass a JSONL of "
+                        '{"prompt": ..., "answer": ...} lines')
+    pairs = []
+    for n, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            pairs.append((str(d["prompt"]), str(d["answer"])))
+        except (ValueError, KeyError, TypeError):
+            raise UserError(f"{path}:{n}: expected a JSON object with \"prompt\" and \"answer\"") from None
+    if not pairs:
+        raise UserError(f"accuracy file {path} has no prompt/answer pairs")
+    return tuple(pairs)
+
+
+# ---------------------------------------------------------------- pure math
+
+def parity(samples: list[dict[str, Any]], scores: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """Aggregate agreement / divergence / logprob metrics. ``samples[i]``: {"tokens", "logprobs"?,
+    "top"?: [{id: lp}]}; ``scores[i]``: the reference's teacher-forced rows for those tokens."""
+    n_tok = agree = exact = 0
+    first_div: list[int] = []
+    diffs: list[float] = []
+    kls: list[float] = []
+    per = []
+    for s, rows in zip(samples, scores):
+        toks = s["tokens"]
+        hits = [r["argmax"] == t for t, r in zip(toks, rows)]
+        fd = next((i for i, h in enumerate(hits) if not h), None)
+        n_tok += len(toks)
+        agree += sum(hits)
+        exact += fd is None
+        first_div.append(len(toks) if fd is None else fd)
+        if s.get("logprobs"):
+            diffs += [c - r["logprob"] for c, r in zip(s["logprobs"], rows)]
+        for top, r in zip(s.get("top") or [], rows):
+            ref = r.get("want") or {}
+            kls.append(sum(math.exp(lc) * (lc - ref[t]) for t, lc in top.items() if t in ref))
+        per.append({"tokens": len(toks), "first_divergence": fd, "agreement": round(sum(hits) / max(1, len(toks)), 4)})
+    out: dict[str, Any] = {
+        "prompts": len(samples), "tokens": n_tok,
+        "token_agreement": round(agree / n_tok, 4) if n_tok else None,
+        "exact_sequence_match": round(exact / len(samples), 4) if samples else None,
+        "mean_first_divergence": round(sum(first_div) / len(first_div), 2) if first_div else None,
+        "per_prompt": per,
+    }
+    if diffs:
+        out["mean_logprob_diff"] = round(sum(diffs) / len(diffs), 5)
+        out["mean_abs_logprob_diff"] = round(sum(abs(d) for d in diffs) / len(diffs), 5)
+    if kls:
+        out["kl_topk"] = round(sum(kls) / len(kls), 6)
+    return out
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value from the discordant pairs (b: only A right, c: only B)."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    k = min(b, c)
+    p = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * p)
+
+
+def is_correct(output: str, answer: str) -> bool:
+    """Exact match of the output's first non-empty line with the answer (trimmed, case-folded)."""
+    line = next((ln for ln in output.strip().splitlines() if ln.strip()), "")
+    return line.strip().casefold() == answer.strip().casefold()
+
+
+def accuracy(cand: list[bool], ref: list[bool]) -> dict[str, Any]:
+    b = sum(r and not c for c, r in zip(cand, ref))  # reference right, candidate wrong
+    c = sum(c and not r for c, r in zip(cand, ref))
+    n = len(cand)
+    return {"n": n, "accuracy": round(sum(cand) / n, 4) if n else None,
+            "reference_accuracy": round(sum(ref) / n, 4) if n else None,
+            "difference": round((sum(cand) - sum(ref)) / n, 4) if n else None,
+            "discordant": {"only_reference_correct": b, "only_candidate_correct": c},
+            "mcnemar_p": round(mcnemar_exact(b, c), 6), "test": "exact McNemar (paired, two-sided)"}
+
+
+# ---------------------------------------------------------------- against real engines
+
+def reference_model_for(spec: ServingSpec, opts: QualityOptions) -> str | None:
+    if opts.reference_model:
+        return opts.reference_model
+    prov = Path(spec.model) / "llm_compare_quant.json"
+    if prov.is_file():
+        return json.loads(prov.read_text()).get("source")
+    return spec.model if Path(spec.model, "config.json").is_file() else None
+
+
+def wanted(spec: ServingSpec, opts: QualityOptions) -> str | None:
+    """None when quality should be measured, else why not (also for 'auto' skips)."""
+    if opts.mode == "off":
+        return "quality measurement switched off"
+    if spec.load_format == "dummy":
+        return "refused: load_format=dummy runs random weights; only speed is meaningful"
+    if opts.mode == "auto":
+        cfg = Path(spec.model, "config.json")
+        reduced = (spec.quantization != "none" or spec.kv_cache_dtype != "auto"
+                   or spec.dtype in ("bfloat16", "float16")
+                   or (cfg.is_file() and "quantization_config" in json.loads(cfg.read_text())))
+        if not reduced:
+            return "skipped: unquantized float32/auto run (use `compare quant run` to measure it anyway)"
+    return None
+
+
+async def _probe(backend: Any, req: GenerationRequest, timeout_s: float) -> dict[str, Any]:
+    """One greedy request, keeping the top-k logprobs that the timing records drop."""
+    import asyncio
+
+    s: dict[str, Any] = {"tokens": [], "logprobs": [], "top": []}
+    async with asyncio.timeout(timeout_s):
+        async for ev in backend.stream(req):
+            if isinstance(ev, TokenEvent):
+                s["tokens"] += ev.token_ids
+                s["logprobs"] += list(ev.logprobs or ())
+                s["top"] += list(ev.top_logprobs or ())
+            elif isinstance(ev, StreamEnd):
+                break
+    if len(s["logprobs"]) != len(s["tokens"]):
+        s["logprobs"], s["top"] = [], []
+    return s
+
+
+_REF: dict[str, Any] = {}  # one loaded reference per process (the same run reuses it)
+
+
+async def _reference(model: str) -> Any:
+    from backends.hf import HFBackend
+
+    if model not in _REF:
+        for old in list(_REF.values()):
+            await old.__aexit__(None, None, None)
+        _REF.clear()
+        ref = HFBackend(ServingSpec(model=model, dtype="float32"), name="reference")
+        _REF[model] = await ref.__aenter__()
+    return _REF[model]
+
+
+async def measure(backend: Any, spec: ServingSpec, requests: list[GenerationRequest], opts: QualityOptions,
+                  timeout_s: float = 600.0) -> dict[str, Any]:
+    """Quality of one running backend vs the reference; never raises (a failure is recorded)."""
+    try:
+        why = wanted(spec, opts)
+    except (OSError, ValueError) as e:
+        why = f"skipped: cannot read {spec.model}/config.json ({type(e).__name__})"
+    if why:
+        return {"status": "refused" if why.startswith("refused") else "skipped", "reason": why}
+    ref_model = reference_model_for(spec, opts)
+    if ref_model is None:
+        return {"status": "skipped", "reason": f"no local reference model for {spec.model}; pass one"}
+    try:
+        ref = await _reference(ref_model)
+        logprobs = opts.top_k if backend.capabilities.logprobs else None
+        probes = [GenerationRequest(request_id=f"quality-{i}", max_tokens=min(r.max_tokens, opts.max_tokens),
+                                    prompt_token_ids=r.prompt_token_ids, prompt_text=r.prompt_text,
+                                    messages=r.messages, ignore_eos=True, temperature=0.0, logprobs=logprobs)
+                  for i, r in enumerate(requests[: opts.num_prompts])]
+        samples = [await _probe(backend, p, timeout_s) for p in probes]
+        scores = [await ref.score(p, s["tokens"], [list(t) for t in s["top"]] or None)
+                  for p, s in zip(probes, samples)]
+        out = {"status": "measured", "reference": {"model": ref_model, "framework": "transformers",
+                                                   "dtype": "float32"},
+               "greedy": True, "top_k": logprobs, **parity(samples, scores)}
+        if opts.accuracy:
+            out["accuracy"] = await _accuracy(backend, ref, opts, timeout_s)
+        return out
+    except Exception as e:  # quality must never sink the speed numbers already measured
+        return {"status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}
+
+
+async def _accuracy(backend: Any, ref: Any, opts: QualityOptions, timeout_s: float) -> dict[str, Any]:
+    tok = ref._tok  # the reference's tokenizer decodes both sides identically
+
+    async def answers(b: Any) -> list[str]:
+        outs = []
+        for i, (prompt, _) in enumerate(opts.accuracy):
+            req = GenerationRequest(request_id=f"acc-{i}", max_tokens=opts.accuracy_max_tokens,
+                                    prompt_token_ids=tuple(tok(prompt)["input_ids"]), ignore_eos=False)
+            s = await _probe(b, req, timeout_s)
+            outs.append(tok.decode(s["tokens"], skip_special_tokens=True))
+        return outs
+
+    cand, refs = await answers(backend), await answers(ref)
+    gold = [a for _, a in opts.accuracy]
+    return accuracy([is_correct(o, a) for o, a in zip(cand, gold)], [is_correct(o, a) for o, a in zip(refs, gold)])
+
+
+async def record(cfg: Any, name: str, backend: Any, entry: dict[str, Any]) -> None:
+    """The runner's one call: verification + quality into run.json backends[name]."""
+    from compare.quality.verify import verify
+
+    spec = cfg.spec_for(name)
+    try:
+        d = backend.describe().as_dict()
+        rep = (d.get("extra") or {}).get("quantization")
+        entry["quant_verification"] = verify(spec, rep, resolved=(d.get("native_config") or {}).get("resolved"),
+                                             framework=d.get("framework", name))
+    except Exception as e:  # a backend with an unexpected description must not lose the run
+        entry["quant_verification"] = {"valid": None, "status": "error", "reason": f"{type(e).__name__}: {e}"}
+    opts = getattr(cfg, "quality", None) or QualityOptions()
+    entry["quality"] = await measure(backend, spec, cfg.requests, opts, cfg.timeout_s)

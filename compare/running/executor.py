@@ -1,0 +1,243 @@
+"""Executors own tasks, timeouts and cancellation; strategies (schedule.py) own timing."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from core.records import GenerationRequest, StreamEnd
+from core.errors import BackendRequestError
+from backends.base import Backend
+from core.records import RequestRecord
+from compare.workload.schedule import LoadLevel, poisson_offsets_ns
+
+
+class RunAborted(Exception):
+    """Too many failed requests (error policy) or the engine died; records so far are kept."""
+
+
+@dataclass
+class LevelOutcome:
+    level: LoadLevel
+    records: list[RequestRecord]
+    t_start_ns: int
+    t_end_ns: int
+    schedule_offsets_ns: list[int] | None
+    loop_lag_ms: dict[str, float] = field(default_factory=dict)
+    aborted: str | None = None
+
+
+class LoopLagMonitor:
+    """Measures how late the event loop wakes up: a lagging client inflates every latency."""
+
+    def __init__(self, interval_s: float = 0.01) -> None:
+        self.interval_s = interval_s
+        self.lags_ms: list[float] = []
+        self._task: asyncio.Task | None = None
+
+    async def _run(self) -> None:
+        while True:
+            t0 = time.perf_counter_ns()
+            await asyncio.sleep(self.interval_s)
+            self.lags_ms.append(max(0.0, (time.perf_counter_ns() - t0) / 1e6 - self.interval_s * 1e3))
+
+    def __enter__(self) -> "LoopLagMonitor":
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._task:
+            self._task.cancel()
+
+    def summary(self) -> dict[str, float]:
+        if not self.lags_ms:
+            return {"max": 0.0, "p99": 0.0, "samples": 0}
+        s = sorted(self.lags_ms)
+        return {"max": round(s[-1], 3), "p99": round(s[min(len(s) - 1, int(0.99 * len(s)))], 3),
+                "samples": len(s)}
+
+
+@contextlib.contextmanager
+def _gc_quiet():
+    """No garbage collection in the way of a level's timing, for every caller of run_level.
+
+    Everything alive when the level starts (engine, tokenizer, torch, earlier levels' records) is
+    frozen out of the collector's reach: full collections walking that heap (millions of objects
+    with torch/vLLM loaded) stalled the loop while tokens streamed (0.5 s at concurrency 128 on the
+    H200). The cyclic collector is also off during the level: at 2000 HTTP streams the young
+    objects of in-flight requests made it run ~2 us per event and pause the loop up to ~30 ms; our
+    request path leaves no cyclic garbage (measured: 0 objects after 1000 requests), and timeit
+    pauses the GC for the same reason."""
+    gc.collect()
+    gc.freeze()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+        gc.unfreeze()
+
+
+async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_s: float,
+                  t_scheduled_ns: int | None = None) -> RequestRecord:
+    """Stream one request; never raises for request-level failures (they become records)."""
+    times: list[int] = []
+    counts: list[int] = []
+    ids: list[int] = []
+    lps: list[float] = []
+    end: StreamEnd | None = None
+    err_kind = err = None
+    t_sent = time.perf_counter_ns()
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for item in backend.stream(req):
+                if type(item) is StreamEnd:
+                    end = item
+                    continue
+                times.append(item.t_ns)  # the hot path: one per streamed event
+                counts.append(len(item.token_ids))
+                ids.extend(item.token_ids)
+                if item.logprobs:
+                    lps.extend(item.logprobs)
+    except TimeoutError:
+        err_kind, err = "timeout", f"no completion within {timeout_s:g} s"
+    except BackendRequestError as e:
+        err_kind, err = e.kind, e.message
+    except asyncio.CancelledError:
+        err_kind, err = "cancelled", "run stopped before the request finished"
+    rec = RequestRecord(
+        request_id=req.request_id, backend=backend.name, level=level, t_sent_ns=t_sent,
+        t_scheduled_ns=t_scheduled_ns, event_times_ns=tuple(times),
+        event_token_counts=tuple(counts), token_ids=tuple(ids),
+        t_end_ns=end.t_ns if end else time.perf_counter_ns(),
+        finish_reason=end.finish_reason if end else None,
+        prompt_tokens=end.prompt_tokens if end else None,
+        usage_completion_tokens=end.completion_tokens if end else None,
+        requested_tokens=req.max_tokens, error_kind=err_kind, error=err,
+        engine_metrics=dict(end.engine_metrics) if end else {},
+        logprobs=tuple(lps) if lps else None,
+    )
+    if err_kind == "cancelled":
+        # hand the partial record to the canceller, then honour the cancellation
+        raise _CancelledWithRecord(rec)
+    return rec
+
+
+class _CancelledWithRecord(asyncio.CancelledError):
+    def __init__(self, record: RequestRecord) -> None:
+        super().__init__()
+        self.record = record
+
+
+async def run_level(backend: Backend, requests: list[GenerationRequest], level: LoadLevel, *,
+                    seed: int, timeout_s: float, max_errors: int,
+                    on_record: Callable[[RequestRecord], None] | None = None) -> LevelOutcome:
+    """Send ``requests`` at ``level``; returns every record, including failed ones."""
+    with _gc_quiet():  # entered before the level's clock starts: the collection is not part of it
+        return await _run_level(backend, requests, level, seed=seed, timeout_s=timeout_s,
+                                max_errors=max_errors, on_record=on_record)
+
+
+async def _run_level(backend: Backend, requests: list[GenerationRequest], level: LoadLevel, *,
+                     seed: int, timeout_s: float, max_errors: int,
+                     on_record: Callable[[RequestRecord], None] | None) -> LevelOutcome:
+    records: list[RequestRecord] = []
+    aborted: list[str] = []
+    offsets = None
+    stop = asyncio.Event()
+
+    n_failed = 0
+
+    def keep(rec: RequestRecord) -> None:
+        nonlocal n_failed
+        records.append(rec)
+        if on_record:
+            on_record(rec)
+        n_failed += not rec.ok
+        failed = n_failed
+        if rec.error_kind == "engine_dead" and not stop.is_set():
+            # no point sending more: every further request would fail the same way
+            aborted.append(f"the engine died mid-run: {rec.error}")
+            stop.set()
+        elif failed > max_errors and not stop.is_set():
+            aborted.append(f"{failed} failed requests exceed --max-errors {max_errors}; "
+                           f"last error: {rec.error_kind}: {rec.error}")
+            stop.set()
+
+    t0 = time.perf_counter_ns()
+    with LoopLagMonitor() as lag:
+        if level.kind == "concurrency":
+            queue: asyncio.Queue[GenerationRequest] = asyncio.Queue()
+            for r in requests:
+                queue.put_nowait(r)
+
+            async def worker() -> None:
+                while not stop.is_set():
+                    try:
+                        r = queue.get_nowait()
+                    except asyncio.QueueEmpty:
+                        return
+                    keep(await run_one(backend, r, level.label, timeout_s))
+
+            tasks = [asyncio.create_task(worker()) for _ in range(min(int(level.value), len(requests)))]
+        else:
+            offsets = poisson_offsets_ns(len(requests), level.value, seed)
+
+            async def timed(r: GenerationRequest, off: int) -> None:
+                # loop until due: timers may fire early (uvloop's are whole milliseconds), and a
+                # request must never leave before its scheduled time
+                while (delay := t0 + off - time.perf_counter_ns()) > 0:
+                    await asyncio.sleep(delay / 1e9)
+                if not stop.is_set():
+                    keep(await run_one(backend, r, level.label, timeout_s, t_scheduled_ns=t0 + off))
+
+            tasks = [asyncio.create_task(timed(r, o)) for r, o in zip(requests, offsets)]
+        stopper = asyncio.create_task(stop.wait())
+        # one future for "all tasks done (or one crashed)": O(1) per finished task; re-waiting on
+        # the whole pending set each time one finishes is O(n^2) and stalls the loop at 2000 streams
+        all_done = asyncio.get_running_loop().create_future()
+        left = len(tasks)
+
+        def on_done(t: asyncio.Task) -> None:
+            nonlocal left
+            left -= 1
+            if all_done.done():
+                return
+            if not t.cancelled() and t.exception() is not None:
+                all_done.set_exception(t.exception())  # a bug, not a request failure
+            elif left == 0:
+                all_done.set_result(None)
+
+        for t in tasks:
+            t.add_done_callback(on_done)
+        if not tasks:
+            all_done.set_result(None)
+        try:
+            await asyncio.wait({all_done, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if all_done.done():
+                all_done.result()
+        finally:
+            stopper.cancel()
+            await _cancel_all(tasks, keep_partial=records.append)
+    return LevelOutcome(level=level, records=records, t_start_ns=t0, t_end_ns=time.perf_counter_ns(),
+                        schedule_offsets_ns=offsets, loop_lag_ms=lag.summary(),
+                        aborted=aborted[0] if aborted else None)
+
+
+async def _cancel_all(tasks: list[asyncio.Task], keep_partial: Callable[[RequestRecord], None]) -> None:
+    live = [t for t in tasks if not t.done()]
+    for t in live:
+        t.cancel()
+    for res in await asyncio.gather(*live, return_exceptions=True):
+        if isinstance(res, _CancelledWithRecord):
+            keep_partial(res.record)
+
+
+def default_max_errors(n: int) -> int:
+    return max(1, math.ceil(n / 2))

@@ -1,0 +1,222 @@
+"""The runner: the identical request list and schedule, replayed on each backend in isolation.
+
+For each backend: build (adapters validate the spec first, before anything starts), start,
+warm up, run every load level, stop. Backends run one after another, never at the same time.
+
+With ``repeats`` > 1 the whole start/warm-up/measure/stop cycle is repeated with a fresh engine,
+in interleaved order (A B A B ...) so slow drift of the machine hits every backend alike. Each
+repeat's level summaries are kept (``backends[name]["repeats"]``) for the statistics
+(compare/analysis/stats.py); ``levels`` then holds the summary of all repeats' requests pooled.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from adapters.spec import ServingSpec
+from backends import registry
+from core.records import GenerationRequest
+from core.errors import BackendStartError
+from backends.base import Backend
+from compare.running.executor import LevelOutcome, RunAborted, run_level, run_one
+from compare.running.aio import running_loop_name
+from core.hardware import fingerprint
+from compare.analysis.metrics import SloTerm, summarize
+from core.records import RequestRecord
+from core.results import ResultsWriter, new_run_id
+from compare.workload.schedule import LoadLevel
+from compare.workload.build import WorkloadSpec, request_to_dict
+
+
+@dataclass
+class RunConfig:
+    backends: list[str]
+    spec: ServingSpec
+    workload: WorkloadSpec
+    requests: list[GenerationRequest]
+    levels: list[LoadLevel]
+    slo: tuple[SloTerm, ...] = ()
+    warmup: int = 2
+    timeout_s: float = 600.0
+    max_errors: int | None = None
+    out_root: Path = Path("results")
+    run_id: str = field(default_factory=new_run_id)
+    lag_threshold_ms: float = 50.0
+    backend_specs: dict[str, ServingSpec] = field(default_factory=dict)  # per-backend overrides
+    repeats: int = 1  # engine restarts per backend, interleaved A B A B
+
+    def spec_for(self, backend: str) -> ServingSpec:
+        return self.backend_specs.get(backend, self.spec)
+
+
+class Progress:
+    """Callbacks for the console; a no-op by default (tests)."""
+
+    def backend_start(self, name: str) -> None: ...
+    def level_start(self, name: str, level: LoadLevel, n: int) -> None: ...
+    def request_done(self, rec: RequestRecord) -> None: ...
+    def level_done(self, name: str, level: LoadLevel, summary: dict[str, Any]) -> None: ...
+    def message(self, text: str) -> None: ...
+
+
+async def run(cfg: RunConfig, progress: Progress | None = None,
+              backend_factory: Callable[[str, ServingSpec], Backend] | None = None,
+              extra_header: dict[str, Any] | None = None) -> ResultsWriter:
+    progress = progress or Progress()
+    factory = backend_factory or registry.build
+    # Validate every backend's spec before starting anything: a bad option fails the whole run
+    # up front instead of after the first backend has spent minutes.
+    built = {name: factory(name, cfg.spec_for(name)) for name in cfg.backends}
+    # container labels carry the results' run id (unless the caller set its own label id)
+    os.environ.setdefault("LLM_COMPARE_RUN_ID", cfg.run_id)
+    writer = ResultsWriter(cfg.out_root, cfg.run_id, {
+        "spec": cfg.spec.model_dump(mode="json"),
+        "backend_specs": {k: v.model_dump(mode="json") for k, v in cfg.backend_specs.items()},
+        "workload": cfg.workload.model_dump(mode="json"),
+        "levels": [lv.as_dict() for lv in cfg.levels],
+        "slo": [{"metric": t.metric, "stat": t.stat, "limit_ms": t.limit_ms} for t in cfg.slo],
+        "warmup_requests": cfg.warmup,
+        "repeats": cfg.repeats,
+        "hardware": fingerprint(),
+        "client": {"event_loop": running_loop_name(), "gc_frozen_during_levels": True},
+        **(extra_header or {}),  # e.g. gpu_hour_price, so reports re-render with it
+    })
+    writer.write_workload([request_to_dict(r) for r in cfg.requests])
+    status, error = "complete", None
+    pool = _Pool()
+    failed: set[str] = set()
+    try:
+        for rep in range(cfg.repeats):
+            for name in cfg.backends:
+                if name in failed:
+                    continue
+                # a fresh backend object per repeat: the engine restarts, nothing is reused
+                backend = built.pop(name, None) or factory(name, cfg.spec_for(name))
+                if not await _run_backend(cfg, name, backend, writer, progress, rep, pool):
+                    status = "partial"
+                    failed.add(name)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        writer.finish("interrupted", "interrupted by the user; results so far are kept")
+        raise
+    except BaseException as e:
+        writer.finish("failed", f"{type(e).__name__}: {e}")
+        raise
+    from compare.analysis.length_match import attach  # '@k' rows when some backend could not force lengths
+
+    attach(writer.run, writer.dir)
+    writer.finish(status, error)
+    return writer
+
+
+class _Pool:
+    """Records and wall time of every repeat so far, per (backend, level): the pooled summary."""
+
+    def __init__(self) -> None:
+        self.records: dict[tuple[str, str], list[RequestRecord]] = {}
+        self.wall_ns: dict[tuple[str, str], int] = {}
+        self.lag_max: dict[tuple[str, str], float] = {}
+
+    def add(self, key: tuple[str, str], outcome: LevelOutcome, records: list[RequestRecord]) -> None:
+        self.records.setdefault(key, []).extend(records)
+        self.wall_ns[key] = self.wall_ns.get(key, 0) + (outcome.t_end_ns - outcome.t_start_ns)
+        self.lag_max[key] = max(self.lag_max.get(key, 0.0), outcome.loop_lag_ms.get("max", 0.0))
+
+
+async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: ResultsWriter,
+                       progress: Progress, rep: int = 0, pool: _Pool | None = None) -> bool:
+    pool = pool or _Pool()
+    entry = writer.backend(name)
+    entry["capabilities"] = backend.capabilities.as_dict()
+    this: dict[str, Any] = {"repeat": rep, "status": "running", "levels": {}}
+    if cfg.repeats > 1:
+        entry.setdefault("repeats", []).append(this)
+    progress.backend_start(name if cfg.repeats == 1 else f"{name} (repeat {rep + 1}/{cfg.repeats})")
+    if hasattr(backend, "attach_results_dir"):
+        backend.attach_results_dir(writer.dir)  # server/container logs are kept with the results
+    t0 = time.perf_counter()
+    try:
+        async with backend:
+            this["start_s"] = round(time.perf_counter() - t0, 3)
+            entry.setdefault("start_s", this["start_s"])
+            entry["describe"] = backend.describe().as_dict()
+            entry["status"] = "running"
+            writer.flush()
+            if rep == 0:  # loaded vs requested quantization + quality parity -> entry (compare/quality/parity.py)
+                from compare.quality.parity import record as record_quality
+                await record_quality(cfg, name, backend, entry)
+            await _warmup(cfg, backend)
+            for level in cfg.levels:
+                # optional hooks: backends with server-side metrics sample them around each level
+                if hasattr(backend, "on_level_start"):
+                    await backend.on_level_start(level.label)
+                outcome = await _run_level(cfg, backend, level, writer, progress, rep)
+                records = [replace(r, repeat=rep) for r in outcome.records]
+                summary = _level_summary(cfg, records, outcome.t_end_ns - outcome.t_start_ns,
+                                         outcome.loop_lag_ms.get("max", 0.0))
+                summary["loop_lag_ms"] = outcome.loop_lag_ms
+                if hasattr(backend, "on_level_end"):
+                    summary["server_metrics"] = await backend.on_level_end(level.label)
+                if outcome.schedule_offsets_ns is not None:
+                    summary["schedule_offsets_ns"] = outcome.schedule_offsets_ns
+                if outcome.aborted:
+                    summary["aborted"] = outcome.aborted
+                this["levels"][level.label] = summary
+                entry["levels"][level.label] = summary
+                if cfg.repeats > 1:
+                    key = (name, level.label)
+                    pool.add(key, outcome, records)
+                    pooled = _level_summary(cfg, pool.records[key], pool.wall_ns[key], pool.lag_max[key])
+                    # server-side samples are per level run; the pooled row shows the latest one
+                    pooled.update({k: summary[k] for k in ("server_metrics", "aborted") if k in summary})
+                    pooled["repeats"] = rep + 1
+                    entry["levels"][level.label] = pooled
+                entry["describe"] = backend.describe().as_dict()  # may have learned more (e.g. /metrics)
+                writer.flush()
+                progress.level_done(name, level, summary)
+                if outcome.aborted:
+                    raise RunAborted(outcome.aborted)
+        this["status"] = "complete"
+        entry["status"] = "complete" if rep == cfg.repeats - 1 else "running"
+        return True
+    except (BackendStartError, RunAborted) as e:
+        this["status"] = entry["status"] = "failed"
+        entry["error"] = str(e) if cfg.repeats == 1 else f"repeat {rep + 1}: {e}"
+        progress.message(f"[{name}] {e}")
+        return False
+    finally:
+        writer.flush()
+
+
+def _level_summary(cfg: RunConfig, records: list[RequestRecord], wall_ns: int,
+                   lag_max_ms: float) -> dict[str, Any]:
+    summary = summarize(records, wall_ns, cfg.slo)
+    summary["loop_lag_ms"] = {"max": lag_max_ms}
+    summary["client_lagged"] = lag_max_ms > cfg.lag_threshold_ms
+    return summary
+
+
+async def _warmup(cfg: RunConfig, backend: Backend) -> None:
+    """A few requests before measuring (first-call compilation, caches); never recorded."""
+    for r in cfg.requests[: cfg.warmup]:
+        warm = GenerationRequest(request_id=f"warmup-{r.request_id}", max_tokens=min(r.max_tokens, 8),
+                                 prompt_token_ids=r.prompt_token_ids, prompt_text=r.prompt_text,
+                                 messages=r.messages, ignore_eos=r.ignore_eos)
+        await run_one(backend, warm, "warmup", cfg.timeout_s)
+
+
+async def _run_level(cfg: RunConfig, backend: Backend, level: LoadLevel, writer: ResultsWriter,
+                     progress: Progress, rep: int = 0) -> LevelOutcome:
+    progress.level_start(backend.name, level, len(cfg.requests))
+
+    def on_record(rec: RequestRecord) -> None:
+        writer.add_record(replace(rec, repeat=rep) if rep else rec)
+        progress.request_done(rec)
+
+    max_errors = cfg.max_errors if cfg.max_errors is not None else max(1, len(cfg.requests) // 2)
+    # run_level keeps the garbage collector out of the level's timing (compare/running/executor.py)
+    return await run_level(backend, cfg.requests, level, seed=cfg.workload.seed,
+                           timeout_s=cfg.timeout_s, max_errors=max_errors, on_record=on_record)

@@ -1,0 +1,105 @@
+"""What a tune produces: tune.json (every trial, best, default, gain, Pareto frontier), the Pareto
+plot, and the tuned specs ``compare run --tuned`` starts each backend with."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from adapters.spec import ServingSpec
+from core.errors import UserError
+from compare.tuning.search import best_of, pareto_frontier
+from compare.tuning.space import apply_config, space_for
+
+
+def backend_report(backend: str, trials: list[dict[str, Any]], default_label: str = "default") -> dict[str, Any]:
+    best = best_of(trials)
+    default = next((t for t in trials if t["label"] == default_label), None)
+    probes = [{**p, "label": t["label"]} for t in trials for p in t.get("probes", [])]
+    out: dict[str, Any] = {
+        "backend": backend, "trials": trials, "best": best, "default": default,
+        "frontier": {lat: pareto_frontier(probes, lat) for lat in ("ttft_p95_ms", "tpot_p95_ms")},
+        "engine_starts": sum(1 for t in trials if t["status"] not in ("rejected",) and not t.get("cached")),
+        "cache_hits": sum(1 for t in trials if t.get("cached")),
+    }
+    out["gain"] = gain(best, default)
+    return out
+
+
+def gain(best: dict[str, Any] | None, default: dict[str, Any] | None) -> dict[str, Any]:
+    """Tuned vs default goodput, and whether the difference is larger than the noise."""
+    if best is None:
+        return {"verdict": "no config met the SLO"}
+    if default is None or not default.get("feasible"):
+        return {"verdict": "the default config does not meet the SLO at any load tried; the tuned one does",
+                "ratio": None}
+    if best["label"] == default["label"]:
+        return {"ratio": 1.0, "verdict": "the default config is already the best one found for this workload"}
+    b, d = best["goodput_req_s"], default["goodput_req_s"]
+    ratio = best["goodput"] / default["goodput"]
+    beyond = b["lo"] > d["hi"] and b["n"] >= 2 and d["n"] >= 2
+    verdict = (f"tuned goodput {ratio:.2f}x the default, beyond the 95% CIs" if beyond else
+               f"tuned max load {ratio:.2f}x the default, but the measured goodput CIs overlap: "
+               f"the default is already optimal within noise for this workload")
+    return {"ratio": ratio, "beyond_ci": beyond, "verdict": verdict}
+
+
+def plot_pareto(reports: list[dict[str, Any]], slo_limits: dict[str, float], path: Path) -> None:
+    """Throughput vs TTFT p95 and vs TPOT p95, every probe of every trial; frontier as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, lat, title in ((axes[0], "ttft_p95_ms", "TTFT p95"), (axes[1], "tpot_p95_ms", "TPOT p95")):
+        for i, rep in enumerate(reports):
+            color = f"C{i}"
+            pts = [p for t in rep["trials"] for p in t.get("probes", []) if p.get(lat) is not None]
+            ax.scatter([p["output_tok_s"] for p in pts], [p[lat] for p in pts], s=12, alpha=0.35,
+                       color=color, label=f"{rep['backend']}: all probes")
+            front = rep["frontier"][lat]
+            ax.plot([p["output_tok_s"] for p in front], [p[lat] for p in front], "-o", color=color,
+                    ms=4, label=f"{rep['backend']}: Pareto frontier")
+        key = lat.replace("_ms", "")
+        if key in slo_limits:
+            ax.axhline(slo_limits[key], ls="--", color="red", lw=1, label=f"SLO {key} {slo_limits[key]:g} ms")
+        ax.set_xlabel("output tokens/s")
+        ax.set_ylabel(f"{title} (ms)")
+        ax.set_yscale("log")
+        ax.set_title(f"throughput vs {title}")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)  # atomic: a reader never sees half a PNG
+
+
+def tuned_specs(tune_dir: str, backends: list[str], base: ServingSpec) -> dict[str, ServingSpec]:
+    """``compare run --tuned DIR``: each backend's best config from a tune, over the run's spec."""
+    path = Path(tune_dir) / "tune.json" if Path(tune_dir).is_dir() else Path(tune_dir)
+    if not path.exists():
+        raise UserError(f"--tuned {tune_dir}: no tune.json there; pass a directory written by `compare tune`")
+    data = json.loads(path.read_text())
+    best = {r["backend"]: r.get("best") for r in data.get("backends", [])}
+    out = {}
+    for full in backends:
+        name = _tuned_name(full)
+        if name not in best:
+            raise UserError(f"--tuned {tune_dir}: backend {name} was not tuned there (tuned: "
+                            f"{', '.join(best) or 'none'}); run `compare tune --backend {name}` first")
+        if best[name] is None:
+            raise UserError(f"--tuned {tune_dir}: no config of {name} met the SLO in that tune; "
+                            f"relax the SLO and tune again")
+        out[full] = apply_config(space_for(name), base, best[name]["config"])
+    return out
+
+
+def _tuned_name(full: str) -> str:
+    """``replicas@2*vllm:lb=lor`` and ``tp@2*vllm`` run the tuned config of ``vllm``."""
+    kind, _, target = full.partition("@")
+    if kind in ("tp", "replicas") and "*" in target:
+        return target.partition("*")[2].split(":")[0]
+    return full

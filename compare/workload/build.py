@@ -1,0 +1,190 @@
+"""Seeded workloads: the identical request list every backend receives.
+
+A workload is described by a small YAML file (schema: ``WorkloadSpec``; docs/workloads.md) and
+expanded deterministically into ``GenerationRequest``s. The expanded list is saved with the
+results, so any run can be replayed exactly (``compare run --replay RESULTS_DIR``).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from core.records import GenerationRequest
+
+
+class LengthDist(BaseModel):
+    """A token-length distribution. ``fixed``: value; ``uniform``: [min, max];
+    ``normal``: mean/std; ``lognormal``: mean/std of the *lengths* (not of the log)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
+    value: int | None = Field(None, gt=0)
+    min: int | None = Field(None, gt=0)
+    max: int | None = Field(None, gt=0)
+    mean: float | None = Field(None, gt=0)
+    std: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "LengthDist":
+        need = {"fixed": ("value",), "uniform": ("min", "max"), "normal": ("mean", "std"),
+                "lognormal": ("mean", "std")}[self.dist]
+        missing = [k for k in need if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"length dist '{self.dist}' needs {', '.join(missing)}")
+        if self.dist == "uniform" and self.min > self.max:  # type: ignore[operator]
+            raise ValueError("uniform length: min must be <= max")
+        return self
+
+    def sample(self, rng: np.random.Generator, n: int) -> list[int]:
+        lo = self.min or 1
+        hi = self.max or 1 << 20
+        if self.dist == "fixed":
+            out = np.full(n, self.value)
+        elif self.dist == "uniform":
+            out = rng.integers(self.min, self.max + 1, size=n)  # type: ignore[operator]
+        elif self.dist == "normal":
+            out = np.rint(rng.normal(self.mean, self.std, size=n))
+        else:
+            # parametrise so that the lengths themselves have the given mean and std
+            m, s = float(self.mean), float(self.std or 0.0)  # type: ignore[arg-type]
+            sigma2 = np.log1p((s / m) ** 2)
+            out = np.rint(rng.lognormal(np.log(m) - sigma2 / 2, np.sqrt(sigma2), size=n))
+        return [int(x) for x in np.clip(out, lo, hi)]
+
+
+class SharedPrefix(BaseModel):
+    """RAG / knowledge-base style: each request = one of N shared documents + its own question."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_documents: int = Field(gt=0)
+    document_tokens: int = Field(gt=0)
+
+
+class WorkloadSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = "synthetic"
+    seed: int = 0
+    num_requests: int = Field(16, gt=0)
+    input: LengthDist = LengthDist(dist="fixed", value=64)
+    output: LengthDist = LengthDist(dist="fixed", value=32)
+    # token_ids: prompts are token-id lists (no tokenizer differences between backends)
+    # text: prompts are text decoded from seeded token ids; chat: one user message of that text
+    prompt_format: Literal["token_ids", "text", "chat"] = "token_ids"
+    shared_prefix: SharedPrefix | None = None
+    # ShareGPT-format JSON/JSONL: conversations[0] (human) is the prompt, the next turn's
+    # length in tokens (when a tokenizer is given) or output dist is the output length
+    sharegpt: str | None = None
+    ignore_eos: bool = True  # force the output length where the backend can
+    # vocabulary range to draw synthetic token ids from (avoid special tokens at the top)
+    token_id_range: tuple[int, int] = (10, 3000)
+
+    @model_validator(mode="after")
+    def _check(self) -> "WorkloadSpec":
+        lo, hi = self.token_id_range
+        if not 0 <= lo < hi:
+            raise ValueError("token_id_range must be [low, high) with 0 <= low < high")
+        return self
+
+
+def _random_ids(rng: np.random.Generator, n: int, id_range: tuple[int, int]) -> list[int]:
+    return [int(x) for x in rng.integers(id_range[0], id_range[1], size=n)]
+
+
+def build_requests(spec: WorkloadSpec, tokenizer: Any | None = None) -> list[GenerationRequest]:
+    """Deterministic in (spec, tokenizer): the same spec gives the same requests on any machine."""
+    rng = np.random.default_rng(spec.seed)
+    if spec.sharegpt:
+        return _sharegpt_requests(spec, rng, tokenizer)
+    n = spec.num_requests
+    in_lens = spec.input.sample(rng, n)
+    out_lens = spec.output.sample(rng, n)
+    docs: list[list[int]] = []
+    if spec.shared_prefix:
+        sp = spec.shared_prefix
+        docs = [_random_ids(rng, sp.document_tokens, spec.token_id_range) for _ in range(sp.num_documents)]
+    reqs = []
+    for i in range(n):
+        ids = _random_ids(rng, in_lens[i], spec.token_id_range)
+        if docs:
+            ids = docs[int(rng.integers(0, len(docs)))] + ids
+        reqs.append(_make_request(spec, f"{spec.name}-{i:05d}", ids, out_lens[i], tokenizer))
+    return reqs
+
+
+def _make_request(spec: WorkloadSpec, rid: str, ids: list[int], out_len: int,
+                  tokenizer: Any | None) -> GenerationRequest:
+    common = dict(request_id=rid, max_tokens=out_len, ignore_eos=spec.ignore_eos, seed=spec.seed)
+    if spec.prompt_format == "token_ids":
+        return GenerationRequest(prompt_token_ids=tuple(ids), **common)
+    if tokenizer is None:
+        raise ValueError(f"prompt_format={spec.prompt_format} needs the model's tokenizer")
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    if spec.prompt_format == "text":
+        return GenerationRequest(prompt_text=text, **common)
+    return GenerationRequest(messages=(("user", text),), **common)
+
+
+def _sharegpt_requests(spec: WorkloadSpec, rng: np.random.Generator,
+                       tokenizer: Any | None) -> list[GenerationRequest]:
+    path = Path(spec.sharegpt)  # type: ignore[arg-type]
+    raw = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl":
+        rows = [json.loads(line) for line in raw.splitlines() if line.strip()]
+    else:
+        rows = json.loads(raw)
+    convs = []
+    for row in rows:
+        turns = row.get("conversations") or row.get("conversation") or []
+        if len(turns) >= 2 and turns[0].get("value"):
+            convs.append((turns[0]["value"], turns[1].get("value", "")))
+    if not convs:
+        raise ValueError(f"{path}: no ShareGPT conversations with a prompt and a reply")
+    order = rng.permutation(len(convs))[: spec.num_requests]
+    fallback_out = spec.output.sample(rng, len(order))
+    reqs = []
+    for k, idx in enumerate(order):
+        prompt, reply = convs[int(idx)]
+        out_len = fallback_out[k]
+        if tokenizer is not None and reply:
+            out_len = max(1, len(tokenizer.encode(reply, add_special_tokens=False)))
+        rid = f"{spec.name}-{k:05d}"
+        common = dict(request_id=rid, max_tokens=out_len, ignore_eos=spec.ignore_eos, seed=spec.seed)
+        if spec.prompt_format == "token_ids":
+            if tokenizer is None:
+                raise ValueError("ShareGPT with prompt_format=token_ids needs the model's tokenizer")
+            ids = tokenizer.encode(prompt, add_special_tokens=False)
+            reqs.append(GenerationRequest(prompt_token_ids=tuple(ids), **common))
+        elif spec.prompt_format == "text":
+            reqs.append(GenerationRequest(prompt_text=prompt, **common))
+        else:
+            reqs.append(GenerationRequest(messages=(("user", prompt),), **common))
+    return reqs
+
+
+def request_to_dict(r: GenerationRequest) -> dict[str, Any]:
+    d: dict[str, Any] = {"request_id": r.request_id, "max_tokens": r.max_tokens,
+                         "ignore_eos": r.ignore_eos, "temperature": r.temperature,
+                         "top_p": r.top_p, "seed": r.seed, "logprobs": r.logprobs}
+    if r.prompt_token_ids is not None:
+        d["prompt_token_ids"] = list(r.prompt_token_ids)
+    if r.prompt_text is not None:
+        d["prompt_text"] = r.prompt_text
+    if r.messages is not None:
+        d["messages"] = [list(m) for m in r.messages]
+    return d
+
+
+def request_from_dict(d: dict[str, Any]) -> GenerationRequest:
+    d = dict(d)
+    if "prompt_token_ids" in d:
+        d["prompt_token_ids"] = tuple(d["prompt_token_ids"])
+    if "messages" in d:
+        d["messages"] = tuple(tuple(m) for m in d["messages"])
+    return GenerationRequest(**d)

@@ -1,0 +1,65 @@
+"""Load strategies: they decide *when* each request is sent, nothing else.
+
+- ``concurrency=C``: closed loop, C requests in flight; a new one is sent when one finishes.
+- ``rate=R``: open loop, Poisson arrivals at R requests/s (seeded exponential gaps).
+- ``rate=inf``: every request at t=0 (a burst).
+
+The executor (compare/running/executor.py) owns the tasks, timeouts and cancellation.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class LoadLevel:
+    kind: str  # "concurrency" | "rate"
+    value: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("concurrency", "rate"):
+            raise ValueError(f"unknown load kind {self.kind!r}")
+        if not self.value > 0:
+            raise ValueError(f"{self.kind} must be > 0, got {self.value}")
+        if self.kind == "concurrency" and (self.value != int(self.value) or math.isinf(self.value)):
+            raise ValueError(f"concurrency must be a whole number, got {self.value}")
+
+    @property
+    def label(self) -> str:
+        if self.kind == "concurrency":
+            return f"c{int(self.value)}"
+        return "burst" if math.isinf(self.value) else f"r{self.value:g}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "value": "inf" if math.isinf(self.value) else self.value,
+                "label": self.label}
+
+
+def parse_levels(concurrency: str | None, rate: str | None) -> list[LoadLevel]:
+    """``--concurrency 1,4,16`` and/or ``--rate 2,8,inf``."""
+    levels: list[LoadLevel] = []
+    for text, kind in ((concurrency, "concurrency"), (rate, "rate")):
+        if not text:
+            continue
+        for part in text.split(","):
+            part = part.strip()
+            try:
+                value = float(part)
+            except ValueError:
+                raise ValueError(f"--{kind} {text!r}: {part!r} is not a number "
+                                 f"(use e.g. --{kind} 1,4,16)") from None
+            levels.append(LoadLevel(kind, value))
+    return levels
+
+
+def poisson_offsets_ns(n: int, rate: float, seed: int) -> list[int]:
+    """Send offsets (ns from the level's start) for n Poisson arrivals; the first is at 0."""
+    if math.isinf(rate):
+        return [0] * n
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1.0 / rate, size=n)
+    gaps[0] = 0.0
+    return [int(x) for x in np.cumsum(gaps) * 1e9]

@@ -1,0 +1,158 @@
+"""Immutable records every layer shares: what a request is, what a stream yields, what a
+backend can do and what ran, and the per-request record every metric is computed from."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One request of a workload, identical for every backend."""
+
+    request_id: str
+    max_tokens: int
+    prompt_token_ids: tuple[int, ...] | None = None
+    prompt_text: str | None = None
+    # chat-style prompt; backends that take text render it with the model's chat template
+    messages: tuple[tuple[str, str], ...] | None = None
+    # force exactly max_tokens output tokens (ignore_eos) where the backend can
+    ignore_eos: bool = True
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    seed: int | None = None
+    logprobs: int | None = None  # number of top logprobs per output token, None = off
+
+    def __post_init__(self) -> None:
+        if self.prompt_token_ids is None and self.prompt_text is None and self.messages is None:
+            raise ValueError(f"request {self.request_id}: needs prompt_token_ids, prompt_text or messages")
+        if self.max_tokens <= 0:
+            raise ValueError(f"request {self.request_id}: max_tokens must be > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One streamed event carrying one or more new output tokens.
+
+    ``t_ns`` is ``perf_counter_ns()`` at the first moment the event was visible to the client.
+    Several tokens in one event share its timestamp; metrics attribute the inter-token gap to the
+    first token of the event and 0 to the rest (see compare/analysis/metrics.py).
+    """
+
+    t_ns: int
+    token_ids: tuple[int, ...]
+    text: str = ""
+    # per-token logprob of the sampled token, aligned with token_ids, when asked for
+    logprobs: tuple[float, ...] | None = None
+    # top-k alternatives per token: ({token_id: logprob}, ...), when asked for
+    top_logprobs: tuple[dict[int, float], ...] | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """Last item of every successful stream."""
+
+    t_ns: int
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None  # as counted by the engine/server
+    completion_tokens: int | None = None  # as counted by the engine/server (usage)
+    # engine/server-side per-request timings, when the engine exposes them (seconds)
+    engine_metrics: dict[str, float] = field(default_factory=dict)
+
+
+StreamItem = TokenEvent | StreamEnd
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    forced_output_length: bool  # honours ignore_eos + max_tokens exactly
+    token_id_prompts: bool  # accepts prompts as token ids (no re-tokenisation)
+    logprobs: bool
+    continuous_batching: bool  # serves several requests at once
+    server_metrics: bool = False  # exposes Prometheus/JSON metrics we scrape
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "forced_output_length": self.forced_output_length,
+            "token_id_prompts": self.token_id_prompts,
+            "logprobs": self.logprobs,
+            "continuous_batching": self.continuous_batching,
+            "server_metrics": self.server_metrics,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BackendDescription:
+    """What actually ran: stored in run.json next to the numbers."""
+
+    name: str  # our backend name, e.g. "vllm"
+    framework: str  # e.g. "vllm", "transformers", "text-generation-inference"
+    version: str
+    native_config: dict[str, Any]  # the resolved configuration the engine was started with
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. loaded quantization, kernel, /info
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "framework": self.framework,
+            "version": self.version,
+            "native_config": self.native_config,
+            "extra": self.extra,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    request_id: str
+    backend: str
+    level: str
+    t_sent_ns: int  # perf_counter_ns() just before the request was handed to the backend
+    t_scheduled_ns: int | None = None  # intended send time (open loop), same clock
+    event_times_ns: tuple[int, ...] = ()  # one stamp per streamed event
+    event_token_counts: tuple[int, ...] = ()  # tokens carried by each event
+    token_ids: tuple[int, ...] = ()
+    t_end_ns: int | None = None  # StreamEnd (or failure) time
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    usage_completion_tokens: int | None = None
+    requested_tokens: int | None = None
+    error_kind: str | None = None
+    error: str | None = None
+    engine_metrics: dict[str, float] = field(default_factory=dict)
+    logprobs: tuple[float, ...] | None = None
+    repeat: int = 0  # which repeat of the backend (``compare run --repeats``) produced it
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+    @property
+    def output_tokens(self) -> int:
+        """Counted from token ids; falls back to the server's usage when ids are not streamed."""
+        if self.token_ids:
+            return len(self.token_ids)
+        if self.event_token_counts:
+            return sum(self.event_token_counts)
+        return self.usage_completion_tokens or 0
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("event_times_ns", "event_token_counts", "token_ids", "logprobs"):
+            if d[k] is not None:
+                d[k] = list(d[k])
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "RequestRecord":
+        d = dict(d)
+        for k in ("event_times_ns", "event_token_counts", "token_ids"):
+            d[k] = tuple(d.get(k) or ())
+        if d.get("logprobs") is not None:
+            d["logprobs"] = tuple(d["logprobs"])
+        return cls(**d)
