@@ -222,7 +222,7 @@ def vllm_quant_args(spec: ServingSpec, device: str | None = None) -> dict[str, A
 
 
 # quantization_config blocks for dummy-weight runs: the shapes vLLM loads (see
-# ../shared/gpu/dummy-quant-configs/ for the AWQ/GPTQ ones measured on the H200)
+# tests/fixtures/models/ for the AWQ/GPTQ ones measured on the H200)
 def _ct(weights: dict[str, Any], acts: dict[str, Any] | None, fmt: str) -> dict[str, Any]:
     return {"quant_method": _CT, "format": fmt, "ignore": ["lm_head"], "quantization_status": "compressed",
             "config_groups": {"group_0": {"targets": ["Linear"], "format": fmt, "weights": weights,

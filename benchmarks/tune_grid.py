@@ -2,7 +2,7 @@
 
 Records, per grid point, exactly what a ``compare tune`` trial measures (goodput under the SLO by
 the bracketing load search, its CI, every probe), into a fixture the search-quality test replays:
-tests/test_tune_search.py checks that the tuner's search, given these recorded measurements,
+tests/compare/tuning/test_tune_search.py checks that the tuner's search, given these recorded measurements,
 finds a config within 5% of the grid's best with at most a third of the grid's trials.
 
     .venv/bin/python benchmarks/tune_grid.py [--out tests/fixtures/tune_grid_vllm_cpu.json]

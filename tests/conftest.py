@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"  # ../shared beside the checkout (specs, recipes); read-only
+FIXTURES = ROOT / "tests" / "fixtures"  # published specs (TGI 3.3) and model configs the tests check against
 VENV_BIN = Path(sys.executable).parent
 
 # Two xdist workers (scripts/test.sh) each run real engines:
@@ -56,17 +56,15 @@ def tiny_model() -> Path:
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    if not SHARED.exists():
-        pytest.fail(f"{SHARED} is missing: CI lays shared/ beside the clone")
-    return SHARED
+def fixtures_dir() -> Path:
+    return FIXTURES
 
 
-TGI_DOUBLE_MAX_CONCURRENT = 3  # small, so tests/test_tgi_double_protocol.py can overload it
+TGI_DOUBLE_MAX_CONCURRENT = 3  # small, so tests/backends/test_tgi_double_protocol.py can overload it
 
 
 @pytest.fixture(scope="session")
-def tgi_url(tiny_model, shared_dir, tmp_path_factory):
+def tgi_url(tiny_model, fixtures_dir, tmp_path_factory):
     """URL of the TGI-protocol TEST DOUBLE (tests/doubles/tgi_protocol_server.py: TGI's wire protocol
     on the real vLLM engine; not TGI), ONE engine start per session for every test that needs a TGI
     endpoint. LLM_COMPARE_TGI_URL points the tests at one already running instead."""
@@ -81,7 +79,7 @@ def tgi_url(tiny_model, shared_dir, tmp_path_factory):
     log = tmp_path_factory.mktemp("tgi") / "tgi-double.log"
     proc = ServerProcess([sys.executable, str(ROOT / "tests/doubles/tgi_protocol_server.py"), "--model", str(tiny_model),
                           "--port", str(port), "--max-concurrent-requests", str(TGI_DOUBLE_MAX_CONCURRENT),
-                          "--openapi", str(shared_dir / "specs" / "tgi-3.3-openapi.json")], log)
+                          "--openapi", str(fixtures_dir / "specs" / "tgi-3.3-openapi.json")], log)
     proc.start()
     try:
         asyncio.run(proc.wait_healthy(f"http://127.0.0.1:{port}/health", 900))
@@ -105,7 +103,7 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600,
 TINY_SPEC_ARGS = ("--dtype", "float32", "--max-model-len", "512", "--kv-cache-memory-bytes", str(64 << 20),
                   "--enforce-eager", "true")
 # Workload and levels of the shared run. A gate run compared against its baseline must repeat them
-# exactly (tests/test_gate_e2e.py). 48 output tokens: a request queued behind another under
+# exactly (tests/compare/analysis/test_gate_e2e.py). 48 output tokens: a request queued behind another under
 # --max-num-seqs 1 then waits ~10x the unqueued TTFT, a regression no load noise hides.
 REAL_RUN_OUTPUT_LEN = 48
 REAL_RUN_WORKLOAD = ("--num-requests", "6", "--input-len", "24", "--output-len", str(REAL_RUN_OUTPUT_LEN),

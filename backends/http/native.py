@@ -5,7 +5,7 @@ into the venv as ``_llm_compare_http`` where a C compiler exists. It is used onl
 recorded source sha matches those sources in this checkout (a stale build is ignored, not trusted), and
 ``recv_stamped`` and ``RxThread`` (the receive thread, rxstamp.py) only where
 ``time.perf_counter_ns`` is CLOCK_MONOTONIC (their stamps must be in that domain). ``LLM_COMPARE_HTTP_NATIVE=0`` turns both off (A/B measurements). The Python path
-gives the same events with the same stamps; tests/test_http_native.py checks both on the same
+gives the same events with the same stamps; tests/backends/http/test_http_native.py checks both on the same
 inputs.
 """
 from __future__ import annotations

@@ -102,7 +102,7 @@ def _tokens(raw: RawEvent, ids: list[int] | None, text: str, lp_tokens: list[Any
 # Fast path for the usual chunk: decoded straight into typed structs (no dicts; fields we do not
 # read are skipped), valid only without logprobs and without "error". Anything else -- logprobs,
 # an error object, a type it does not expect, JSON only Python's json takes (NaN) -- goes to the
-# generic parser below, so both give the same result for every event (tests/test_http_sse.py).
+# generic parser below, so both give the same result for every event (tests/backends/http/test_http_sse.py).
 if msgspec is not None:
     class _Delta(msgspec.Struct, gc=False):
         content: str | None = None

@@ -26,7 +26,7 @@ DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, 
                "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1}
 
 # families whose MLP is gate/up/down (SwiGLU/GeGLU) and whose attention has no output bias
-# (checked against transformers' own modules in tests/test_roofline.py; others are refused rather
+# (checked against transformers' own modules in tests/compare/analysis/test_roofline.py; others are refused rather
 # than guessed: Qwen3 adds q/k norms, Gemma scales embeddings, Phi-3 fuses projections...)
 _GATED_MLP = {"llama", "qwen2", "mistral"}
 _QKV_BIAS = {"qwen2"}  # Qwen2: q/k/v projections always carry a bias, o_proj never

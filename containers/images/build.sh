@@ -72,7 +72,7 @@ build_tgi_double() {
   local server="$ROOT/tests/doubles/tgi_protocol_server.py" ctx want
   [ -f "$server" ] || { log "skipping $TGI_DOUBLE_IMAGE: $server is not there yet"; return; }
   want="$( { sha_of "$HERE/tgi-double/Dockerfile" "$HERE/tgi-double/text-generation-launcher" "$server" \
-            "$ROOT/../shared/specs/tgi-3.3-launcher-flags.json" "$ROOT/../shared/specs/tgi-3.3-openapi.json" \
+            "$ROOT/tests/fixtures/specs/tgi-3.3-launcher-flags.json" "$ROOT/tests/fixtures/specs/tgi-3.3-openapi.json" \
             2>/dev/null || true; current_label "$VLLM_IMAGE"; } \
           | sha256sum | cut -c1-16)"
   if [ "$(current_label "$TGI_DOUBLE_IMAGE")" = "$want" ]; then log "$TGI_DOUBLE_IMAGE up to date"; return; fi
@@ -81,8 +81,8 @@ build_tgi_double() {
   trap 'rm -rf "$ctx"' RETURN
   cp "$server" "$HERE/tgi-double/text-generation-launcher" "$ctx/"
   # the shim rejects flags the real launcher does not have, using the same reference list
-  cp "$ROOT/../shared/specs/tgi-3.3-launcher-flags.json" "$ROOT/../shared/specs/tgi-3.3-openapi.json" "$ctx/" \
-    || { log "../shared/specs/tgi-3.3-*.json are missing (CI lays shared/ beside the clone)"; exit 2; }
+  cp "$ROOT/tests/fixtures/specs/tgi-3.3-launcher-flags.json" "$ROOT/tests/fixtures/specs/tgi-3.3-openapi.json" "$ctx/" \
+    || { log "tests/fixtures/specs/tgi-3.3-*.json are missing"; exit 2; }
   docker_build "$TGI_DOUBLE_IMAGE" "$HERE/tgi-double" "$want" "$ctx"
 }
 

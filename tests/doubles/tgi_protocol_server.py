@@ -6,7 +6,7 @@ TGI itself cannot run on these machines. This server speaks TGI's wire protocol 
 stand-in for the protocol only: its latencies are vLLM's, not TGI's. Never report its numbers as TGI.
 
 Behaviour copied from TGI's router (router/src/server.rs, validation.rs) and checked against the
-OpenAPI spec (``--openapi``, default ../shared/specs/tgi-3.3-openapi.json):
+OpenAPI spec (``--openapi``, default tests/fixtures/specs/tgi-3.3-openapi.json):
 - request bodies are validated against ``GenerateRequest``; TGI's own rules on top: temperature
   must be > 0, top_p in (0, 1), top_k > 0, max_new_tokens > 0, stop <= max_stop_sequences,
   input + max_new_tokens <= max_total_tokens;
@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 _HERE = Path(__file__).resolve()
-# in a checkout: ../shared beside the repo; elsewhere (e.g. copied into an image) pass --openapi
-DEFAULT_OPENAPI = (_HERE.parents[3] if len(_HERE.parents) > 3 else _HERE.parent) / "shared" / "specs" / "tgi-3.3-openapi.json"
+# in a checkout: tests/fixtures/specs; elsewhere (e.g. copied into an image) pass --openapi
+DEFAULT_OPENAPI = _HERE.parents[1] / "fixtures" / "specs" / "tgi-3.3-openapi.json"
 VERSION = "3.3.6-dev0 (llm-compare test double on vLLM)"
 
 

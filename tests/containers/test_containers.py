@@ -2,7 +2,7 @@
 
 No engine here: small real servers (python -m http.server) and shell commands stand in for the
 *workload* of the container, never for Docker. The model-serving images are exercised end to end
-in tests/test_containers_e2e.py. CI must not skip these: without a Docker engine they fail there
+in tests/containers/test_containers_e2e.py. CI must not skip these: without a Docker engine they fail there
 (CI=true); on a developer machine they skip with the reason.
 """
 from __future__ import annotations

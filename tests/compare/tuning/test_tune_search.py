@@ -7,7 +7,7 @@ load search under the SLO). Here the tuner's own search (compare.tuning.search.s
 config within 5% of the grid's best goodput with at most a third of the grid's trials, for every
 seed, while blind sampling of the same number of configs must miss for some (the target has teeth).
 The grid was recorded after the search was written (a holdout for it; docs/benchmarks.md).
-The live path (real engines, cache, CLI) is covered by tests/test_tune_live.py.
+The live path (real engines, cache, CLI) is covered by tests/compare/tuning/test_tune_live.py.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 from compare.tuning.search import best_of, search
 from compare.tuning.space import config_label
 
-FIXTURE = Path(__file__).parent / "fixtures" / "tune_grid_vllm_cpu.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "tune_grid_vllm_cpu.json"
 SEEDS = range(10)
 
 

@@ -12,7 +12,7 @@ from adapters.quant import (
 )
 from adapters.spec import ServingSpec, UnsupportedSpecError
 from compare.quality.verify import verify
-from tests.conftest import run_cli
+from tests.conftest import FIXTURES, run_cli
 
 
 def test_every_scheme_has_a_cell_per_backend_and_device():
@@ -68,10 +68,10 @@ def _ct_config(weights_bits: int, wtype: str, act_bits: int | None) -> dict:
     (_ct_config(8, "int", None), "w8a16-int8"),
     (_ct_config(4, "int", None), "w4a16"),
     (_ct_config(8, "float", 8), "w8a8-fp8"),
-    (json.loads(Path(__file__).resolve().parents[2].joinpath(
-        "shared/gpu/dummy-quant-configs/qwen2.5-7b-awq-config.json").read_text()), "w4a16-awq"),
-    (json.loads(Path(__file__).resolve().parents[2].joinpath(
-        "shared/gpu/dummy-quant-configs/qwen2.5-7b-gptq-config.json").read_text()), "w4a16-gptq"),
+    (json.loads(FIXTURES.joinpath(
+        "models/qwen2.5-7b-awq-config.json").read_text()), "w4a16-awq"),
+    (json.loads(FIXTURES.joinpath(
+        "models/qwen2.5-7b-gptq-config.json").read_text()), "w4a16-gptq"),
 ])
 def test_detect_checkpoint_scheme(cfg, name):
     assert detect_checkpoint_scheme(cfg) == name

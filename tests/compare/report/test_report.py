@@ -1,5 +1,5 @@
 """compare/report on synthetic results (real records, real metrics code); the engine-backed,
-Chromium-rendered check is tests/test_report_e2e.py."""
+Chromium-rendered check is tests/compare/report/test_report_e2e.py."""
 from __future__ import annotations
 
 import base64

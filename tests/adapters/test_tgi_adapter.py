@@ -1,5 +1,5 @@
 """adapters/tgi.py: spec -> text-generation-launcher argv/env, golden and checked against TGI 3.3's
-own flag reference (shared/specs/tgi-3.3-launcher-flags.json). Pure: nothing starts."""
+own flag reference (tests/fixtures/specs/tgi-3.3-launcher-flags.json). Pure: nothing starts."""
 from __future__ import annotations
 
 import json
@@ -13,8 +13,8 @@ TAIL = ["--usage-stats", "off", "--hostname", "0.0.0.0", "--port", "80"]
 
 
 @pytest.fixture(scope="module")
-def reference(shared_dir):
-    return json.loads((shared_dir / "specs" / "tgi-3.3-launcher-flags.json").read_text())["flags"]
+def reference(fixtures_dir):
+    return json.loads((fixtures_dir / "specs" / "tgi-3.3-launcher-flags.json").read_text())["flags"]
 
 
 def _spec(**kw):

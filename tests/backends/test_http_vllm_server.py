@@ -14,8 +14,8 @@ import pytest
 
 from core.results import iter_records
 from tests.conftest import REAL_RUN_OUTPUT_LEN as OUT
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 N = 6  # requests per level in the shared runs
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from compare.analysis.roofline import Ceilings, ModelShape, Work, dtype_bytes
 
-QWEN7B = "gpu/qwen2.5-7b-config.json"
+QWEN7B = "models/qwen2.5-7b-config.json"
 
 
 def _hf_param_count(cfg: dict) -> int:
@@ -22,12 +22,12 @@ def _hf_param_count(cfg: dict) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _qwen7b(shared_dir) -> dict:
-    return json.loads((shared_dir / QWEN7B).read_text())
+def _qwen7b(fixtures_dir) -> dict:
+    return json.loads((fixtures_dir / QWEN7B).read_text())
 
 
-def test_qwen25_7b_params_match_transformers(shared_dir):
-    cfg = _qwen7b(shared_dir)
+def test_qwen25_7b_params_match_transformers(fixtures_dir):
+    cfg = _qwen7b(fixtures_dir)
     shape = ModelShape.from_hf_config(cfg)
     counts = shape.param_counts()
     # the exact 7B shape with 2 of its 28 identical layers (building all 28, even on the meta

@@ -1,5 +1,5 @@
 """TGI's native protocol, end to end: our client <-> the TGI protocol TEST DOUBLE (real vLLM engine),
-both sides checked against TGI's OpenAPI spec (shared/specs/tgi-3.3-openapi.json).
+both sides checked against TGI's OpenAPI spec (tests/fixtures/specs/tgi-3.3-openapi.json).
 
 One engine start: the session's double (tests/conftest.py ``tgi_url``), which other TGI tests share.
 """
@@ -23,8 +23,8 @@ pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]
 
 
 @pytest.fixture(scope="module")
-def openapi(shared_dir):
-    return json.loads((shared_dir / "specs" / "tgi-3.3-openapi.json").read_text())
+def openapi(fixtures_dir):
+    return json.loads((fixtures_dir / "specs" / "tgi-3.3-openapi.json").read_text())
 
 
 def _valid(openapi, name, obj):

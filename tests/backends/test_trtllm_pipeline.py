@@ -3,7 +3,7 @@
 The step image is llm-compare/trtllm-double:test: a TEST DOUBLE of TensorRT-LLM's CLIs
 (containers/images/trtllm-double/trtllm_double.py) on the local vLLM CPU server image. It accepts
 only flags the real tools define and serves with the real vLLM OpenAI server; it quantizes and
-compiles nothing. The TensorRT-LLM commands themselves are pinned by tests/test_trtllm_adapter.py.
+compiles nothing. The TensorRT-LLM commands themselves are pinned by tests/adapters/test_trtllm_adapter.py.
 Two server starts in total (one per flow).
 """
 import asyncio
