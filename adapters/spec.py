@@ -5,8 +5,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from core.errors import UserError
 
-class UnsupportedSpecError(ValueError):
+
+class UnsupportedSpecError(UserError, ValueError):
     """A spec option a backend cannot honour. Never silently dropped."""
 
     def __init__(self, backend: str, option: str, reason: str, alternative: str | None = None):

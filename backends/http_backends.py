@@ -29,7 +29,8 @@ import httpx
 from adapters.spec import ServingSpec, UnsupportedSpecError
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem
 from core.errors import BackendRequestError, BackendStartError
-from backends.http.protocol import EventSink, Protocol, get_protocol
+from backends.http.protocol import EventSink, Protocol
+from backends.http.protocols import get_protocol
 from backends.http.sse import RawEvent, read_events
 from backends.http.transport import StreamingTransport
 from backends.registry import BackendEntry, register

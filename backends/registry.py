@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from adapters.spec import ServingSpec
 from backends.base import Backend
+from core.errors import UserError
 from core.lazy import importable
 
 
@@ -42,7 +43,7 @@ def entries() -> list[BackendEntry]:
     return list(_ENTRIES.values())
 
 
-class UnknownBackendError(ValueError):
+class UnknownBackendError(UserError, ValueError):
     pass
 
 

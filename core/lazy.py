@@ -4,8 +4,10 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from core.errors import UserError
 
-class MissingFrameworkError(Exception):
+
+class MissingFrameworkError(UserError):
     """A backend's package is not installed; the message names the fix."""
 
 

@@ -132,16 +132,3 @@ class EventSink(Sink):
                 return
         if len(self.items) >= self.bound:
             self.ready = True
-
-
-def protocols() -> dict[str, Protocol]:
-    from backends.http import openai, tgi
-
-    return {p.name: p for p in (openai.COMPLETIONS, openai.CHAT, tgi.GENERATE_STREAM)}
-
-
-def get_protocol(name: str) -> Protocol:
-    table = protocols()
-    if name not in table:
-        raise ValueError(f"unknown HTTP protocol {name!r}; known: {', '.join(sorted(table))}")
-    return table[name]

@@ -13,7 +13,7 @@ import os
 import sys
 
 from compare import __version__
-from core.errors import UserError
+from core.errors import LLMCompareError
 
 # module names under compare.cli.commands; each defines add_parser(subparsers). Modules not
 # written yet are skipped, so features land independently.
@@ -40,14 +40,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _user_error_types() -> tuple[type[BaseException], ...]:
-    from adapters.spec import UnsupportedSpecError
-    from core.lazy import MissingFrameworkError
-    from backends.registry import UnknownBackendError
-
-    return (UserError, UnsupportedSpecError, MissingFrameworkError, UnknownBackendError)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -56,9 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(["run", *(argv or [])])
     try:
         return int(args.func(args) or 0)
-    except _user_error_types() as e:
+    except LLMCompareError as e:  # the program's own errors: one line, their exit code
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return e.exit_code
     except KeyboardInterrupt:
         print("interrupted: results measured so far were kept", file=sys.stderr)
         return 130

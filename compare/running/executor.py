@@ -12,11 +12,12 @@ from typing import Callable
 from core.records import GenerationRequest, StreamEnd
 from core.errors import BackendRequestError
 from backends.base import Backend
+from core.errors import RunFailed
 from core.records import RequestRecord
 from compare.workload.schedule import LoadLevel, poisson_offsets_ns
 
 
-class RunAborted(Exception):
+class RunAborted(RunFailed):
     """Too many failed requests (error policy) or the engine died; records so far are kept."""
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from adapters.spec import ServingSpec
+from core.errors import UserError
 
 Config = dict[str, Any]  # knob name -> value; {} is the framework's default config
 
@@ -128,7 +129,7 @@ SPACES: dict[str, Space] = {
 }
 
 
-class KnobError(ValueError):
+class KnobError(UserError, ValueError):
     """A knob or range the backend does not accept; the message is one line naming the fix."""
 
 

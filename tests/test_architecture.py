@@ -1,0 +1,147 @@
+"""The package structure, guarded: imports run one way between layers, no circles, small modules.
+
+Layers, lowest first (a module may import its own layer and those below it):
+core (errors, records, results, file and hardware helpers) < adapters (pure spec translation) <
+containers < backends (I/O with engines) < compare, whose subpackages are ordered the same way:
+workload < analysis < quality < running < tuning < bundling < report < cli.
+Every import counts, also those inside functions (a lazy import is still a dependency).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+PACKAGES = ("core", "adapters", "containers", "backends", "compare")
+COMPARE_LAYERS = ("workload", "analysis", "quality", "running", "tuning", "bundling", "report", "cli")
+MAX_LINES = 400
+# a pure layer does no I/O: these modules never appear in it
+IMPURE = {"os", "shutil", "subprocess", "socket", "pathlib", "glob", "tempfile", "urllib", "httpx",
+          "docker", "psutil", "io"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for p in sorted((ROOT / pkg).rglob("*.py")):
+            rel = p.relative_to(ROOT).with_suffix("")
+            parts = list(rel.parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            if any("-" in x for x in parts):  # container build contexts, not importable
+                continue
+            out[".".join(parts)] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Every project module (or package) ``name`` imports, anywhere in the file."""
+    deps = set()
+    is_pkg = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_pkg else name.split(".")[:-1]
+                base = base[:len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        else:
+            continue
+        for t in targets:
+            if t.split(".")[0] in PACKAGES and t in MODULES and t != name:
+                deps.add(t)
+    return deps
+
+
+def _stdlib_imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+def layer(module: str) -> tuple[int, int]:
+    parts = module.split(".")
+    top = PACKAGES.index(parts[0])
+    if parts[0] == "compare" and len(parts) > 1 and parts[1] in COMPARE_LAYERS:
+        return top, COMPARE_LAYERS.index(parts[1]) + 1
+    return top, 0
+
+
+def test_every_compare_subpackage_has_a_layer():
+    subs = {p.name for p in (ROOT / "compare").iterdir() if (p / "__init__.py").exists()}
+    assert subs == set(COMPARE_LAYERS), "a new compare/ subpackage needs its place in COMPARE_LAYERS"
+
+
+def test_imports_run_downward_only():
+    back = sorted(f"{m} -> {d}" for m, deps in GRAPH.items() for d in deps
+                  if layer(d) > layer(m) and not m.startswith(d + "."))
+    assert back == [], "imports from a lower layer into a higher one:\n" + "\n".join(back)
+
+
+def test_no_import_cycles():
+    # Tarjan's strongly connected components over the module graph; a package importing its own
+    # submodules (re-exports in __init__) is not a cycle by itself
+    def edges(m):
+        return [d for d in GRAPH[m] if not d.startswith(m + ".")]
+    index, low, stack, on, sccs, n = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = n[0]
+        n[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges(v):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                sccs.append(sorted(comp))
+    for m in sorted(GRAPH):
+        if m not in index:
+            visit(m)
+    assert sccs == [], f"import cycles: {sccs}"
+
+
+def test_modules_stay_small():
+    big = sorted(f"{p.relative_to(ROOT)} ({n} lines)" for p in MODULES.values()
+                 if (n := len(p.read_text().splitlines())) > MAX_LINES)
+    assert big == [], f"modules over {MAX_LINES} lines (split by responsibility):\n" + "\n".join(big)
+
+
+def test_adapters_do_no_io():
+    bad = sorted(f"{m}: {sorted(_stdlib_imports(p) & IMPURE)}" for m, p in MODULES.items()
+                 if m.startswith("adapters") and _stdlib_imports(p) & IMPURE)
+    assert bad == [], "adapters/ is pure (translation only); I/O belongs to backends/:\n" + "\n".join(bad)
+
+
+def test_the_guard_sees_a_back_import(tmp_path):
+    # the checker itself: a core module importing compare must be reported
+    p = tmp_path / "x.py"
+    p.write_text("def f():\n    from compare.cli import main\n")
+    assert "compare.cli" in _imports("core.x", p)
+    assert layer("compare.cli") > layer("core.x")
