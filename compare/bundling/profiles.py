@@ -9,7 +9,7 @@ bundle refuses), (c) ELF files whose fatbin is pruned to ``gpu_arch``.
 ``vllm-dense-sm90``: vLLM serving a dense decoder (Llama/Qwen2/Mistral class) in bf16/fp16 on
 an sm_90 GPU (H100/H200), FlashAttention 3, no structured-output grammars beyond xgrammar, no
 multimodal inputs, no MoE/MLA, no tracing. Seen working with vLLM 0.26.0 on an H200
-(docs/benchmarks/h200/), where the same file set ran.
+(benchmarks/results/h200/2026-11-30-bundle-install/), where the same file set ran.
 """
 from __future__ import annotations
 
