@@ -14,14 +14,13 @@ Definitions (all client-side, from perf_counter_ns stamps):
 """
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from core.records import RequestRecord
+from core.slo import SLO
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -85,73 +84,27 @@ def dist(values_ns: Iterable[float], scale: float = 1e-6) -> Dist | None:
     return Dist(int(a.size), float(a.mean()), *map(float, p), float(a.min()), float(a.max()))
 
 
-# ---------------------------------------------------------------- SLO
+# ---------------------------------------------------------------- SLO (core/slo.py)
 
-_SLO_METRICS = {"ttft", "tpot", "itl", "e2e"}
-_SLO_STATS = {"p50", "p90", "p95", "p99", "mean", "max"}
-_UNIT = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-
-
-@dataclass(frozen=True)
-class SloTerm:
-    metric: str  # ttft | tpot | itl | e2e
-    stat: str  # p95, mean, ...
-    limit_ms: float
-
-    @property
-    def key(self) -> str:
-        return f"{self.metric}_{self.stat}"
+# a request's own value of each SLO metric, in ms (ITL: the series; the term reduces it)
+_REQUEST_MS = {
+    "ttft": lambda r: None if (v := ttft_ns(r)) is None else v / 1e6,
+    "tpot": lambda r: None if (v := tpot_ns(r)) is None else v / 1e6,
+    "e2e": lambda r: None if (v := e2e_ns(r)) is None else v / 1e6,
+    "itl": lambda r: [v / 1e6 for v in itls_ns(r)],
+}
 
 
-def parse_slo(text: str | None) -> tuple[SloTerm, ...]:
-    """``ttft_p95=2s,tpot_p95=100ms`` -> terms. Raises ValueError naming the bad term."""
-    if not text:
-        return ()
-    terms = []
-    for part in text.split(","):
-        m = re.fullmatch(r"\s*([a-z][a-z0-9]*)_([a-z0-9]+)\s*=\s*([0-9.]+)\s*(ns|us|ms|s)\s*", part)
-        if not m or m.group(1) not in _SLO_METRICS or m.group(2) not in _SLO_STATS:
-            raise ValueError(
-                f"SLO term {part.strip()!r} is not METRIC_STAT=NUMBERUNIT; metrics "
-                f"{sorted(_SLO_METRICS)}, stats {sorted(_SLO_STATS)}, units ns/us/ms/s "
-                f"(e.g. --slo ttft_p95=2s,tpot_p95=100ms)")
-        terms.append(SloTerm(m.group(1), m.group(2), float(m.group(3)) * _UNIT[m.group(4)]))
-    return tuple(terms)
-
-
-def request_meets_slo(r: RequestRecord, slo: Sequence[SloTerm]) -> bool:
+def request_meets_slo(r: RequestRecord, slo: SLO) -> bool:
     """Per-request check: each term's limit applied to this request's own value."""
-    if not r.ok:
-        return False
-    for t in slo:
-        if t.metric == "ttft":
-            v = ttft_ns(r)
-        elif t.metric == "tpot":
-            v = tpot_ns(r)
-        elif t.metric == "e2e":
-            v = e2e_ns(r)
-        else:
-            # per request, the ITL term bounds that request's own ITL at the same statistic
-            itl = itls_ns(r)
-            v = _stat(itl, t.stat) if itl else None
-        if v is not None and v / 1e6 > t.limit_ms:
-            return False
-    return True
-
-
-def _stat(values: Sequence[float], stat: str) -> float:
-    if stat == "max":
-        return float(max(values))
-    if stat == "mean":
-        return float(np.mean(values))
-    return float(np.percentile(values, int(stat[1:])))
+    return r.ok and slo.request_met({m: _REQUEST_MS[m](r) for m in slo.metrics})
 
 
 # ---------------------------------------------------------------- level summary
 
 
 def summarize(records: Sequence[RequestRecord], wall_ns: int,
-              slo: Sequence[SloTerm] = ()) -> dict[str, object]:
+              slo: SLO = SLO()) -> dict[str, object]:
     ok = [r for r in records if r.ok]
     out_tokens = sum(r.output_tokens for r in ok)
     wall_s = max(wall_ns, 1) / 1e9
@@ -180,11 +133,7 @@ def summarize(records: Sequence[RequestRecord], wall_ns: int,
     summary.update(engine_side(records))
     if slo:
         good = sum(1 for r in records if request_meets_slo(r, slo))
-        checks = {}
-        for t in slo:
-            d = {"ttft": ttft, "tpot": tpot, "itl": itl, "e2e": e2e}[t.metric]
-            val = d.get(t.stat) if d else math.nan
-            checks[t.key] = {"value_ms": val, "limit_ms": t.limit_ms, "met": bool(d) and val <= t.limit_ms}
+        checks = slo.check_level({"ttft": ttft, "tpot": tpot, "itl": itl, "e2e": e2e})
         summary["goodput_req_s"] = good / wall_s
         summary["slo_attainment"] = good / len(records) if records else 0.0
         summary["slo_checks"] = checks

@@ -23,7 +23,8 @@ from typing import Any
 from core.records import GenerationRequest
 from backends.base import Backend
 from compare.running.executor import run_level, run_one
-from compare.analysis.metrics import SloTerm, summarize
+from compare.analysis.metrics import summarize
+from core.slo import SLO
 from compare.workload.schedule import LoadLevel
 
 
@@ -63,7 +64,7 @@ def compact(level: LoadLevel, s: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Prober:
-    def __init__(self, backend: Backend, requests: list[GenerationRequest], slo: tuple[SloTerm, ...],
+    def __init__(self, backend: Backend, requests: list[GenerationRequest], slo: SLO,
                  search: LoadSearch) -> None:
         self.backend, self.requests, self.slo, self.search = backend, requests, slo, search
         self.probes: list[dict[str, Any]] = []
@@ -99,7 +100,7 @@ def _mid(lo: float, hi: float, s: LoadSearch) -> float:
 
 
 async def max_load_under_slo(backend: Backend, requests: list[GenerationRequest],
-                             slo: tuple[SloTerm, ...], search: LoadSearch) -> dict[str, Any]:
+                             slo: SLO, search: LoadSearch) -> dict[str, Any]:
     """Bracket, bisect, repeat. Returns goodput (the max load that held), its CI and all probes."""
     pr = _Prober(backend, requests, slo, search)
     for r in requests[: search.warmup]:

@@ -32,7 +32,7 @@ from typing import Any, Callable
 from adapters.spec import ServingSpec
 from core.records import GenerationRequest
 from core.fsutil import write_json_atomic
-from compare.analysis.metrics import SloTerm
+from core.slo import SLO
 from compare.tuning.probe import LoadSearch
 from compare.tuning.space import Config, Space, apply_config, config_label, grid_points
 from compare.workload.build import WorkloadSpec, request_to_dict
@@ -223,7 +223,7 @@ class LiveTrials:
     base_spec: ServingSpec
     workload: WorkloadSpec
     requests: list[GenerationRequest]
-    slo: tuple[SloTerm, ...]
+    slo: SLO
     load: LoadSearch
     cache_dir: Path
     hardware: dict[str, Any]
@@ -237,7 +237,7 @@ class LiveTrials:
             "backend": self.backend, "spec": spec.model_dump(mode="json"),
             "workload": self.workload.model_dump(mode="json"),
             "requests": hashlib.sha256(json.dumps([request_to_dict(r) for r in self.requests]).encode()).hexdigest(),
-            "slo": [t.__dict__ for t in self.slo], "load": self.load.as_dict(),
+            "slo": self.slo.to_json(), "load": self.load.as_dict(),
             "hardware": self.hardware, "env": self.env,
         }, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
@@ -258,7 +258,7 @@ class LiveTrials:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         job = {"backend": self.backend, "spec": spec.model_dump(mode="json"),
                "requests": [request_to_dict(r) for r in self.requests],
-               "slo": [t.__dict__ for t in self.slo], "search": self.load.as_dict()}
+               "slo": self.slo.to_json(), "search": self.load.as_dict()}
         log_path = self.cache_dir / f"{key}.log"
         with tempfile.TemporaryDirectory(prefix="tune-trial-") as tmp:
             job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "result.json"

@@ -21,7 +21,7 @@ from backends import registry
 from core.errors import BackendStartError
 from compare.running import aio
 from core.fsutil import write_json_atomic
-from compare.analysis.metrics import SloTerm
+from core.slo import SLO
 from compare.tuning.probe import LoadSearch, max_load_under_slo
 from compare.workload.build import request_from_dict
 
@@ -29,7 +29,7 @@ from compare.workload.build import request_from_dict
 async def run_trial(job: dict[str, Any]) -> dict[str, Any]:
     spec = ServingSpec(**job["spec"])
     requests = [request_from_dict(r) for r in job["requests"]]
-    slo = tuple(SloTerm(**t) for t in job["slo"])
+    slo = SLO.from_json(job["slo"])
     search = LoadSearch(**job["search"])
     try:
         backend = registry.build(job["backend"], spec)

@@ -101,17 +101,14 @@ def _requests(args: argparse.Namespace, spec, workload):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from compare.analysis.metrics import parse_slo
+    from core.slo import SLO
 
     backends = parse_backends(args.backends)
     from backends.topology import apply_topology  # --topology tp=N,replicas=N: wraps each backend
 
     backends = apply_topology(args, backends)
     levels = _validate_load(args)
-    try:
-        slo = parse_slo(args.slo)
-    except ValueError as e:
-        raise UserError(str(e)) from None
+    slo = SLO.parse(args.slo)
     default_model = apply_tiny_defaults(args)
     tiny = default_model is not None
     spec = spec_from_args(args, default_model=default_model)

@@ -48,12 +48,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _validate(args: argparse.Namespace):
-    from compare.analysis.metrics import parse_slo
+    from core.slo import SLO
 
-    try:
-        slo = parse_slo(args.slo)
-    except ValueError as e:
-        raise UserError(str(e)) from None
+    slo = SLO.parse(args.slo)
+    if not slo:
+        raise UserError("--slo is empty; give at least one limit, e.g. --slo ttft_p95=2s,tpot_p95=50ms")
     if args.budget < 1:
         raise UserError("--budget must be >= 1 (engine starts per backend, the default config included)")
     if args.repeats < 1 or args.max_probes < 2:
@@ -111,7 +110,7 @@ def _execute(args, backends, grids, spec, workload, requests, slo, out_dir, form
                       repeats=args.repeats, timeout_s=args.timeout, seed=workload.seed)
     fp = fingerprint()
     cache = args.cache_dir or cache_root() / "tune"
-    doc = {"schema": "llm-compare-tune/1", "slo": [t.__dict__ for t in slo], "load_search": load.as_dict(),
+    doc = {"schema": "llm-compare-tune/1", "slo": slo.to_json(), "load_search": load.as_dict(),
            "spec": spec.model_dump(mode="json"), "workload": workload.model_dump(mode="json"),
            "hardware": fp, "budget": args.budget, "search_seed": args.search_seed, "status": "running", "backends": []}
     out_dir.mkdir(parents=True)
@@ -135,8 +134,7 @@ def _execute(args, backends, grids, spec, workload, requests, slo, out_dir, form
         write_json_atomic(out_dir / "tune.json", doc)
     doc["status"] = "complete"
     write_json_atomic(out_dir / "tune.json", doc)
-    limits = {f"{t.metric}_{t.stat}": t.limit_ms for t in slo}
-    plot_pareto(doc["backends"], limits, out_dir / "pareto.png")
+    plot_pareto(doc["backends"], slo.limits, out_dir / "pareto.png")
     _print_summary(console, doc, args.load)
     console.print(f"results: {out_dir}/tune.json, {out_dir}/pareto.png")
     infeasible = [r for r in doc["backends"] if r["best"] is None]
@@ -150,7 +148,7 @@ def _execute(args, backends, grids, spec, workload, requests, slo, out_dir, form
                               for k, v in p["slo_checks"].items() if not v["met"])
             hint = (f"; closest: {t['label']} at {args.load} {p['load']:g}: {worst or 'failed requests'} "
                     f"({p['slo_attainment']:.0%} of requests within the SLO)")
-        raise UserError(f"no config of {r['backend']} meets the SLO {args.slo} at any load tried{hint}; "
+        raise UserError(f"no config of {r['backend']} meets the SLO {slo} at any load tried{hint}; "
                         f"relax the SLO or widen --knob ranges")
     return 0
 

@@ -12,7 +12,7 @@ import pytest
 
 from adapters.spec import ServingSpec
 from adapters.vllm import vllm_engine_args
-from compare.analysis.metrics import parse_slo
+from core.slo import SLO
 from compare.tuning.search import LiveTrials, pareto_frontier, search
 from compare.tuning.probe import LoadSearch, mean_ci
 from compare.tuning.report import gain, tuned_specs
@@ -95,7 +95,7 @@ def test_topology_needing_more_devices_than_present_exits_2():
 def _live(tmp_path: Path, timeout: float = 900.0) -> LiveTrials:
     wl = WorkloadSpec(num_requests=4)
     return LiveTrials("vllm", space_for("vllm"), ServingSpec(model="/nonexistent"), wl, build_requests(wl),
-                      parse_slo("ttft_p95=1s"), LoadSearch(), tmp_path, {"cpu_model": "x"},
+                      SLO.parse("ttft_p95=1s"), LoadSearch(), tmp_path, {"cpu_model": "x"},
                       trial_timeout_s=timeout)
 
 
