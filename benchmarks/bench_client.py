@@ -1,6 +1,6 @@
 """Benchmark: one client process on one core vs the loopback calibration server.
 
-Target (issue 3): >= 2000 concurrent streams and >= 50,000 streamed tokens/s ingested with timing
+Target: >= 2000 concurrent streams and >= 50,000 streamed tokens/s ingested with timing
 error < 0.2 ms at p99. Uses the exact client path of ``compare run`` (HttpStreamBackend -> the
 shared SSE reader -> executor) through ``compare calibrate``'s measurement. The client is pinned
 to the first allowed CPU, the server to the others.
@@ -71,7 +71,7 @@ def _line(r: dict, load_before: str, load_after: str) -> str:
 
 
 def target_met(r: dict) -> bool:
-    """Issue 3's numbers, absolute: >= 2000 concurrent streams, all ok, >= 50,000 tokens/s
+    """The target, absolute: >= 2000 concurrent streams, all ok, >= 50,000 tokens/s
     ingested, p99 timing error < 0.2 ms (not calibrate's "90 % of the offered rate")."""
     return (r["streams"] >= 2000 and r["ok"] == r["requests"] and r["steady_tokens_per_s"] >= 50_000
             and r["timing_error_ms"]["p99"] < 0.2)
@@ -81,7 +81,7 @@ def wake_floor(client_cpu: int | None, writer_cpu: int | None, n: int = 2000) ->
     """The machine's own floor for the timing error: how late a process sleeping in select()
     on one CPU sees a socket write made by another process (one every 1 ms), with no Python
     event loop or HTTP involved. On a VM an idle vCPU halts and is woken by the host: on the
-    development VM this alone was p50 ~0.1 ms, p99 ~2.6 ms (docs/benchmarks.md, issue 3)."""
+    2-vCPU CPU box of docs/benchmarks.md this alone had p50 ~0.1 ms, p99 up to ~2.6 ms."""
     import selectors
     import socket
     import struct

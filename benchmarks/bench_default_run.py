@@ -1,6 +1,6 @@
 """Benchmark: the embedded default `compare run` (tiny model, vllm vs hf, CPU).
 
-Targets (issue 2): finishes in under 3 minutes on 2 CPU cores after install; peak RSS under 4 GB
+Targets: finishes in under 3 minutes on 2 CPU cores after install; peak RSS under 4 GB
 (the whole process tree: the CLI plus vLLM's EngineCore process).
 
     .venv/bin/python benchmarks/bench_default_run.py [--repeats 2]

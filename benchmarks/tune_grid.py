@@ -38,7 +38,7 @@ from compare.workload.build import WorkloadSpec, build_requests, request_to_dict
 # - max_num_seqs: the decode batch; 1 serves requests one at a time, 32 amortises a step over 32
 # - max_num_batched_tokens: the token budget of a step; at 32 a prompt (32-128 tokens) takes up to
 #   four steps and running decodes eat into the same budget, so the batch cannot grow past it
-# (2026-11-30, earlier grid: 6 points of 1/4/16 x 96/2048 had a single outlier best; see docs)
+# (a 6-point grid, 1/4/16 x 96/2048, gave 2 trials and a single outlier best: too small to judge a search)
 GRID = {"max_num_seqs": (1, 2, 4, 8, 16, 32), "max_num_batched_tokens": (32, 256)}
 # p90 rather than p95/p99: over 64 requests a p99 is the single slowest request, which one hiccup
 # of a shared machine decides; p90 is the 58th of 64
@@ -48,7 +48,7 @@ WORKLOAD = {"name": "tune-grid", "num_requests": 64, "input": {"dist": "uniform"
 # cheap per point (every point is an engine start): start at 16 req/s, at most 3 halvings (down to
 # 2 req/s: a probe at rate r lasts ~64/r s) or 4 doublings, then 3 bisections (factor 2 -> 1.09);
 # the final load is measured twice. 64 requests, not 32: with 32 the max_num_seqs=32 engine takes
-# the whole list in one batch and never queues (measured 2026-11-30, docs/benchmarks.md)
+# the whole list in one batch and never queues (measured 2026-11-30 on 2 CPU cores)
 LOAD = LoadSearch(kind="rate", start=16.0, tol=0.15, max_probes=8, repeats=2, timeout_s=120.0)
 
 

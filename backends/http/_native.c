@@ -4,7 +4,7 @@
  * has a pure-Python equivalent that runs when this module is absent (a GPU box without a
  * compiler still works). Why native: at 2000 streams x 25 events/s the client spends ~17-22 us
  * of one core per event in Python, ~40 % of it reading, de-chunking and framing
- * (docs/benchmarks.md, issue 3).
+ * (docs/benchmarks.md, HTTP client).
  *
  * recv_stamped(fd, nbytes) -> (bytes, t_ns, rx_ns)
  *     One non-blocking recvmsg with the SO_TIMESTAMPNS stamp (_stamp.h: stamped_recv; native.py

@@ -2,7 +2,7 @@
  *
  * Why: on TCP the kernel keeps one receive stamp per queued segment and a segment coalesced into
  * the one before it passes its newer stamp on, so when the client reads a socket more than one
- * inter-token gap late, the older event gets the newer event's stamp (docs/benchmarks.md, issue 3:
+ * inter-token gap late, the older event gets the newer event's stamp (docs/benchmarks.md, HTTP client:
  * the timing error was ~5 us or ~one ITL, nothing between). The Python event loop cannot promise
  * to read within one gap: work that bunches up (thousands of streams ending together, steal time
  * on a VM) stalls it for 50-200 ms. This thread does nothing but epoll_wait + recvmsg, without the

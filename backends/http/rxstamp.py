@@ -1,9 +1,9 @@
 """Kernel receive timestamps: a client socket whose reads we do ourselves, with ``recvmsg``.
 
 Why: a stamp taken in user space (``perf_counter_ns()`` when Python gets the bytes) includes the
-time the process took to wake up and reach the socket -- on the development VM a sleeping
+time the process took to wake up and reach the socket -- on a 2-vCPU cloud VM a sleeping
 process woken by a loopback write has a p99 of 0.2-2.8 ms before any Python runs, and a busy
-client reads some sockets late in a batch (docs/benchmarks.md, issue 3). Linux stamps every
+client reads some sockets late in a batch (docs/benchmarks.md, HTTP client). Linux stamps every
 received packet when it enters the network stack (``SO_TIMESTAMPNS``; for loopback that is in
 the sender's own ``send()``), and hands the stamp over with ``recvmsg``. For TCP the kernel
 reports, per read, the stamp of the LAST segment the read consumed (``tcp_recvmsg``:

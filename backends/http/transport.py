@@ -3,7 +3,7 @@
 Why: httpx's default transport (httpcore + h11 + anyio) costs ~300 µs of CPU per streamed chunk
 and scans its whole pool on every request, and even with a lean transport httpx's per-request
 machinery (request building, URL merging, cookies, auth/redirect wrappers) and one task wake-up
-per event cost most of the client's core at thousands of streams (docs/benchmarks.md, issue 3).
+per event cost most of the client's core at thousands of streams (docs/benchmarks.md, HTTP client).
 
 Connections are ``connection._Conn`` protocols that parse events on arrival (stamp, de-chunk,
 the shared ``SseFramer``, the protocol's parser into the response's sink) and wake the reader

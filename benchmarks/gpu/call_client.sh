@@ -1,8 +1,10 @@
 #!/bin/bash
-# One device call (issue 3 on a second machine): the HTTP client benchmark on the lent GPU box's
-# CPUs (no GPU used), with the client's native helpers built there when it has a compiler.
+# The HTTP client benchmark (docs/benchmarks.md, HTTP client) on a GPU machine's CPUs (no GPU
+# used), with the client's native helpers built there when it has a compiler.
 # Prints the kernel, the build outcome and whether kernel receive stamps exist there, then
 # benchmarks/bench_client.py with the receive thread (default) and with the event loop reading.
+# Needs VLLM_GPU_PAYLOAD=DIR (the offline vLLM payload, see device.sh) on a fresh machine and
+# OUT=DIR, where the results are written.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bash benchmarks/gpu/device.sh true || exit 2

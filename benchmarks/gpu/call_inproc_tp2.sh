@@ -1,9 +1,11 @@
 #!/bin/bash
-# Device call 3 on 2x H200 (session 2):
-#  1. issue 7, after the usage-context fix: `compare run --backends vllm` burst (3 engine starts)
-#     on GPU 0, then LLM.generate pinned to the scheduler limits that engine resolved.
-#  2. issue 9: why TP=2 was slower per token than TP=1 replicas through the server (anchor: TP=2
-#     3.23 ms/token offline): GPU topology, then TP=2 single-stream decode through the server with its log kept.
+# On 2 GPUs (measured on 2x H200, docs/benchmarks.md):
+#  1. in-process vLLM vs LLM.generate: `compare run --backends vllm` burst (3 engine starts) on
+#     GPU 0, then LLM.generate pinned to the scheduler limits that engine resolved.
+#  2. TP=2 single-stream decode through the OpenAI server with its log kept, and the GPU topology
+#     (`nvidia-smi topo -m`), for the per-token latency of TP=2 vs one TP=1 engine.
+# Needs VLLM_GPU_PAYLOAD=DIR (the offline vLLM payload, see device.sh) on a fresh machine and
+# OUT=DIR, where the results are written.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bash benchmarks/gpu/device.sh true || exit 2

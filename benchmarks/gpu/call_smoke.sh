@@ -1,8 +1,10 @@
 #!/bin/bash
-# One device call (session 4): `compare run --backends vllm,vllm-server` on one H200 with the
+# `compare run --backends vllm,vllm-server` on one GPU (measured on an H200) with the
 # Qwen2.5-7B architecture (dummy weights), a short chat workload at two concurrencies: the
 # in-process engine and the OpenAI server (read by the HTTP client's receive thread) from one
 # spec on vLLM 0.26. Results: $OUT/smoke.tgz.
+# Needs VLLM_GPU_PAYLOAD=DIR (the offline vLLM payload, see device.sh) on a fresh machine and
+# OUT=DIR, where the results are written.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 DEADLINE=${DEADLINE:-560}

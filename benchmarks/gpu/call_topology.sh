@@ -1,9 +1,12 @@
 #!/bin/bash
-# One device call on 2x H200 (issue 9): TP=2 vs 2 replicas of the Qwen2.5-7B architecture under a
-# Poisson arrival process and an SLO, through vLLM's OpenAI server (one server per engine, so the
-# two replicas do not share one Python frontend), then the failure cost of losing one replica.
-# Anchor (../shared/gpu/README.md, offline 512 x (512->128)): replicas 15,651 out tok/s at 4.76 ms/token,
-# TP=2 13,457 out tok/s at 3.23 ms/token.
+# On 2 GPUs (measured on 2x H200, docs/benchmarks.md): TP=2 vs 2 replicas of the Qwen2.5-7B
+# architecture under a Poisson arrival process and an SLO, through vLLM's OpenAI server (one server
+# per engine, so the two replicas do not share one Python frontend), then, if time is left before
+# DEADLINE, the failure cost of losing one replica. Offline reference for the same shape (512 x
+# (512->128), LLM.generate on 2x H200): replicas 15,651 out tok/s at 4.76 ms/token, TP=2 13,457
+# out tok/s at 3.23 ms/token.
+# Needs VLLM_GPU_PAYLOAD=DIR (the offline vLLM payload, see device.sh) on a fresh machine and
+# OUT=DIR, where the results are written.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 DEADLINE=${DEADLINE:-560}

@@ -1,10 +1,12 @@
 #!/bin/bash
-# One device call on 2x H200 (session 2, 2026-11-30): two lanes in parallel, one GPU each.
-#   GPU 0: the 2% question of issue 7 (LLM.generate vs `compare run --backends vllm` at burst, on
-#          uvloop and on asyncio) + the vLLM server's rate levels (connection-pool fix).
-#   GPU 1: `compare tune` on the seed-style chat workload (issue 9: tuned vs default goodput).
+# On 2 GPUs (measured on 2x H200, docs/benchmarks.md): two lanes in parallel, one GPU each.
+#   GPU 0: in-process throughput vs LLM.generate (`compare run --backends vllm` at burst, on
+#          uvloop and on asyncio) + the vLLM server's Poisson rate levels.
+#   GPU 1: `compare tune` on the chat workload (tuned vs default goodput).
 # Own compile caches per lane (the same config compiled by two processes at once could collide).
 # Results: $OUT/results.tgz (lane 0, rewritten after each phase) and $OUT/tune.tgz.
+# Needs VLLM_GPU_PAYLOAD=DIR (the offline vLLM payload, see device.sh) on a fresh machine and
+# OUT=DIR, where the results are written.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 DEADLINE=${DEADLINE:-540}

@@ -10,7 +10,7 @@ import yaml
 # Set before vLLM is imported (inherited by its engine-core processes and by the API server).
 # Why each: flashinfer is not in the offline bundle (its sampler would be imported); no hub and no
 # outbound route on the GPU machine; compile caches in /tmp so a second engine start is warm;
-# NVLink multicast stays off on shared hosts (the device notes ask for it).
+# NVLink multicast stays off (multi-GPU hosts shared with other tenants do not support it).
 ENGINE_ENV = {
     "VLLM_USE_FLASHINFER_SAMPLER": "0",
     "HF_HUB_OFFLINE": "1",

@@ -28,7 +28,7 @@ from compare.analysis.metrics import e2e_ns  # noqa: E402
 from core.results import iter_records  # noqa: E402
 from compare.analysis.roofline import Ceilings, ModelShape, Work, dtype_bytes  # noqa: E402
 
-TOLERANCE = 0.02  # issue 7: in-process throughput within 2% of LLM.generate's
+TOLERANCE = 0.02  # target: in-process throughput within 2% of LLM.generate's
 
 
 def _load(p: Path) -> Any:
@@ -101,7 +101,7 @@ def _burst_repeats(work: Path, ref: float, only: str | None = None, first: float
     """The 2% question, per engine start: each repeat of the burst level vs LLM.generate's median,
     and vs LLM.generate's FIRST call (``first``): like each of our repeats, the first full-size
     batch of a fresh engine after the same two-request warm-up. LLM.generate's later calls in the
-    same engine run ~3-4% faster (measured on the H200 in every session), a warm-engine effect
+    same engine run ~3-4% faster (in every H200 run, docs/benchmarks.md), a warm-engine effect
     that a restart-per-repeat measurement never gets.
 
     Client-side throughput (first send to last token seen) and the engine-side one (vLLM's own

@@ -48,8 +48,8 @@ PHASES = ["env", "microbench", "offline", "inproc", "offline-default", "server",
 MIN_S = {"env": 5, "microbench": 20, "offline": 120, "inproc": 90, "offline-default": 45, "server": 100,
          "inproc-c1": 40, "server-c1": 50, "inproc-burst": 60, "inproc-burst-asyncio": 40,
          "server-rates": 80, "inproc-burst-nostats": 60, "offline-nostats": 45, "report": 5}
-# the 2% question (issue 7): the burst level alone, repeated (an engine start each), on uvloop (the
-# default) and on the standard asyncio loop; the server's rate levels where connections failed
+# the 2% question (in-process vs LLM.generate): the burst level alone, repeated (an engine start
+# each), on uvloop (the default) and on the standard asyncio loop; the server's Poisson rate levels
 PHASE_ENV = {"inproc-burst-asyncio": {"LLM_COMPARE_LOOP": "asyncio"}}
 
 

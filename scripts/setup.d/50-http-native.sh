@@ -4,7 +4,7 @@
 # also what a pip-installed machine runs: python -m backends.http.native_build). Optional: without
 # a C compiler or Python headers (e.g. a GPU box) this step only says so, and
 # backends/http/native.py falls back to the pure-Python path (same results, more CPU per streamed
-# event, the event loop reads the sockets; docs/benchmarks.md, issue 3). Idempotent: an up-to-date
+# event, the event loop reads the sockets; docs/benchmarks.md, HTTP client). Idempotent: an up-to-date
 # build (same sources sha) returns at once, and native.py ignores a build whose recorded sha does
 # not match the sources in the checkout.
 set -euo pipefail
