@@ -5,7 +5,12 @@
                                               least-outstanding-requests balancer; replica 1 is
                                               SIGKILLed 5 s into load level c8 (default: the first);
                                               kill=16r@c8: when the 16th request of c8 is routed
-    compare run --topology tp=2,replicas=2 --lb rr --kill-replica-after 5 ...  (builds those names)
+    compare run --topology tp=2,replicas=2 --lb rr --kill-replica-after 5 ...  (builds those targets)
+
+A topology is a typed, frozen :class:`Topology` (kind, count, inner backend, balancing policy,
+:class:`KillPlan`); the CLI builds it (compare/cli/options.py), the registry builds and plans
+it, and the runner files its results under ``Topology.name``, the display name above, derived
+from the fields. A name typed in ``--backends`` is parsed into the same value once.
 
 A "device" is a GPU where there is one (``CUDA_VISIBLE_DEVICES``), else a CPU core (vLLM's
 ``VLLM_CPU_OMP_THREADS_BIND``). Each engine gets its own devices: the variables are set while that
@@ -29,52 +34,19 @@ from typing import Any, AsyncIterator, Iterator
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
 from backends import registry
+from backends.topology_target import LB_POLICIES, Topology
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamItem, TokenEvent
-from core.errors import BackendRequestError
+from core.errors import BackendRequestError, FailureKind
 from backends.base import Backend
 
-LB_POLICIES = {"rr": "round-robin", "lor": "least outstanding requests"}
-_DEAD_KINDS = {"engine_dead", "connect"}
+_DEAD_KINDS = {FailureKind.ENGINE_DEAD, FailureKind.CONNECT}
 
 
-def parse_target(kind: str, target: str | None) -> dict[str, Any]:
-    """``2*vllm:lb=lor:kill=5`` -> {n, inner, lb, kill_after_s}; raises a one-line error."""
-    if not target or "*" not in target:
-        raise UnsupportedSpecError(kind, f"target {target!r}", f"expected {kind}@N*BACKEND, e.g. {kind}@2*vllm")
-    n_text, _, rest = target.partition("*")
-    inner, *opts = rest.split(":")
-    try:
-        n = int(n_text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise UnsupportedSpecError(kind, f"N={n_text!r}", "N must be a whole number >= 1")
-    out: dict[str, Any] = {"n": n, "inner": inner, "lb": "rr", "kill_after_s": None,
-                           "kill_after_requests": None, "kill_level": None}
-    for opt in opts:
-        k, eq, v = opt.partition("=")
-        if kind == "replicas" and k == "lb" and v in LB_POLICIES:
-            out["lb"] = v
-        elif kind == "replicas" and k == "kill" and _positive(v.partition("@")[0].removesuffix("r")):
-            when = v.partition("@")[0]
-            if when.endswith("r"):  # after N requests routed in the level: independent of speed
-                out["kill_after_requests"] = int(float(when[:-1]))
-            else:
-                out["kill_after_s"] = float(when)
-            out["kill_level"] = v.partition("@")[2] or None
-        else:
-            raise UnsupportedSpecError(kind, f"option {opt!r}", "known: lb=rr|lor, kill=SECONDS[@LEVEL] or kill=Nr[@LEVEL] (replicas only)")
-    if inner in ("replicas", "tp"):
-        raise UnsupportedSpecError(kind, f"inner backend {inner!r}", "topologies do not nest")
-    registry.entry_for(inner)  # unknown inner backend -> one line naming the known ones
-    return out
-
-
-def _positive(v: str) -> bool:
-    try:
-        return float(v) > 0
-    except ValueError:
-        return False
+def _target(kind: str, target: Topology | str | None) -> Topology:
+    t = target if isinstance(target, Topology) else Topology.parse(kind, target)
+    if t.kind != kind:
+        raise UnsupportedSpecError(kind, f"target {t.name}", f"is a {t.kind} target")
+    return t
 
 
 def devices_present() -> tuple[str, list[str]]:
@@ -142,11 +114,11 @@ def _descendants() -> set[int]:
 class TensorParallel:
     """One engine over N devices: the inner backend with ``tensor_parallel=N``."""
 
-    def __init__(self, spec: ServingSpec, name: str = "tp", target: str | None = None) -> None:
-        t = parse_target("tp", target)
-        self.name, self.n = name, t["n"]
-        self.devices = assign_devices("tp", 1, t["n"])[0]
-        self.inner = registry.build(t["inner"], spec.model_copy(update={"tensor_parallel": t["n"]}))
+    def __init__(self, spec: ServingSpec, name: str | None = None, target: Topology | str | None = None) -> None:
+        t = self.target = _target("tp", target)
+        self.name, self.n = name or t.name, t.count
+        self.devices = assign_devices("tp", 1, t.count)[0]
+        self.inner = registry.build(t.inner, spec.model_copy(update={"tensor_parallel": t.count}))
 
     @property
     def capabilities(self) -> Capabilities:
@@ -181,15 +153,17 @@ class TensorParallel:
 class ReplicaSet:
     """N independent engines behind a client-side balancer (round-robin or least-outstanding)."""
 
-    def __init__(self, spec: ServingSpec, name: str = "replicas", target: str | None = None) -> None:
-        t = parse_target("replicas", target)
-        self.name, self.n, self.lb, self.kill_after_s = name, t["n"], t["lb"], t["kill_after_s"]
-        self.kill_level = t["kill_level"]  # None: the first load level
-        self.kill_after_requests = t["kill_after_requests"]
+    def __init__(self, spec: ServingSpec, name: str | None = None, target: Topology | str | None = None) -> None:
+        t = self.target = _target("replicas", target)
+        self.name, self.n, self.lb = name or t.name, t.count, t.policy
+        k = t.kill
+        self.kill_after_s = k.after_s if k else None
+        self.kill_after_requests = k.after_requests if k else None
+        self.kill_level = k.level if k else None  # None: the first load level
         self._kill_armed = False
-        self.devices = assign_devices("replicas", t["n"], spec.tensor_parallel)
+        self.devices = assign_devices("replicas", t.count, spec.tensor_parallel)
         self.tp = spec.tensor_parallel
-        self.replicas: list[Backend] = [registry.build(t["inner"], spec) for _ in range(self.n)]
+        self.replicas: list[Backend] = [registry.build(t.inner, spec) for _ in range(self.n)]
         self.pids: list[set[int]] = [set() for _ in range(self.n)]
         self.alive = [False] * self.n
         self.outstanding = [0] * self.n
@@ -242,7 +216,7 @@ class ReplicaSet:
     def _pick(self) -> int:
         live = [i for i in range(self.n) if self.alive[i]]
         if not live:
-            raise BackendRequestError("engine_dead", f"all {self.n} replicas are down")
+            raise BackendRequestError(FailureKind.ENGINE_DEAD, f"all {self.n} replicas are down")
         if self.lb == "lor":
             low = min(self.outstanding[i] for i in live)
             live = [i for i in live if self.outstanding[i] == low]  # ties: round-robin among them
@@ -268,7 +242,7 @@ class ReplicaSet:
                 self.alive[i] = False  # passive health check: route around it from now on
                 # one replica down is not the backend down: the run goes on with the others
                 # (the executor stops a level on engine_dead); the last one down is
-                kind = "replica_dead" if any(self.alive) else "engine_dead"
+                kind = FailureKind.REPLICA_DEAD if any(self.alive) else FailureKind.ENGINE_DEAD
             raise BackendRequestError(kind, f"replica {i}: {e.message}", e.status) from e
         finally:
             self.outstanding[i] -= 1
@@ -324,19 +298,19 @@ def failure_cost(token_times: list[tuple[int, int]], t0: int, t_kill: int, n: in
             "capacity_lost_nominal": 1 / n}
 
 
-# ---------------------------------------------------------------- registration and CLI
+# ---------------------------------------------------------------- registration
 
 
 def _plan(kind: str):
-    def plan(spec: ServingSpec, target: str | None = None) -> dict[str, Any]:
-        t = parse_target(kind, target)
+    def plan(spec: ServingSpec, target: Topology | str | None = None) -> dict[str, Any]:
+        t = _target(kind, target)
         if kind == "tp":
-            devs = assign_devices("tp", 1, t["n"])
-            inner_spec = spec.model_copy(update={"tensor_parallel": t["n"]})
+            devs = assign_devices("tp", 1, t.count)
+            inner_spec = spec.model_copy(update={"tensor_parallel": t.count})
         else:
-            devs = assign_devices("replicas", t["n"], spec.tensor_parallel)
+            devs = assign_devices("replicas", t.count, spec.tensor_parallel)
             inner_spec = spec
-        return {"topology": kind, **t, "devices": devs, "engine": registry.plan(t["inner"], inner_spec)}
+        return {"topology": kind, **t.as_dict(), "devices": devs, "engine": registry.plan(t.inner, inner_spec)}
     return plan
 
 
@@ -348,36 +322,3 @@ registry.register(registry.BackendEntry(
 registry.register(registry.BackendEntry(
     name="replicas", summary="N engines behind a client-side balancer: replicas@N*BACKEND[:lb=rr|lor][:kill=S]",
     factory="backends.topology:ReplicaSet", plan="backends.topology:_replicas_plan", needs_target=True))
-
-
-def add_topology_options(p: Any) -> None:
-    g = p.add_argument_group("topology (see backends/topology.py)")
-    g.add_argument("--topology", metavar="tp=N,replicas=N",
-                   help="run each backend as one TP=N engine and/or N replicas (each its own devices)")
-    g.add_argument("--lb", choices=sorted(LB_POLICIES), default="lor", help="replica load balancing (default lor)")
-    g.add_argument("--kill-replica-after", metavar="S|Nr",
-                   help="SIGKILL the last replica S seconds, or N routed requests (e.g. 16r), into a "
-                        "load level (failure cost)")
-    g.add_argument("--kill-level", metavar="LABEL", help="the level of --kill-replica-after, e.g. c8 (default: the first)")
-
-
-def apply_topology(args: Any, backends: list[str]) -> list[str]:
-    """``--topology tp=2,replicas=2`` -> [tp@2*b, replicas@2*b:lb=..] for every backend b."""
-    from core.errors import UserError
-
-    text = getattr(args, "topology", None)
-    if not text:
-        return backends
-    out = []
-    for item in text.split(","):
-        kind, eq, n = item.strip().partition("=")
-        if kind not in ("tp", "replicas") or not n.isdigit() or int(n) < 1:
-            raise UserError(f"--topology {item!r}: expected tp=N or replicas=N, e.g. --topology tp=2,replicas=2")
-        for b in backends:
-            name = f"{kind}@{n}*{b}"
-            if kind == "replicas":
-                name += f":lb={args.lb}"
-                if args.kill_replica_after:
-                    name += f":kill={args.kill_replica_after}" + (f"@{args.kill_level}" if args.kill_level else "")
-            out.append(name)
-    return out

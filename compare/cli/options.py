@@ -120,3 +120,62 @@ def workload_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None
         return WorkloadSpec(**data)
     except ValidationError as e:
         raise _pydantic_error(e, "workload") from None
+
+
+# ---------------------------------------------------------------- topology (backends/topology.py)
+
+
+def add_topology_options(p: argparse.ArgumentParser) -> None:
+    from backends.topology_target import LB_POLICIES
+
+    g = p.add_argument_group("topology (see backends/topology.py)")
+    g.add_argument("--topology", metavar="tp=N,replicas=N",
+                   help="run each backend as one TP=N engine and/or N replicas (each its own devices)")
+    g.add_argument("--lb", choices=sorted(LB_POLICIES), default="lor", help="replica load balancing (default lor)")
+    g.add_argument("--kill-replica-after", metavar="S|Nr",
+                   help="SIGKILL the last replica S seconds, or N routed requests (e.g. 16r), into a "
+                        "load level (failure cost)")
+    g.add_argument("--kill-level", metavar="LABEL", help="the level of --kill-replica-after, e.g. c8 (default: the first)")
+
+
+def apply_topology(args: argparse.Namespace, backends: list[str]) -> list[Any]:
+    """The run's backend targets: a topology name typed in ``--backends`` (``replicas@2*vllm``)
+    becomes its typed :class:`Topology`; ``--topology tp=2,replicas=2`` wraps every backend ``b``
+    in ``Topology("tp", 2, b)`` and ``Topology("replicas", 2, b, lb, kill)``. Other names stay as
+    they are (strings the registry resolves)."""
+    from backends.topology_target import KINDS, KillPlan, Topology
+
+    typed = [Topology.from_name(b) if b.partition("@")[0].strip() in KINDS else b for b in backends]
+    text = getattr(args, "topology", None)
+    kill_text, kill_level = getattr(args, "kill_replica_after", None), getattr(args, "kill_level", None)
+    if not text:
+        if kill_text or kill_level:
+            raise UserError("--kill-replica-after/--kill-level apply to --topology replicas=N; add it, or "
+                            "write the kill into the backend name, e.g. replicas@2*vllm:kill=5@c8")
+        return typed
+    kill = None
+    if kill_text:
+        try:
+            kill = KillPlan.parse(kill_text, kill_level)
+        except UserError:
+            raise UserError(f"--kill-replica-after {kill_text!r}: expected seconds or a routed request "
+                            f"count, e.g. --kill-replica-after 5 or 16r") from None
+    elif kill_level:
+        raise UserError("--kill-level names the level of --kill-replica-after; give that too, "
+                        "e.g. --kill-replica-after 16r --kill-level c8")
+    out: list[Any] = []
+    kinds = []
+    for item in text.split(","):
+        kind, _, n = item.strip().partition("=")
+        if kind not in KINDS or not n.isdigit() or int(n) < 1:
+            raise UserError(f"--topology {item!r}: expected tp=N or replicas=N, e.g. --topology tp=2,replicas=2")
+        kinds.append(kind)
+        for b in typed:
+            if isinstance(b, Topology):
+                raise UserError(f"--topology with backend {b.name}: topologies do not nest; pass the plain "
+                                f"backend, e.g. --backends {b.inner}")
+            out.append(Topology("tp", int(n), b) if kind == "tp" else
+                       Topology("replicas", int(n), b, lb=args.lb, kill=kill))
+    if kill is not None and "replicas" not in kinds:
+        raise UserError("--kill-replica-after applies to replicas; add replicas=N to --topology")
+    return out

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.spec import ServingSpec
+from backends.topology_target import KINDS, Topology
 from core.errors import UserError
 from compare.tuning.search import best_of, pareto_frontier
 from compare.tuning.space import apply_config, space_for
@@ -77,16 +78,18 @@ def plot_pareto(reports: list[dict[str, Any]], slo_limits: dict[str, float], pat
     tmp.replace(path)  # atomic: a reader never sees half a PNG
 
 
-def tuned_specs(tune_dir: str, backends: list[str], base: ServingSpec) -> dict[str, ServingSpec]:
-    """``compare run --tuned DIR``: each backend's best config from a tune, over the run's spec."""
+def tuned_specs(tune_dir: str, backends: list[str | Topology], base: ServingSpec) -> dict[str, ServingSpec]:
+    """``compare run --tuned DIR``: each backend's best config from a tune, over the run's spec
+    (keyed by display name; a topology runs the tuned config of its inner backend)."""
     path = Path(tune_dir) / "tune.json" if Path(tune_dir).is_dir() else Path(tune_dir)
     if not path.exists():
         raise UserError(f"--tuned {tune_dir}: no tune.json there; pass a directory written by `compare tune`")
     data = json.loads(path.read_text())
     best = {r["backend"]: r.get("best") for r in data.get("backends", [])}
     out = {}
-    for full in backends:
-        name = _tuned_name(full)
+    for target in backends:
+        full = str(target)
+        name = _tuned_name(target)
         if name not in best:
             raise UserError(f"--tuned {tune_dir}: backend {name} was not tuned there (tuned: "
                             f"{', '.join(best) or 'none'}); run `compare tune --backend {name}` first")
@@ -97,9 +100,8 @@ def tuned_specs(tune_dir: str, backends: list[str], base: ServingSpec) -> dict[s
     return out
 
 
-def _tuned_name(full: str) -> str:
+def _tuned_name(target: str | Topology) -> str:
     """``replicas@2*vllm:lb=lor`` and ``tp@2*vllm`` run the tuned config of ``vllm``."""
-    kind, _, target = full.partition("@")
-    if kind in ("tp", "replicas") and "*" in target:
-        return target.partition("*")[2].split(":")[0]
-    return full
+    if isinstance(target, str) and target.partition("@")[0].strip() in KINDS:
+        target = Topology.from_name(target)
+    return target.inner if isinstance(target, Topology) else target

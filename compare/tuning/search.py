@@ -34,7 +34,7 @@ from core.records import GenerationRequest
 from core.fsutil import write_json_atomic
 from core.slo import SLO
 from compare.tuning.probe import LoadSearch
-from compare.tuning.space import Config, Space, apply_config, config_label, grid_points
+from compare.tuning.space import Config, Space, apply_config, config_label
 from compare.workload.build import WorkloadSpec, request_to_dict
 
 Evaluate = Callable[[Config], dict[str, Any]]  # config -> trial result (has "goodput", "status")

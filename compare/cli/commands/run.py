@@ -15,7 +15,9 @@ from compare.cli.commands.common import (
     DEFAULT_LEVELS, DEFAULT_WORKLOAD, add_backends_option, apply_tiny_defaults, has_gpu, parse_backends,
 )
 from core.errors import UserError
-from compare.cli.options import add_spec_options, add_workload_options, spec_from_args, workload_from_args
+from compare.cli.options import (
+    add_spec_options, add_topology_options, add_workload_options, apply_topology, spec_from_args, workload_from_args,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,13 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="price of one accelerator-hour: adds cost per million output tokens to the verdict")
     o.add_argument("--margin", type=float, default=None,
                    help="equivalence / non-inferiority margin for the verdict, e.g. 0.05")
-    # --- tuning and topology (owned by compare/tuning/report.py and backends/topology.py) ---
-    from backends.topology import add_topology_options
-
     add_topology_options(p)
     p.add_argument("--tuned", metavar="TUNE_DIR",
                    help="run each backend at its best config from `compare tune` (TUNE_DIR/tune.json)")
-    # --- end tuning and topology ---
     p.set_defaults(func=_run)
 
 
@@ -103,10 +101,8 @@ def _requests(args: argparse.Namespace, spec, workload):
 def _run(args: argparse.Namespace) -> int:
     from core.slo import SLO
 
-    backends = parse_backends(args.backends)
-    from backends.topology import apply_topology  # --topology tp=N,replicas=N: wraps each backend
-
-    backends = apply_topology(args, backends)
+    # typed targets: --topology tp=N,replicas=N wraps each backend (backends/topology_target.py)
+    backends = apply_topology(args, parse_backends(args.backends))
     levels = _validate_load(args)
     slo = SLO.parse(args.slo)
     default_model = apply_tiny_defaults(args)
@@ -141,8 +137,8 @@ def _run(args: argparse.Namespace) -> int:
     # validate every backend's spec (pure adapters) before anything is started or written
     from backends.registry import plan
 
-    for name in backends:
-        plan(name, cfg.spec_for(name))
+    for b in backends:
+        plan(b, cfg.spec_for(str(b)))
     return _execute(cfg, args.format, args.gpu_hour_price, args.margin)
 
 
