@@ -6,6 +6,7 @@ import numpy as np
 
 from compare.analysis.metrics import summarize
 from core.records import RequestRecord
+from core.results import SCHEMA_VERSION
 
 MS = 1_000_000
 
@@ -36,7 +37,7 @@ def make_run(cells: dict[str, list[list[RequestRecord]]], level: str = "c1",
              workload: dict | None = None, slo: list | None = None,
              spec: dict | None = None) -> tuple[dict, list[RequestRecord]]:
     """run.json-shaped dict + all records; cells: backend -> one record list per repeat."""
-    run = {"schema_version": 1, "run_id": "synthetic", "status": "complete",
+    run = {"schema_version": SCHEMA_VERSION, "run_id": "synthetic", "status": "complete",
            "spec": spec or {"model": "tiny", "quantization": "none", "tensor_parallel": 1},
            "backend_specs": {}, "workload": workload or {"name": "w", "seed": 0, "num_requests": 16},
            "levels": [{"kind": "concurrency", "value": 1, "label": level}], "slo": slo or [],

@@ -3,28 +3,30 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.results import RunResults, as_run
 
-def caveats(run: dict[str, Any]) -> list[str]:
+
+def caveats(run: RunResults | dict[str, Any]) -> list[str]:
     """Things the reader must know before trusting the table."""
+    run = as_run(run)
     out = []
-    for name, b in run["backends"].items():
-        caps = b.get("capabilities", {})
-        if run.get("workload", {}).get("ignore_eos") and not caps.get("forced_output_length", True):
+    for name, b in run.backends.items():
+        if run.workload.ignore_eos and not b.forced_output_length:
             out.append(f"{name}: output length cannot be forced; compare length-matched tokens only")
-        for label, s in b.get("levels", {}).items():
-            if s.get("client_lagged"):
-                out.append(f"{name} {label}: client event loop lagged {s['loop_lag_ms']['max']:.1f} ms "
+        for label, s in b.levels.items():
+            if s.client_lagged:
+                lag = s.loop_lag_ms.max if s.loop_lag_ms else float("nan")
+                out.append(f"{name} {label}: client event loop lagged {lag:.1f} ms "
                            f"(result marked invalid: the client, not the engine, may be the bottleneck)")
-            if s.get("short_outputs"):
-                out.append(f"{name} {label}: {s['short_outputs']} request(s) returned fewer tokens than asked")
-            if s.get("failed"):
-                out.append(f"{name} {label}: {s['failed']} failed request(s): {s.get('errors')}")
-        if b.get("error"):
-            out.append(f"{name}: {b['error']}")
-    for label, lv in ((run.get("length_matched") or {}).get("levels") or {}).items():
-        dropped = lv.get("excluded_failed", 0) + lv.get("excluded_empty", 0)
+            if s.short_outputs:
+                out.append(f"{name} {label}: {s.short_outputs} request(s) returned fewer tokens than asked")
+            if s.failed:
+                out.append(f"{name} {label}: {s.failed} failed request(s): {s.errors}")
+        if b.error:
+            out.append(f"{name}: {b.error}")
+    for label, lv in (run.length_matched.levels if run.length_matched else {}).items():
+        dropped = lv.excluded_failed + lv.excluded_empty
         if dropped:
-            out.append(f"length-matched {label}: {dropped} of {lv['requests']} request(s) left out "
-                       f"(failed on some backend: {lv.get('excluded_failed', 0)}, no token: "
-                       f"{lv.get('excluded_empty', 0)})")
+            out.append(f"length-matched {label}: {dropped} of {lv.requests} request(s) left out "
+                       f"(failed on some backend: {lv.excluded_failed}, no token: {lv.excluded_empty})")
     return out

@@ -36,6 +36,7 @@ import numpy as np
 from core.errors import UserError
 from core.fsutil import write_json_atomic
 from core.records import RequestRecord
+from core.results import RunResults, as_run
 from compare.analysis.stats import METRICS, LevelSample, collect, default_metrics
 
 BASELINE_FORMAT = "llm-compare-baseline"
@@ -64,19 +65,20 @@ def repeat_values(s: LevelSample, metric: str) -> list[float]:
     return out
 
 
-def fingerprint_of(run: dict[str, Any]) -> dict[str, Any]:
+def fingerprint_of(run: RunResults | dict[str, Any]) -> dict[str, Any]:
     """What could explain a change: machine, software versions, each backend's engine and spec."""
-    hw = run.get("hardware") or {}
+    run = as_run(run)
+    hw = run.hardware.model_dump()
     fp: dict[str, Any] = {"machine": {k: hw.get(k) for k in ("hostname_hash", "cpu_model", "cpu_count",
                                                              "cpu_affinity", "memory_bytes", "os", "python")},
                           "gpus": {f"gpu{i}": g for i, g in enumerate(hw.get("gpus") or [])},
                           "packages": hw.get("packages") or {}, "backends": {}}
-    for name, b in run.get("backends", {}).items():
-        d = b.get("describe") or {}
-        spec = (run.get("backend_specs") or {}).get(name) or run.get("spec") or {}
-        fp["backends"][name] = {"framework": d.get("framework"), "version": d.get("version"),
-                                "spec": spec, "resolved": (d.get("native_config") or {}).get("resolved"),
-                                "extra": d.get("extra")}
+    for name, b in run.backends.items():
+        d = b.describe
+        fp["backends"][name] = {"framework": d and d.framework, "version": d and d.version,
+                                "spec": run.spec_for(name).model_dump(exclude_unset=True),
+                                "resolved": d.native_config.get("resolved") if d else None,
+                                "extra": d.extra if d else None}
     return fp
 
 
@@ -98,8 +100,9 @@ def diff_fingerprints(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out
 
 
-def make_baseline(run: dict[str, Any], records: Iterable[RequestRecord], name: str,
+def make_baseline(run: RunResults | dict[str, Any], records: Iterable[RequestRecord], name: str,
                   workload_sha256: str | None, source: str = "") -> dict[str, Any]:
+    run = as_run(run)
     samples = collect(run, records)
     metrics = default_metrics(run)
     values: dict[str, dict[str, dict[str, Any]]] = {}
@@ -109,12 +112,12 @@ def make_baseline(run: dict[str, Any], records: Iterable[RequestRecord], name: s
             if METRICS[m].kind == "level" and METRICS[m].source not in s.per_repeat:
                 continue
             cell[m] = [round(v, 6) for v in repeat_values(s, m)]
-        cell["failed"] = int(run["backends"][backend]["levels"].get(level, {}).get("failed", 0))
+        cell["failed"] = _failed(run, backend, level)
     return {"format": BASELINE_FORMAT, "version": BASELINE_VERSION, "name": name,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "source": source,
-            "run_id": run.get("run_id"), "schema_version": run.get("schema_version"),
-            "workload": run.get("workload"), "workload_sha256": workload_sha256,
-            "levels": [lv["label"] for lv in run.get("levels", [])], "slo": run.get("slo", []),
+            "run_id": run.run_id, "schema_version": run.schema_version,
+            "workload": run.workload.model_dump(exclude_unset=True), "workload_sha256": workload_sha256,
+            "levels": run.level_labels, "slo": [t.model_dump() for t in run.slo],
             "repeats": max((s.n_repeats for s in samples.values()), default=0),
             "fingerprint": fingerprint_of(run), "metrics": values}
 
@@ -206,25 +209,38 @@ def select_backends(baseline: dict[str, Any], names: list[str]) -> dict[str, Any
     return {**baseline, "metrics": {k: v for k, v in baseline["metrics"].items() if k in names}, "fingerprint": fp}
 
 
-def ensure_comparable(baseline: dict[str, Any], run: dict[str, Any], workload_sha256: str | None) -> None:
+def _failed(run: RunResults, backend: str, level: str) -> int:
+    s = run.backends[backend].levels.get(level)
+    return int(s.failed) if s else 0
+
+
+# results schema -> the schema whose numbers it holds (schema 2 typed the file, not the numbers)
+_SAME_NUMBERS = {1: 2}
+
+
+def ensure_comparable(baseline: dict[str, Any], run: RunResults | dict[str, Any],
+                      workload_sha256: str | None) -> None:
     """Refuse (UserError) what cannot be compared: another workload, schema or load levels."""
-    if baseline.get("schema_version") != run.get("schema_version"):
+    run = as_run(run)
+    base_schema = baseline.get("schema_version")
+    if _SAME_NUMBERS.get(base_schema, base_schema) != _SAME_NUMBERS.get(run.schema_version, run.schema_version):
         raise UserError(f"baseline {baseline['name']} was saved from results schema "
-                        f"{baseline.get('schema_version')}, these results are schema "
-                        f"{run.get('schema_version')}: re-record the baseline with this version")
-    if baseline.get("workload") != run.get("workload") or (
+                        f"{base_schema}, these results are schema "
+                        f"{run.schema_version}: re-record the baseline with this version")
+    workload = run.workload.model_dump(exclude_unset=True)
+    if baseline.get("workload") != workload or (
             baseline.get("workload_sha256") and workload_sha256 and baseline["workload_sha256"] != workload_sha256):
-        changed = sorted(k for k in set(baseline.get("workload") or {}) | set(run.get("workload") or {})
-                         if (baseline.get("workload") or {}).get(k) != (run.get("workload") or {}).get(k))
+        changed = sorted(k for k in set(baseline.get("workload") or {}) | set(workload)
+                         if (baseline.get("workload") or {}).get(k) != workload.get(k))
         raise UserError(f"these results used a different workload than baseline {baseline['name']} "
                         f"({', '.join(changed) or 'request list differs'}): a gate needs the identical "
                         f"request list; re-run with the baseline's workload (--replay its results directory)")
-    levels = [lv["label"] for lv in run.get("levels", [])]
+    levels = run.level_labels
     missing = [lv for lv in baseline.get("levels", []) if lv not in levels]
     if missing:
         raise UserError(f"baseline {baseline['name']} measured load levels {', '.join(baseline['levels'])} "
                         f"but these results lack {', '.join(missing)}: re-run with the same --concurrency/--rate")
-    absent = [b for b in baseline.get("metrics", {}) if b not in run.get("backends", {})]
+    absent = [b for b in baseline.get("metrics", {}) if b not in run.backends]
     if absent:
         raise UserError(f"baseline {baseline['name']} has backend(s) {', '.join(absent)} that these results "
                         f"do not: re-run with --backends {','.join(baseline['metrics'])}")
@@ -261,14 +277,15 @@ def _pooled_noise(*sides: dict[str, dict[str, Any]], metric: str) -> tuple[float
     return max(own, pooled), all_df
 
 
-def check(baseline: dict[str, Any], run: dict[str, Any], records: Iterable[RequestRecord], *,
+def check(baseline: dict[str, Any], run: RunResults | dict[str, Any], records: Iterable[RequestRecord], *,
           floor: float = DEFAULT_FLOOR, alpha: float = DEFAULT_ALPHA,
           samples: dict[tuple[str, str], LevelSample] | None = None) -> GateResult:
+    run = as_run(run)
     samples = samples if samples is not None else collect(run, records)
     res = GateResult(env_changes=diff_fingerprints(baseline.get("fingerprint", {}), fingerprint_of(run)))
-    if run.get("status") != "complete":
-        res.problems.append(f"the results did not complete (status {run.get('status')}): {run.get('error', '')}".strip())
-    nb, nc = int(baseline.get("repeats", 0) or 0), int(run.get("repeats", 1) or 1)
+    if run.status != "complete":
+        res.problems.append(f"the results did not complete (status {run.status}): {run.error or ''}".strip())
+    nb, nc = int(baseline.get("repeats", 0) or 0), int(run.repeats or 1)
     if nb < 2 and nc < 2:
         res.notes.append("baseline and results have 1 repeat each: no noise estimate, the floor alone sets "
                          "the thresholds (save a baseline from a run with --repeats 3)")
@@ -284,7 +301,7 @@ def check(baseline: dict[str, Any], run: dict[str, Any], records: Iterable[Reque
             if s is None:
                 res.problems.append(f"{backend} {level}: no usable measurements in the results (failed or aborted)")
                 continue
-            failed = int(run["backends"][backend]["levels"].get(level, {}).get("failed", 0))
+            failed = _failed(run, backend, level)
             if failed > cell.get("failed", 0):
                 res.problems.append(f"{backend} {level}: failed requests {cell.get('failed', 0)} -> {failed}")
             cand[level] = {m: repeat_values(s, m) for m in cell if m in METRICS}

@@ -30,8 +30,10 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
-from compare.analysis.metrics import SloTerm, summarize
+from compare.analysis.metrics import summarize
 from core.records import RequestRecord
+from core.results import LengthMatched, LevelSummary, RunResults, as_run
+from core.slo import SLO
 
 DEFINITION = ("per request only the first k tokens, k = fewest any backend streamed for it; TTFT "
               "unchanged, E2E/TPOT/ITL end at token k, tok/s = matched tokens / (first send .. last "
@@ -60,12 +62,12 @@ def truncate(r: RequestRecord, k: int) -> RequestRecord:
                    requested_tokens=k, logprobs=r.logprobs[:k] if r.logprobs else r.logprobs)
 
 
-def reason(run: dict[str, Any], records: list[RequestRecord]) -> str | None:
+def reason(run: RunResults | dict[str, Any], records: list[RequestRecord]) -> str | None:
     """Why this run needs length matching, or None (lengths forced and observed equal)."""
+    run = as_run(run)
     if len({r.backend for r in records}) < 2:
         return None  # nothing to compare
-    cannot = [n for n, b in run.get("backends", {}).items()
-              if not (b.get("capabilities") or {}).get("forced_output_length", True)]
+    cannot = [n for n, b in run.backends.items() if not b.forced_output_length]
     if cannot:
         return f"{', '.join(cannot)}: output length cannot be forced (no ignore_eos)"
     lengths: dict[tuple[str, str], set[int]] = {}
@@ -99,8 +101,8 @@ class LevelMatch:
                 "k_by_request": self.k, "backends": backends}
 
 
-def _slo(run: dict[str, Any]) -> tuple[SloTerm, ...]:
-    return tuple(SloTerm(t["metric"], t["stat"], float(t["limit_ms"])) for t in run.get("slo") or [])
+def _slo(run: RunResults) -> SLO:
+    return SLO.from_json([t.model_dump() for t in run.slo])
 
 
 def _window_ns(cut: list[RequestRecord]) -> int:
@@ -108,7 +110,7 @@ def _window_ns(cut: list[RequestRecord]) -> int:
 
 
 def _summary(cut: list[RequestRecord], raw: list[RequestRecord], window_ns: int,
-             slo: tuple[SloTerm, ...]) -> dict[str, Any]:
+             slo: SLO) -> dict[str, Any]:
     s = {k: v for k, v in summarize(cut, window_ns, slo).items() if k in _KEEP}
     streamed = sum(stream_tokens(r) for r in raw if r.ok)
     s["streamed_tokens"] = streamed
@@ -116,7 +118,7 @@ def _summary(cut: list[RequestRecord], raw: list[RequestRecord], window_ns: int,
     return s
 
 
-def match_level(level: str, records: list[RequestRecord], slo: tuple[SloTerm, ...] = ()) -> LevelMatch:
+def match_level(level: str, records: list[RequestRecord], slo: SLO = SLO()) -> LevelMatch:
     """Length matching of one level's records (every backend, every repeat)."""
     cells: dict[tuple[str, int], list[RequestRecord]] = {}
     by_id: dict[str, list[RequestRecord]] = {}
@@ -146,28 +148,30 @@ def match_level(level: str, records: list[RequestRecord], slo: tuple[SloTerm, ..
     return lm
 
 
-def match_run(run: dict[str, Any], records: Iterable[RequestRecord]) -> dict[str, LevelMatch] | None:
+def match_run(run: RunResults | dict[str, Any], records: Iterable[RequestRecord]
+              ) -> dict[str, LevelMatch] | None:
     """Every level of a run, or None when the run does not need length matching."""
+    run = as_run(run)
     recs = list(records)
     if reason(run, recs) is None:
         return None
     levels: dict[str, list[RequestRecord]] = {}
     for r in recs:
         levels.setdefault(r.level, []).append(r)
-    order = [lv["label"] for lv in run.get("levels", [])]
+    order = run.level_labels
     order += sorted(set(levels) - set(order))
     return {lb: match_level(lb, levels[lb], _slo(run)) for lb in order if lb in levels}
 
 
-def section(run: dict[str, Any], records: Iterable[RequestRecord],
-            levels: dict[str, LevelMatch] | None = None) -> dict[str, Any] | None:
+def section(run: RunResults | dict[str, Any], records: Iterable[RequestRecord],
+            levels: dict[str, LevelMatch] | None = None) -> LengthMatched | None:
     """run.json's additive ``length_matched`` section (None when not needed)."""
     recs = list(records)
     levels = levels if levels is not None else match_run(run, recs)
     if levels is None:
         return None
-    return {"reason": reason(run, recs), "definition": DEFINITION,
-            "levels": {lb: m.as_dict() for lb, m in levels.items()}}
+    return LengthMatched.model_validate({"reason": reason(run, recs), "definition": DEFINITION,
+                                         "levels": {lb: m.as_dict() for lb, m in levels.items()}})
 
 
 def attach(run: dict[str, Any], results_dir: str | os.PathLike[str]) -> None:
@@ -176,22 +180,29 @@ def attach(run: dict[str, Any], results_dir: str | os.PathLike[str]) -> None:
 
     s = section(run, iter_records(results_dir))
     if s is not None:
-        run["length_matched"] = s
+        run["length_matched"] = s.model_dump(mode="json", exclude_unset=True)
 
 
-def matched_inputs(run: dict[str, Any], levels: dict[str, LevelMatch]
-                   ) -> tuple[dict[str, Any], list[RequestRecord]]:
+def _merged(s: LevelSummary, matched: dict[str, Any] | None) -> LevelSummary:
+    """A level summary with the matched values in place of the raw ones it has."""
+    if not matched:
+        return s
+    keep = {k: v for k, v in matched.items() if k in LevelSummary.model_fields}
+    return LevelSummary.model_validate({**s.model_dump(exclude_unset=True), **keep})
+
+
+def matched_inputs(run: RunResults | dict[str, Any], levels: dict[str, LevelMatch]
+                   ) -> tuple[RunResults, list[RequestRecord]]:
     """(run, records) as the statistics see them after matching (``levels`` from match_run):
     records cut at k, every level summary (pooled and per repeat) with the matched values."""
+    run = as_run(run)
     backends = {}
-    for name, entry in run.get("backends", {}).items():
-        e = dict(entry)
-        e["levels"] = {lb: {**s, **levels[lb].pooled.get(name, {})} if lb in levels else s
-                       for lb, s in entry.get("levels", {}).items()}
-        if entry.get("repeats"):
-            e["repeats"] = [{**rp, "levels": {
-                lb: {**s, **levels[lb].per_repeat.get(name, {}).get(int(rp.get("repeat", i)), {})}
-                if lb in levels else s for lb, s in rp.get("levels", {}).items()}}
-                for i, rp in enumerate(entry["repeats"])]
-        backends[name] = e
-    return {**run, "backends": backends}, [r for m in levels.values() for r in m.cut]
+    for name, entry in run.backends.items():
+        update: dict[str, Any] = {"levels": {
+            lb: _merged(s, levels[lb].pooled.get(name)) if lb in levels else s for lb, s in entry.levels.items()}}
+        if entry.repeats:
+            update["repeats"] = [rp.model_copy(update={"levels": {
+                lb: _merged(s, levels[lb].per_repeat.get(name, {}).get(rp.repeat)) if lb in levels else s
+                for lb, s in rp.levels.items()}}) for rp in entry.repeats]
+        backends[name] = entry.model_copy(update=update)
+    return run.model_copy(update={"backends": backends}), [r for m in levels.values() for r in m.cut]

@@ -30,6 +30,7 @@ import numpy as np
 
 from compare.analysis.metrics import e2e_ns, tpot_ns, ttft_ns
 from core.records import RequestRecord
+from core.results import BackendResult, LevelSummary, RunResults, as_run
 
 MIN_REPEATS = 2
 BOOTSTRAP_MIN_PAIRS = 10
@@ -60,8 +61,8 @@ DEFAULT_METRICS = ("ttft_p50", "ttft_p95", "tpot_p50", "tpot_p95", "output_tok_s
 _EXTRACT = {"ttft": ttft_ns, "tpot": tpot_ns, "e2e": e2e_ns}
 
 
-def default_metrics(run: dict[str, Any]) -> tuple[str, ...]:
-    return DEFAULT_METRICS + (("goodput_req_s",) if run.get("slo") else ())
+def default_metrics(run: RunResults | dict[str, Any]) -> tuple[str, ...]:
+    return DEFAULT_METRICS + (("goodput_req_s",) if as_run(run).slo else ())
 
 
 # ---------------------------------------------------------------- samples from results
@@ -93,15 +94,15 @@ class LevelSample:
         return float(np.mean(v)) if v is not None and v.size else math.nan
 
 
-def repeat_summaries(entry: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+def repeat_summaries(entry: BackendResult) -> list[tuple[int, dict[str, LevelSummary]]]:
     """(repeat number, {level: summary}) of one backend; runs without repeats are one repeat."""
-    if entry.get("repeats"):
-        return [(int(r.get("repeat", i)), r.get("levels", {})) for i, r in enumerate(entry["repeats"])]
-    return [(0, entry.get("levels", {}))]
+    return entry.repeat_summaries()
 
 
-def collect(run: dict[str, Any], records: Iterable[RequestRecord]) -> dict[tuple[str, str], LevelSample]:
+def collect(run: RunResults | dict[str, Any], records: Iterable[RequestRecord]
+            ) -> dict[tuple[str, str], LevelSample]:
     """Arrange a results directory's data for the tests: keyed by (backend, level)."""
+    run = as_run(run)
     by_cell: dict[tuple[str, str, int], dict[str, RequestRecord]] = {}
     ids: set[str] = set()
     for r in records:
@@ -110,12 +111,12 @@ def collect(run: dict[str, Any], records: Iterable[RequestRecord]) -> dict[tuple
     order = sorted(ids)
     col = {rid: i for i, rid in enumerate(order)}
     out: dict[tuple[str, str], LevelSample] = {}
-    for name, entry in run.get("backends", {}).items():
-        reps = repeat_summaries(entry)
+    for name, entry in run.backends.items():
+        reps = entry.repeat_summaries()
         labels = {lb for _, lv in reps for lb in lv}
         for label in labels:
             usable = [(k, lv[label]) for k, lv in reps
-                      if label in lv and not lv[label].get("aborted")]
+                      if label in lv and not lv[label].aborted]
             if not usable:
                 continue
             s = LevelSample(name, label, order, repeats=[k for k, _ in usable])
@@ -128,7 +129,7 @@ def collect(run: dict[str, Any], records: Iterable[RequestRecord]) -> dict[tuple
                             arr[i, col[rid]] = v / 1e6
                 s.per_request[src] = arr
             for key in ("output_tok_s", "goodput_req_s", "req_s"):
-                vals = [summ.get(key) for _, summ in usable]
+                vals = [getattr(summ, key) for _, summ in usable]
                 if all(isinstance(v, (int, float)) for v in vals):
                     s.per_repeat[key] = np.asarray(vals, dtype=float)
             out[(name, label)] = s

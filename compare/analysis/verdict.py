@@ -16,6 +16,8 @@ from typing import Any, Iterable
 
 from compare.analysis.length_match import match_run, matched_inputs, section
 from core.records import RequestRecord
+from core.results import RunResults, as_run
+from core.slo import SLO
 from compare.analysis.stats import (
     METRICS, MIN_REPEATS, Comparison, LevelSample, collect, compare_levels, default_metrics, repeat_summaries,
 )
@@ -47,22 +49,23 @@ class Verdict:
 _CUT_METRICS = {k for k, m in METRICS.items() if m.source != "ttft"}
 
 
-def build_verdict(run: dict[str, Any], records: Iterable[RequestRecord], *,
+def build_verdict(run: RunResults | dict[str, Any], records: Iterable[RequestRecord], *,
                   gpu_hour_price: float | None = None, margin: float | None = None,
                   metrics: tuple[str, ...] | None = None, seed: int = 0,
                   samples: dict[tuple[str, str], LevelSample] | None = None) -> Verdict:
     """``samples``: raw ones already collected (the report's); replaced by length-matched ones
     when lengths were not forced or differ (compare/analysis/length_match.py)."""
+    run = as_run(run)
     records = list(records)
     matched = match_run(run, records)
     judged = run  # the summaries that levels and costs are judged on
     if matched is not None:  # TPOT/E2E/tok/s (and cost) on each request's first k tokens only
-        run = {**run, "length_matched": run.get("length_matched") or section(run, records, matched)}
+        run = run.model_copy(update={"length_matched": run.length_matched or section(run, records, matched)})
         judged, cut = matched_inputs(run, matched)
         samples = collect(judged, cut)
     samples = samples if samples is not None else collect(run, records)
-    names = [n for n in run.get("backends", {}) if any(k[0] == n for k in samples)]
-    levels = [lv["label"] for lv in run.get("levels", [])]
+    names = [n for n in run.backends if any(k[0] == n for k in samples)]
+    levels = run.level_labels
     ref = names[0] if names else ""
     metrics = metrics or default_metrics(run)
     comps: list[Comparison] = []
@@ -71,7 +74,7 @@ def build_verdict(run: dict[str, Any], records: Iterable[RequestRecord], *,
             a, b = samples.get((ref, label)), samples.get((other, label))
             if a is not None and b is not None:
                 comps += compare_levels(a, b, metrics, margin=margin, seed=seed)
-    v = Verdict(reference=ref, backends=names, levels=levels, slo=run.get("slo", []),
+    v = Verdict(reference=ref, backends=names, levels=levels, slo=[t.model_dump() for t in run.slo],
                 quantization={n: _quantization(run, n) for n in names}, comparisons=comps,
                 gpu_hour_price=gpu_hour_price, margin=margin)
     if gpu_hour_price is not None:
@@ -82,27 +85,23 @@ def build_verdict(run: dict[str, Any], records: Iterable[RequestRecord], *,
         for c in comps:
             if c.metric in _CUT_METRICS:
                 c.label += " @k"
-        v.caveats.insert(0, f"{run['length_matched']['reason']}: TPOT, E2E, output tok/s, goodput and "
+        v.caveats.insert(0, f"{run.length_matched.reason if run.length_matched else ''}: TPOT, E2E, output tok/s, goodput and "
                             f"cost in this verdict are length-matched ('@k': each request's first k tokens, "
                             f"k = fewest any backend streamed; docs/length-matching.md)")
     return v
 
 
-def _spec(run: dict[str, Any], name: str) -> dict[str, Any]:
-    return (run.get("backend_specs") or {}).get(name) or run.get("spec") or {}
+def _quantization(run: RunResults, name: str) -> str:
+    return str(run.spec_for(name).quantization)
 
 
-def _quantization(run: dict[str, Any], name: str) -> str:
-    return str(_spec(run, name).get("quantization", "none"))
-
-
-def _costs(run: dict[str, Any], names: list[str], price: float) -> dict[str, dict[str, float]]:
+def _costs(run: RunResults, names: list[str], price: float) -> dict[str, dict[str, float]]:
     """$ per million output tokens = price per accelerator-hour x accelerators / tokens per hour."""
     out: dict[str, dict[str, float]] = {}
     for n in names:
-        devices = int(_spec(run, n).get("tensor_parallel", 1) or 1)
-        for label, s in run["backends"][n].get("levels", {}).items():
-            tps = s.get("output_tok_s") or 0.0
+        devices = int(run.spec_for(n).tensor_parallel or 1)
+        for label, s in run.backends[n].levels.items():
+            tps = s.output_tok_s or 0.0
             if tps > 0:
                 out.setdefault(n, {})[label] = price * devices / (tps * 3600.0) * 1e6
     return out
@@ -119,8 +118,8 @@ def _numeric(d: Any, prefix: str = "") -> dict[str, float]:
     return out
 
 
-def _quality(run: dict[str, Any], names: list[str], ref: str) -> list[str]:
-    q = {n: _numeric(run["backends"][n].get("quality")) for n in names}
+def _quality(run: RunResults, names: list[str], ref: str) -> list[str]:
+    q = {n: _numeric(run.backends[n].quality) for n in names}
     lines = []
     for n in names:
         if not q[n]:
@@ -137,20 +136,21 @@ def _quality(run: dict[str, Any], names: list[str], ref: str) -> list[str]:
     return lines
 
 
-def verdict_caveats(run: dict[str, Any], samples: dict[tuple[str, str], LevelSample]) -> list[str]:
+def verdict_caveats(run: RunResults, samples: dict[tuple[str, str], LevelSample]) -> list[str]:
     from compare.analysis.caveats import caveats
 
     out = list(caveats(run))
-    for n, entry in run.get("backends", {}).items():
-        for k, levels in repeat_summaries(entry) if entry.get("repeats") else []:
+    for n, entry in run.backends.items():
+        for k, levels in repeat_summaries(entry) if entry.repeats else []:
             for label, s in levels.items():
-                if s.get("client_lagged"):
+                if s.client_lagged:
+                    lag = s.loop_lag_ms.max if s.loop_lag_ms else math.nan
                     out.append(f"{n} {label} repeat {k + 1}: client event loop lagged "
-                               f"{s['loop_lag_ms']['max']:.1f} ms (that repeat's latencies are suspect)")
-        extra = (entry.get("describe") or {}).get("extra") or {}
+                               f"{lag:.1f} ms (that repeat's latencies are suspect)")
+        extra = entry.describe.extra if entry.describe else {}
         if extra.get("quantization_verified") is False:
             out.append(f"{n}: the loaded quantization was not verified to be the requested one")
-    quants = {_quantization(run, n) for n in run.get("backends", {})}
+    quants = {_quantization(run, n) for n in run.backends}
     if len(quants) > 1:
         out.append("backends run different quantizations: speed differences include the "
                    "quantization, and quality may differ")
@@ -219,7 +219,7 @@ def decision_rows(v: Verdict) -> list[list[str]]:
 
 
 def header_line(v: Verdict) -> str:
-    slo = ", ".join(f"{t['metric']}_{t['stat']} <= {t['limit_ms']:g} ms" for t in v.slo) or "none"
+    slo = SLO.from_json(v.slo).describe()
     quant = ", ".join(f"{n}={q}" for n, q in v.quantization.items())
     return f"Verdict (reference {v.reference}; SLO: {slo}; quantization: {quant})"
 
@@ -259,7 +259,7 @@ def verdict_from_results(results_dir: Any, price: float | None = None, margin: f
     from core.results import load_results
 
     run, records = load_results(results_dir)
-    price = price if price is not None else run.get("gpu_hour_price")
+    price = price if price is not None else run.gpu_hour_price
     return build_verdict(run, records, gpu_hour_price=price, margin=margin)
 
 

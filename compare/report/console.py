@@ -8,6 +8,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgres
 from rich.table import Table
 
 from core.records import RequestRecord
+from core.results import Dist, LengthMatched, LevelSummary, MatchedSummary, RunResults, as_run
 from compare.running.runner import Progress
 from compare.workload.schedule import LoadLevel
 
@@ -32,11 +33,11 @@ class ConsoleProgress(Progress):
         if self._bar is not None:
             self._bar.advance(self._task)
 
-    def level_done(self, name: str, level: LoadLevel, summary: dict[str, Any]) -> None:
+    def level_done(self, name: str, level: LoadLevel, summary: LevelSummary) -> None:
         self._close()
-        ttft = (summary.get("ttft_ms") or {}).get("p50")
-        self.console.print(f"  {name} {level.label}: {summary['ok']}/{summary['requests']} ok, "
-                           f"{summary['output_tok_s']:.1f} out tok/s, TTFT p50 "
+        ttft = summary.ttft_ms.p50 if summary.ttft_ms else None
+        self.console.print(f"  {name} {level.label}: {summary.ok}/{summary.requests} ok, "
+                           f"{summary.output_tok_s:.1f} out tok/s, TTFT p50 "
                            f"{'-' if ttft is None else f'{ttft:.1f} ms'}")
 
     def message(self, text: str) -> None:
@@ -49,69 +50,78 @@ class ConsoleProgress(Progress):
             self._bar = None
 
 
-def _fmt(d: dict[str, Any] | None, key: str) -> str:
-    if not d or d.get(key) is None:
-        return "-"
-    return f"{d[key]:.1f}"
+def fmt_stat(d: Dist | None, stat: str) -> str:
+    """One statistic of a distribution for a table cell ('-' when there is none)."""
+    return "-" if d is None else f"{d.stat(stat):.1f}"
 
 
-def comparison_table(run: dict[str, Any]) -> Table:
-    has_slo = bool(run.get("slo"))
-    t = Table(title=f"llm-compare {run['run_id']} ({run['status']})", show_lines=False)
+def _server_ttft(s: LevelSummary) -> dict[str, Any] | None:
+    return (s.server_metrics or {}).get("server_ttft_ms")
+
+
+def _latency_cells(s: LevelSummary | MatchedSummary) -> list[str]:
+    """TTFT p50/p95, TPOT p50/p95, ITL p99, E2E p95."""
+    return [fmt_stat(s.ttft_ms, "p50"), fmt_stat(s.ttft_ms, "p95"), fmt_stat(s.tpot_ms, "p50"),
+            fmt_stat(s.tpot_ms, "p95"), fmt_stat(s.itl_ms, "p99"), fmt_stat(s.e2e_ms, "p95")]
+
+
+def comparison_table(run: RunResults | dict[str, Any]) -> Table:
+    run = as_run(run)
+    has_slo = bool(run.slo)
+    t = Table(title=f"llm-compare {run.run_id} ({run.status})", show_lines=False)
     for col in ("backend", "load", "ok", "out tok/s", "req/s", "TTFT p50", "TTFT p95", "TPOT p50",
                 "TPOT p95", "ITL p99", "E2E p95"):
         t.add_column(col, justify="left" if col in ("backend", "load") else "right")
     # server-side TTFT (engine histogram, /metrics) beside the client's: the gap is API-server
     # queueing + HTTP/SSE + network overhead (backends/server_metrics.py)
-    has_srv = any((s.get("server_metrics") or {}).get("server_ttft_ms")
-                  for b in run["backends"].values() for s in b.get("levels", {}).values())
+    has_srv = any(_server_ttft(s) for b in run.backends.values() for s in b.levels.values())
     if has_srv:
         t.add_column("TTFT mean client/server", justify="right")
     if has_slo:
         t.add_column("goodput req/s", justify="right")
         t.add_column("SLO", justify="center")
-    for name, b in run["backends"].items():
-        if not b.get("levels"):
-            t.add_row(name, "-", b.get("status", "?"), *["-"] * 8, *(["-"] if has_srv else []),
+    for name, b in run.backends.items():
+        if not b.levels:
+            t.add_row(name, "-", b.status, *["-"] * 8, *(["-"] if has_srv else []),
                       *(["-", "-"] if has_slo else []))
-        for label, s in b.get("levels", {}).items():
-            row = [name, label, f"{s['ok']}/{s['requests']}", f"{s['output_tok_s']:.1f}", f"{s['req_s']:.2f}",
-                   _fmt(s.get("ttft_ms"), "p50"), _fmt(s.get("ttft_ms"), "p95"), _fmt(s.get("tpot_ms"), "p50"),
-                   _fmt(s.get("tpot_ms"), "p95"), _fmt(s.get("itl_ms"), "p99"), _fmt(s.get("e2e_ms"), "p95")]
+        for label, s in b.levels.items():
+            row = [name, label, f"{s.ok}/{s.requests}", f"{s.output_tok_s:.1f}", f"{s.req_s:.2f}",
+                   *_latency_cells(s)]
             if has_srv:
-                srv = (s.get("server_metrics") or {}).get("server_ttft_ms")
-                row.append(f"{_fmt(s.get('ttft_ms'), 'mean')}/{_fmt(srv, 'mean')}")
+                srv = _server_ttft(s)
+                mean = srv.get("mean") if isinstance(srv, dict) else None
+                row.append(f"{fmt_stat(s.ttft_ms, 'mean')}/{'-' if mean is None else f'{mean:.1f}'}")
             if has_slo:
-                row += [f"{s.get('goodput_req_s', 0):.2f}", "✓" if s.get("slo_met") else "✗"]
+                row += [f"{s.goodput_req_s or 0:.2f}", "✓" if s.slo_met else "✗"]
             t.add_row(*row)
             m = matched_row(run, name, label)  # length-matched numbers right under the raw ones
             if m is not None:
-                ms = _matched(run, name, label) or {}
+                ms = _matched(run.length_matched, name, label)
                 m += ["-"] if has_srv else []
-                m += [f"{ms.get('goodput_req_s', 0):.2f}", "✓" if ms.get("slo_met") else "✗"] if has_slo else []
+                if has_slo and ms is not None:
+                    m += [f"{ms.goodput_req_s or 0:.2f}", "✓" if ms.slo_met else "✗"]
                 t.add_row(*m)
     t.caption = "latencies in ms; TTFT/TPOT/ITL measured at the client from per-event timestamps"
-    if run.get("length_matched"):
-        t.caption += "\n" + matched_note(run["length_matched"])
+    if run.length_matched:
+        t.caption += "\n" + matched_note(run.length_matched)
     return t
 
 
-def _matched(run: dict[str, Any], name: str, label: str) -> dict[str, Any] | None:
-    lv = ((run.get("length_matched") or {}).get("levels") or {}).get(label) or {}
-    return (lv.get("backends") or {}).get(name)
+def _matched(section: LengthMatched | None, name: str, label: str) -> MatchedSummary | None:
+    lv = section.levels.get(label) if section else None
+    return lv.backends.get(name) if lv else None
 
 
-def matched_note(section: dict[str, Any]) -> str:
+def matched_note(section: LengthMatched) -> str:
     """The one-line explanation printed under every table that shows ``@k`` rows."""
-    return f"'@k' rows are length-matched ({section.get('reason')}): {section.get('definition')}"
+    return f"'@k' rows are length-matched ({section.reason}): {section.definition}"
 
 
-def matched_row(run: dict[str, Any], name: str, label: str) -> list[str] | None:
+def matched_row(run: RunResults, name: str, label: str) -> list[str] | None:
     """backend, 'LEVEL @k', ok, tok/s, req/s, TTFT p50/p95, TPOT p50/p95, ITL p99, E2E p95."""
-    s = _matched(run, name, label)
-    if s is None:
+    s = _matched(run.length_matched, name, label)
+    if s is None or run.length_matched is None:
         return None
-    lv = run["length_matched"]["levels"][label]
-    return [name, f"{label} @k", f"{s['ok']}/{lv['requests']}", f"{s['output_tok_s']:.1f}", f"{s['req_s']:.2f}",
-            _fmt(s.get("ttft_ms"), "p50"), _fmt(s.get("ttft_ms"), "p95"), _fmt(s.get("tpot_ms"), "p50"),
-            _fmt(s.get("tpot_ms"), "p95"), _fmt(s.get("itl_ms"), "p99"), _fmt(s.get("e2e_ms"), "p95")]
+    lv = run.length_matched.levels[label]
+    return [name, f"{label} @k", f"{s.ok}/{lv.requests}", f"{s.output_tok_s:.1f}", f"{s.req_s:.2f}",
+            *_latency_cells(s)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from compare.analysis import length_match
-from compare.report.console import matched_note, matched_row
+from compare.report.console import fmt_stat, matched_note, matched_row
 from compare.report.data import ReportData
 from compare.report.plots import server_client_rows
 from compare.analysis.verdict import DECISION_HEADERS, decision_rows, header_line, summary_lines
@@ -19,18 +19,18 @@ class Section:
     rows: list[list[str]] = field(default_factory=list)
 
 
-def _f(d: dict | None, key: str, fmt: str = "{:.1f}") -> str:
-    return "-" if not d or d.get(key) is None else fmt.format(d[key])
+def _num(v: float | None, fmt: str = "{:.2f}") -> str:
+    return "-" if v is None else fmt.format(v)
 
 
 def sections(d: ReportData) -> list[Section]:
     run, v = d.run, d.verdict
-    wl = run.get("workload", {})
+    wl = run.workload
     out = [Section("Run", paragraphs=[
-        f"run {run.get('run_id')} ({run.get('status')}), started {run.get('started_at', '?')}; "
-        f"workload {wl.get('name')} (seed {wl.get('seed')}, {wl.get('num_requests')} requests); "
-        f"load levels {', '.join(d.levels)}; {run.get('repeats', 1)} repeat(s) per backend; "
-        f"model {run.get('spec', {}).get('model')}"])]
+        f"run {run.run_id} ({run.status}), started {run.started_at or '?'}; "
+        f"workload {wl.name} (seed {wl.seed}, {wl.num_requests} requests); "
+        f"load levels {', '.join(d.levels)}; {run.repeats} repeat(s) per backend; "
+        f"model {run.spec.model}"])]
     out.append(Section("Verdict", paragraphs=[header_line(v)], bullets=summary_lines(v),
                        headers=DECISION_HEADERS if v.comparisons else [], rows=decision_rows(v)))
     out.append(Section("Caveats (apply to every number above)",
@@ -38,21 +38,19 @@ def sections(d: ReportData) -> list[Section]:
     out.append(Section("Quality", bullets=v.quality))
     rows = []
     # lengths not forced: '@k' rows (length-matched) under the raw ones; the verdict's cost is theirs
-    lm = run.get("length_matched") or length_match.section(run, d.records)
-    lm_run = {**run, "length_matched": lm}
+    lm = run.length_matched or length_match.section(run, d.records)
+    lm_run = run.model_copy(update={"length_matched": lm})
     for name in d.backends:
-        for label, s in run["backends"][name].get("levels", {}).items():
+        for label, s in run.backends[name].levels.items():
             cost = v.costs.get(name, {}).get(label)
-            rows.append([name, label, f"{s['ok']}/{s['requests']}", f"{s['output_tok_s']:.1f}",
-                         _f(s.get("ttft_ms"), "p50"), _f(s.get("ttft_ms"), "p95"), _f(s.get("tpot_ms"), "p50"),
-                         _f(s.get("tpot_ms"), "p95"), _f(s.get("itl_ms"), "p99"), _f(s.get("e2e_ms"), "p95"),
-                         "-" if s.get("goodput_req_s") is None else f"{s['goodput_req_s']:.2f}",
-                         "-" if cost is None or lm else f"${cost:.3g}"])
+            rows.append([name, label, f"{s.ok}/{s.requests}", f"{s.output_tok_s:.1f}",
+                         fmt_stat(s.ttft_ms, "p50"), fmt_stat(s.ttft_ms, "p95"), fmt_stat(s.tpot_ms, "p50"),
+                         fmt_stat(s.tpot_ms, "p95"), fmt_stat(s.itl_ms, "p99"), fmt_stat(s.e2e_ms, "p95"),
+                         _num(s.goodput_req_s), "-" if cost is None or lm else f"${cost:.3g}"])
             m = matched_row(lm_run, name, label) if lm else None
-            if m is not None:
-                ms = lm["levels"][label]["backends"][name]
-                rows.append(m[:4] + m[5:] + ["-" if ms.get("goodput_req_s") is None else f"{ms['goodput_req_s']:.2f}",
-                                             "-" if cost is None else f"${cost:.3g}"])
+            if m is not None and lm is not None:
+                ms = lm.levels[label].backends[name]
+                rows.append(m[:4] + m[5:] + [_num(ms.goodput_req_s), "-" if cost is None else f"${cost:.3g}"])
     out.append(Section("Measurements (all repeats pooled; latencies in ms, client-side)",
                        paragraphs=[matched_note(lm)] if lm else [],
                        headers=["backend", "load", "ok", "out tok/s", "TTFT p50", "TTFT p95", "TPOT p50",
@@ -64,12 +62,13 @@ def sections(d: ReportData) -> list[Section]:
                            headers=["backend", "load", "client", "server", "difference"],
                            rows=[[b, lv, f"{c:.1f}", f"{s:.1f}", f"{c - s:+.1f}"] for b, lv, c, s in sc]))
     env = []
-    hw = run.get("hardware", {})
-    env.append(f"CPU {hw.get('cpu_model')} x{hw.get('cpu_count')}; GPUs: "
-               + (", ".join(f"{g.get('name')} (driver {g.get('driver')})" for g in hw.get("gpus") or []) or "none"))
-    env.append("packages: " + ", ".join(f"{k} {val}" for k, val in (hw.get("packages") or {}).items()))
+    hw = run.hardware
+    env.append(f"CPU {hw.cpu_model} x{hw.cpu_count}; GPUs: "
+               + (", ".join(f"{g.get('name')} (driver {g.get('driver')})" for g in hw.gpus) or "none"))
+    env.append("packages: " + ", ".join(f"{k} {val}" for k, val in hw.packages.items()))
     for name in d.backends:
-        desc = run["backends"][name].get("describe") or {}
-        env.append(f"{name}: {desc.get('framework')} {desc.get('version')}, quantization {v.quantization.get(name)}")
+        desc = run.backends[name].describe
+        env.append(f"{name}: {desc and desc.framework} {desc and desc.version}, "
+                   f"quantization {v.quantization.get(name)}")
     out.append(Section("Environment", bullets=env))
     return out

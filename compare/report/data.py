@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from core.records import RequestRecord
+from core.results import RunResults
 from compare.analysis.stats import LevelSample, collect
 from compare.analysis.verdict import Verdict, build_verdict
 
@@ -14,18 +15,18 @@ from compare.analysis.verdict import Verdict, build_verdict
 @dataclass
 class ReportData:
     path: Path
-    run: dict[str, Any]
+    run: RunResults
     records: list[RequestRecord]
     samples: dict[tuple[str, str], LevelSample]
     verdict: Verdict
 
     @property
     def backends(self) -> list[str]:
-        return list(self.run.get("backends", {}))
+        return list(self.run.backends)
 
     @property
     def levels(self) -> list[str]:
-        return [lv["label"] for lv in self.run.get("levels", [])]
+        return self.run.level_labels
 
 
 def load_report_data(path: Path, gpu_hour_price: float | None = None,
@@ -35,7 +36,7 @@ def load_report_data(path: Path, gpu_hour_price: float | None = None,
 
     run, records = load_results(Path(path))
     samples = collect(run, records)
-    price = gpu_hour_price if gpu_hour_price is not None else run.get("gpu_hour_price")
+    price = gpu_hour_price if gpu_hour_price is not None else run.gpu_hour_price
     verdict = build_verdict(run, records, gpu_hour_price=price, margin=margin, samples=samples)
     return ReportData(Path(path), run, records, samples, verdict)
 

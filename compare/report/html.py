@@ -20,7 +20,7 @@ li{margin:2px 0} .plot{margin:12px 0 24px} .plot img{max-width:100%;border:1px s
 
 
 def render_html(d: ReportData) -> str:
-    title = f"llm-compare report: {d.run.get('run_id')}"
+    title = f"llm-compare report: {d.run.run_id}"
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{escape(title)}</title>",
              f"<style>{_CSS}</style></head><body><h1>{escape(title)}</h1>"]
     for s in sections(d):

@@ -10,7 +10,7 @@ def _cell(text: str) -> str:
 
 
 def render_markdown(d: ReportData) -> str:
-    lines = [f"# llm-compare report: {d.run.get('run_id')}", ""]
+    lines = [f"# llm-compare report: {d.run.run_id}", ""]
     for s in sections(d):
         lines += [f"## {s.title}", ""]
         for p in s.paragraphs:

@@ -40,9 +40,9 @@ def latency_vs_throughput(d: ReportData) -> bytes | None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     drawn = False
     for name in d.backends:
-        levels = d.run["backends"][name].get("levels", {})
-        pts = [(lb, s["output_tok_s"], (s.get("ttft_ms") or {}).get("p50"), (s.get("tpot_ms") or {}).get("p50"))
-               for lb, s in levels.items() if s.get("ttft_ms")]
+        levels = d.run.backends[name].levels
+        pts = [(lb, s.output_tok_s, s.ttft_ms.p50, s.tpot_ms.p50 if s.tpot_ms else None)
+               for lb, s in levels.items() if s.ttft_ms]
         if not pts:
             continue
         drawn = True
@@ -184,9 +184,9 @@ def server_vs_client_ttft(d: ReportData) -> bytes | None:
 def server_client_rows(d: ReportData) -> list[tuple[str, str, float, float]]:
     rows = []
     for name in d.backends:
-        for level, s in d.run["backends"][name].get("levels", {}).items():
-            srv = server_ttft_ms(s.get("server_metrics"))
-            cli = (s.get("ttft_ms") or {}).get("mean")
+        for level, s in d.run.backends[name].levels.items():
+            srv = server_ttft_ms(s.server_metrics)
+            cli = s.ttft_ms.mean if s.ttft_ms else None
             if srv is not None and cli is not None:
                 rows.append((name, level, float(cli), srv))
     return rows

@@ -25,9 +25,10 @@ from backends.base import Backend
 from compare.running.executor import LevelOutcome, RunAborted, run_level, run_one
 from compare.running.aio import running_loop_name
 from core.hardware import fingerprint
-from compare.analysis.metrics import SloTerm, summarize
+from compare.analysis.metrics import summarize
+from core.slo import SLO
 from core.records import RequestRecord
-from core.results import ResultsWriter, new_run_id
+from core.results import LevelSummary, ResultsWriter, new_run_id
 from compare.workload.schedule import LoadLevel
 from compare.workload.build import WorkloadSpec, request_to_dict
 
@@ -39,7 +40,7 @@ class RunConfig:
     workload: WorkloadSpec
     requests: list[GenerationRequest]
     levels: list[LoadLevel]
-    slo: tuple[SloTerm, ...] = ()
+    slo: SLO = SLO()
     warmup: int = 2
     timeout_s: float = 600.0
     max_errors: int | None = None
@@ -59,7 +60,7 @@ class Progress:
     def backend_start(self, name: str) -> None: ...
     def level_start(self, name: str, level: LoadLevel, n: int) -> None: ...
     def request_done(self, rec: RequestRecord) -> None: ...
-    def level_done(self, name: str, level: LoadLevel, summary: dict[str, Any]) -> None: ...
+    def level_done(self, name: str, level: LoadLevel, summary: LevelSummary) -> None: ...
     def message(self, text: str) -> None: ...
 
 
@@ -78,7 +79,7 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
         "backend_specs": {k: v.model_dump(mode="json") for k, v in cfg.backend_specs.items()},
         "workload": cfg.workload.model_dump(mode="json"),
         "levels": [lv.as_dict() for lv in cfg.levels],
-        "slo": [{"metric": t.metric, "stat": t.stat, "limit_ms": t.limit_ms} for t in cfg.slo],
+        "slo": cfg.slo.to_json(),
         "warmup_requests": cfg.warmup,
         "repeats": cfg.repeats,
         "hardware": fingerprint(),
@@ -176,7 +177,7 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
                     entry["levels"][level.label] = pooled
                 entry["describe"] = backend.describe().as_dict()  # may have learned more (e.g. /metrics)
                 writer.flush()
-                progress.level_done(name, level, summary)
+                progress.level_done(name, level, LevelSummary.model_validate(summary))
                 if outcome.aborted:
                     raise RunAborted(outcome.aborted)
         this["status"] = "complete"

@@ -31,8 +31,8 @@ def _save(args: argparse.Namespace) -> int:
     from compare.analysis.gate import baseline_path, make_baseline, save_baseline, workload_digest
 
     run, records = load_results(args.results)
-    if run.get("status") != "complete":
-        raise UserError(f"{args.results}: run status is {run.get('status')!r}; a baseline must come from a "
+    if run.status != "complete":
+        raise UserError(f"{args.results}: run status is {run.status!r}; a baseline must come from a "
                         f"complete run")
     path = baseline_path(args.name, args.dir)
     if path.exists() and not args.force:

@@ -66,3 +66,16 @@ def test_report_bad_input_is_one_line_exit_2(tmp_path, results_dir):
     (results_dir / "run.json").write_text(json.dumps(run))
     r = run_cli("report", str(results_dir), "--html")
     assert r.returncode == 2 and "schema_version 99" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_report_re_renders_schema_1_results(tmp_path):
+    """A results directory written by schema 1 (real, trimmed: tests/fixtures/results-v1) still renders."""
+    from tests.conftest import FIXTURES
+
+    out = tmp_path / "v1.md"
+    r = run_cli("report", str(FIXTURES / "results-v1"), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert "# llm-compare report: topo-h200" in text
+    assert re.search(r"\| tp@2\*vllm-server \| r30 \| 512/512 \| 3428\.0 \|", text)
+    assert "replicas@2*vllm-server:lb=lor vs tp@2*vllm-server" in text

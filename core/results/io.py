@@ -1,9 +1,11 @@
 """The results directory: run.json (summary + provenance) and requests.jsonl (raw stamps).
 
 run.json is rewritten atomically after every load level, so a run that fails or is interrupted
-keeps everything it measured, with ``status`` saying how it ended. requests.jsonl gets one
-complete line per finished request (appended, flushed); workload.jsonl holds the exact request
-list so a run can be replayed.
+keeps everything it measured, with ``status`` saying how it ended. The writer keeps the run as
+JSON-shaped dicts while measuring (callers add to a backend's section in place) and writes it
+through ``RunResults`` (core/results/models.py), so what lands on disk is what the models
+declare. requests.jsonl gets one complete line per finished request (appended, flushed);
+workload.jsonl holds the exact request list so a run can be replayed.
 """
 from __future__ import annotations
 
@@ -17,12 +19,17 @@ from typing import Any, Iterator
 from core.errors import UserError
 from core.fsutil import write_atomic, write_json_atomic
 from core.records import RequestRecord
-
-SCHEMA_VERSION = 1
+from core.results.migrate import to_current
+from core.results.models import SCHEMA_VERSION, RunResults
 
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def dump(run: RunResults) -> dict[str, Any]:
+    """JSON-ready dict of a run: only the fields that were given (absent stays absent)."""
+    return run.model_dump(mode="json", exclude_unset=True)
 
 
 class ResultsWriter:
@@ -36,6 +43,11 @@ class ResultsWriter:
                                     **header, "backends": {}}
         self._req = open(self.dir / "requests.jsonl", "a", encoding="utf-8")
         self.flush()
+
+    @property
+    def results(self) -> RunResults:
+        """The run so far, typed."""
+        return RunResults.model_validate(self.run)
 
     def write_workload(self, requests: list[dict[str, Any]]) -> None:
         write_atomic(self.dir / "workload.jsonl", "".join(json.dumps(r) + "\n" for r in requests))
@@ -51,7 +63,7 @@ class ResultsWriter:
         write_atomic(self.dir / relpath, text)
 
     def flush(self) -> None:
-        write_json_atomic(self.dir / "run.json", self.run)
+        write_json_atomic(self.dir / "run.json", dump(self.results))
 
     def finish(self, status: str, error: str | None = None) -> None:
         self.run["status"] = status
@@ -62,16 +74,23 @@ class ResultsWriter:
         self._req.close()
 
 
-def load_run(path: str | os.PathLike[str]) -> dict[str, Any]:
+def as_run(run: RunResults | dict[str, Any]) -> RunResults:
+    """Readers accept the typed run or a run.json-shaped dict (of any readable schema version)."""
+    return run if isinstance(run, RunResults) else to_current(run)
+
+
+def load_run(path: str | os.PathLike[str]) -> RunResults:
+    """run.json of a results directory (or the file itself); bad input is a one-line UserError."""
     p = Path(path)
     run_json = p / "run.json" if p.is_dir() else p
     if not run_json.exists():
-        raise FileNotFoundError(f"{run_json} not found: pass a results directory written by `compare run`")
-    run = json.loads(run_json.read_text())
-    if run.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"{run_json}: schema_version {run.get('schema_version')} is not "
-                         f"{SCHEMA_VERSION}; re-run with this version of llm-compare")
-    return run
+        raise UserError(f"{run_json} not found: pass a results directory written by `compare run`")
+    try:
+        doc = json.loads(run_json.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{run_json} is not valid JSON ({e}); pass a results directory written by "
+                        f"`compare run`") from None
+    return to_current(doc, str(run_json))
 
 
 def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
@@ -82,14 +101,13 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
                 yield RequestRecord.from_json(json.loads(line))
 
 
-def load_results(path: Path):
+def load_results(path: str | os.PathLike[str]) -> tuple[RunResults, list[RequestRecord]]:
     """run.json + records of a results directory, with bad input as one-line UserErrors."""
-    try:
-        run = load_run(path)
-    except FileNotFoundError as e:
-        raise UserError(str(e)) from None
-    except ValueError as e:  # schema version or JSON errors
-        raise UserError(f"{e}") from None
+    run = load_run(path)
     if not (Path(path) / "requests.jsonl").exists():
         raise UserError(f"{path}: no requests.jsonl; pass a complete results directory")
-    return run, list(iter_records(path))
+    try:
+        return run, list(iter_records(path))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise UserError(f"{path}/requests.jsonl has a corrupt line ({type(e).__name__}: {e}); "
+                        f"pass a complete results directory") from None

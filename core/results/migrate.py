@@ -1,0 +1,54 @@
+"""Older run.json layouts -> the current models.
+
+Schema 1 (untyped dicts) had the layout that schema 2 declares, so its files are read as they
+are. A schema-1 file that does not fit the models (a field that older writers produced and no
+reader understands any more) is refused with the version that wrote it and how to re-render it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from core.errors import UserError
+from core.results.models import SCHEMA_VERSION, RunResults
+
+READABLE = (1, SCHEMA_VERSION)
+
+
+def first_problem(e: ValidationError) -> str:
+    err = e.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    return f"{where}: {err['msg']}"
+
+
+def writer_version(run: dict[str, Any]) -> str:
+    pkgs = (run.get("hardware") or {}).get("packages") or {} if isinstance(run.get("hardware"), dict) else {}
+    return str(pkgs.get("llm-compare") or "an older llm-compare")
+
+
+def from_v1(run: dict[str, Any], where: str = "run.json") -> RunResults:
+    try:
+        return RunResults.model_validate({**run, "schema_version": SCHEMA_VERSION})
+    except ValidationError as e:
+        ver = writer_version(run)
+        raise UserError(f"{where}: schema-1 results written by llm-compare {ver} cannot be migrated "
+                        f"({first_problem(e)}); re-render them with that version (`pip install "
+                        f"llm-compare=={ver}` then `compare report DIR`) or re-run them") from None
+
+
+def to_current(run: Any, where: str = "run.json") -> RunResults:
+    """A run.json document of any readable schema version as ``RunResults`` (UserError if not)."""
+    if not isinstance(run, dict):
+        raise UserError(f"{where}: not a run.json object; pass a results directory written by `compare run`")
+    version = run.get("schema_version")
+    if version == 1:
+        return from_v1(run, where)
+    if version != SCHEMA_VERSION:
+        raise UserError(f"{where}: schema_version {version} is not one this llm-compare reads "
+                        f"({', '.join(map(str, READABLE))}); re-render it with the llm-compare that wrote it")
+    try:
+        return RunResults.model_validate(run)
+    except ValidationError as e:
+        raise UserError(f"{where}: not a valid schema-{SCHEMA_VERSION} run.json ({first_problem(e)}); "
+                        f"pass a results directory written by `compare run`") from None

@@ -1,0 +1,260 @@
+"""Typed run.json: what a results directory's summary holds, field by field.
+
+The runner builds run.json as plain JSON while it measures (compare/running/runner.py); every
+write goes through ``RunResults`` (so a field nobody declared fails at once, not in a report
+months later) and every read comes back as these frozen models. The JSON Schema generated from
+them is checked in next to this file (run.schema.json; ``python -m core.results.schema``).
+
+``extra`` is allowed only where a section is open by design: engine-specific configuration and
+server metrics, a backend's self-description, quality results filled by other features, and
+provenance sections a harness adds to the run header.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 2
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+# ---------------------------------------------------------------- one level's numbers
+
+
+class Dist(_Closed):
+    """Distribution of one per-request (or per-token) metric, in ms unless the name says otherwise."""
+
+    n: int
+    mean: float
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+    min: float
+    max: float
+
+    def stat(self, name: str) -> float:
+        return float(getattr(self, name))
+
+
+class LoopLag(_Closed):
+    """How late the client's event loop woke up during the level (client overload check)."""
+
+    max: float = 0.0
+    p99: float | None = None
+    samples: int | None = None
+
+
+class SloCheck(_Closed):
+    value_ms: float | None  # NaN/None when the metric has no value (no ok request)
+    limit_ms: float
+    met: bool
+
+
+class _Measured(_Closed):
+    """Fields shared by a raw level summary and a length-matched one."""
+
+    requests: int
+    ok: int
+    wall_s: float
+    output_tokens: int
+    input_tokens: int
+    output_tok_s: float
+    req_s: float
+    ttft_ms: Dist | None = None
+    tpot_ms: Dist | None = None
+    itl_ms: Dist | None = None
+    e2e_ms: Dist | None = None
+    # with an SLO only
+    goodput_req_s: float | None = None
+    slo_attainment: float | None = None
+    slo_checks: dict[str, SloCheck] | None = None
+    slo_met: bool | None = None
+
+
+class LevelSummary(_Measured):
+    """One backend at one load level (one repeat, or every repeat pooled)."""
+
+    failed: int = 0
+    errors: dict[str, int] = Field(default_factory=dict)  # failure kind -> count
+    send_delay_ms: Dist | None = None  # how late requests were sent vs the schedule
+    short_outputs: int = 0  # ok requests that returned fewer tokens than asked
+    # engine-core stamps on the client's clock (in-process vLLM only)
+    engine_output_tok_s: float | None = None
+    delivery_lag_ms: Dist | None = None
+    loop_lag_ms: LoopLag | None = None
+    client_lagged: bool = False
+    server_metrics: dict[str, Any] | None = None  # scraped around the level; layout per engine
+    schedule_offsets_ns: list[int] | None = None
+    aborted: str | None = None  # why the level stopped early
+    repeats: int | None = None  # pooled summary: how many repeats it pools
+
+
+class RepeatRun(_Closed):
+    """One engine start of a backend (runs with --repeats > 1)."""
+
+    repeat: int
+    status: str
+    start_s: float | None = None
+    levels: dict[str, LevelSummary] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- a backend's section
+
+
+class CapabilitiesInfo(_Closed):
+    forced_output_length: bool = True
+    token_id_prompts: bool = False
+    logprobs: bool = False
+    continuous_batching: bool = False
+    server_metrics: bool = False
+    notes: list[str] = Field(default_factory=list)
+
+
+class Description(_Closed):
+    name: str
+    framework: str
+    version: str
+    native_config: dict[str, Any] = Field(default_factory=dict)  # engine-specific, open
+    extra: dict[str, Any] = Field(default_factory=dict)  # loaded quantization, clocks, /info ...
+
+
+class BackendResult(_Closed):
+    status: str = "pending"
+    error: str | None = None
+    start_s: float | None = None
+    capabilities: CapabilitiesInfo | None = None
+    describe: Description | None = None
+    levels: dict[str, LevelSummary] = Field(default_factory=dict)
+    repeats: list[RepeatRun] | None = None
+    quant_verification: dict[str, Any] | None = None  # compare/quality: loaded vs requested
+    quality: dict[str, Any] | None = None  # compare/quality: parity measurements
+
+    @property
+    def forced_output_length(self) -> bool:
+        return self.capabilities is None or self.capabilities.forced_output_length
+
+    def repeat_summaries(self) -> list[tuple[int, dict[str, LevelSummary]]]:
+        """(repeat number, {level: summary}); a run without repeats is one repeat."""
+        if self.repeats:
+            return [(r.repeat, r.levels) for r in self.repeats]
+        return [(0, self.levels)]
+
+
+# ---------------------------------------------------------------- length matching
+
+
+class KRange(_Closed):
+    min: int
+    mean: float
+    max: int
+
+
+class MatchedSummary(_Measured):
+    streamed_tokens: int
+    matched_fraction: float | None = None
+    repeats: dict[str, MatchedSummary] | None = None  # repeat number -> its matched summary
+
+
+class MatchedLevel(_Closed):
+    requests: int
+    matched: int
+    excluded_failed: int = 0
+    excluded_empty: int = 0
+    matched_tokens_per_backend: int
+    k: KRange | None = None
+    k_by_request: dict[str, int] = Field(default_factory=dict)
+    backends: dict[str, MatchedSummary] = Field(default_factory=dict)
+
+
+class LengthMatched(_Closed):
+    reason: str | None = None
+    definition: str
+    levels: dict[str, MatchedLevel] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- the run header
+
+
+class SpecInfo(_Open):
+    """The ServingSpec as run (adapters/spec.py validates it; here only what readers use)."""
+
+    model: str | None = None
+    quantization: str = "none"
+    tensor_parallel: int = 1
+
+
+class WorkloadInfo(_Open):
+    """The WorkloadSpec as run (compare/workload validates it; here only what readers use)."""
+
+    name: str | None = None
+    seed: int | None = None
+    num_requests: int | None = None
+    ignore_eos: bool = False
+
+
+class LevelDef(_Closed):
+    kind: str | None = None  # concurrency | rate | burst ...
+    value: float | str | None = None
+    label: str
+
+
+class SloLimit(_Closed):
+    metric: str
+    stat: str
+    limit_ms: float
+
+
+class HardwareInfo(_Closed):
+    hostname_hash: str | None = None
+    os: str | None = None
+    python: str | None = None
+    cpu_model: str | None = None
+    cpu_count: int | None = None
+    cpu_affinity: int | None = None
+    memory_bytes: int | None = None
+    gpus: list[dict[str, Any]] = Field(default_factory=list)
+    packages: dict[str, str] = Field(default_factory=dict)
+
+
+class ClientInfo(_Closed):
+    event_loop: str | None = None
+    gc_frozen_during_levels: bool | None = None
+
+
+class RunResults(_Open):
+    """run.json. Extra top-level keys are provenance a harness adds (``extra_header``)."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    status: str  # running | complete | partial | failed | interrupted
+    error: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    spec: SpecInfo = Field(default_factory=SpecInfo)
+    backend_specs: dict[str, SpecInfo] = Field(default_factory=dict)
+    workload: WorkloadInfo = Field(default_factory=WorkloadInfo)
+    levels: list[LevelDef] = Field(default_factory=list)
+    slo: list[SloLimit] = Field(default_factory=list)
+    warmup_requests: int | None = None
+    repeats: int = 1
+    hardware: HardwareInfo = Field(default_factory=HardwareInfo)
+    client: ClientInfo | None = None
+    gpu_hour_price: float | None = None
+    backends: dict[str, BackendResult] = Field(default_factory=dict)
+    length_matched: LengthMatched | None = None
+
+    @property
+    def level_labels(self) -> list[str]:
+        return [lv.label for lv in self.levels]
+
+    def spec_for(self, backend: str) -> SpecInfo:
+        return self.backend_specs.get(backend) or self.spec
