@@ -64,11 +64,23 @@ def test_rerun_resumes_from_the_cache_without_engine_starts(tuned):
     assert [t["goodput"] for t in a["trials"]] == [t["goodput"] for t in b["trials"]]
 
 
-def test_tuned_config_feeds_compare_run(tuned):
+def test_tuned_config_feeds_compare_run(tuned, tmp_path):
     root, _, _ = tuned
-    best = json.loads((root / "a" / "tune.json").read_text())["backends"][0]["best"]
-    spec = tuned_specs(str(root / "a"), ["vllm"], ServingSpec(model="/m"))["vllm"]
-    assert spec.max_num_seqs == best["config"].get("max_num_seqs")
+    doc = json.loads((root / "a" / "tune.json").read_text())
+    rep = doc["backends"][0]
+    base = ServingSpec(model="/m")
+    # the measured winner: its knobs, and only those, are applied over the run's spec
+    best = rep["best"]
+    spec = tuned_specs(str(root / "a"), ["vllm", "replicas@2*vllm:lb=lor"], base)
+    assert spec["vllm"] == spec["replicas@2*vllm:lb=lor"]
+    assert spec["vllm"].max_num_seqs == best["config"].get("max_num_seqs", base.max_num_seqs)
+    # whichever config won, a winning candidate's knob must reach the run: the same tune with the
+    # measured candidate as the best (its value differs from the spec's default, None)
+    cand = next(t for t in rep["trials"] if t["label"] != "default")
+    assert cand["config"]["max_num_seqs"] in (1, 8) and base.max_num_seqs is None
+    rep["best"] = cand
+    (tmp_path / "tune.json").write_text(json.dumps(doc))
+    assert tuned_specs(str(tmp_path), ["vllm"], base)["vllm"].max_num_seqs == cand["config"]["max_num_seqs"]
 
 
 def test_an_slo_no_config_meets_says_so_and_shows_the_closest(tmp_path):
