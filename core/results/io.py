@@ -28,8 +28,10 @@ def new_run_id() -> str:
 
 
 def dump(run: RunResults) -> dict[str, Any]:
-    """JSON-ready dict of a run: only the fields that were given (absent stays absent)."""
-    return run.model_dump(mode="json", exclude_unset=True)
+    """JSON-ready dict of a run: only the fields that were given (absent stays absent), NaN as
+    null (a metric without a value, e.g. an SLO check when no request succeeded) so the file
+    is strict JSON for readers outside Python."""
+    return json.loads(run.model_dump_json(exclude_unset=True))
 
 
 class ResultsWriter:

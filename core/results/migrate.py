@@ -22,9 +22,12 @@ def first_problem(e: ValidationError) -> str:
     return f"{where}: {err['msg']}"
 
 
-def writer_version(run: dict[str, Any]) -> str:
-    pkgs = (run.get("hardware") or {}).get("packages") or {} if isinstance(run.get("hardware"), dict) else {}
-    return str(pkgs.get("llm-compare") or "an older llm-compare")
+def writer_version(run: dict[str, Any]) -> str | None:
+    """The llm-compare version that wrote a run, when its hardware fingerprint recorded it."""
+    hw = run.get("hardware")
+    pkgs = hw.get("packages") if isinstance(hw, dict) else None
+    version = pkgs.get("llm-compare") if isinstance(pkgs, dict) else None
+    return str(version) if version else None
 
 
 def from_v1(run: dict[str, Any], where: str = "run.json") -> RunResults:
@@ -32,9 +35,11 @@ def from_v1(run: dict[str, Any], where: str = "run.json") -> RunResults:
         return RunResults.model_validate({**run, "schema_version": SCHEMA_VERSION})
     except ValidationError as e:
         ver = writer_version(run)
-        raise UserError(f"{where}: schema-1 results written by llm-compare {ver} cannot be migrated "
-                        f"({first_problem(e)}); re-render them with that version (`pip install "
-                        f"llm-compare=={ver}` then `compare report DIR`) or re-run them") from None
+        how = (f"re-render them with llm-compare {ver} (`pip install llm-compare=={ver}`, then `compare report "
+               f"DIR`)" if ver else "re-render them with the llm-compare release that wrote them (`compare "
+               "report DIR`)")
+        raise UserError(f"{where}: schema-1 results written by llm-compare {ver or '(version not recorded)'} "
+                        f"cannot be migrated ({first_problem(e)}); {how} or re-run them") from None
 
 
 def to_current(run: Any, where: str = "run.json") -> RunResults:

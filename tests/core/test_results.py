@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import pytest
 from pydantic import ValidationError
@@ -48,6 +49,18 @@ def test_writer_writes_through_the_models_and_reads_back(tmp_path):
         lv.ok = 3  # type: ignore[misc]
 
 
+def test_a_metric_without_value_is_written_as_null(tmp_path):
+    from core.slo import SLO
+
+    w = ResultsWriter(tmp_path, "r1", {})
+    failed = [replace(r, error_kind="timeout", error="t") for r in records("x", "c1", 0)]
+    w.backend("x")["levels"]["c1"] = summarize(failed, 10**9, SLO.parse("ttft_p95=1s"))
+    w.flush()
+    text = (tmp_path / "r1" / "run.json").read_text()
+    assert "NaN" not in text and json.loads(text)["backends"]["x"]["levels"]["c1"]["slo_checks"]["ttft_p95"]["value_ms"] is None
+    assert load_run(tmp_path / "r1").backends["x"].levels["c1"].slo_checks["ttft_p95"].met is False
+
+
 def test_writer_refuses_an_undeclared_level_field(tmp_path):
     w = ResultsWriter(tmp_path, "r1", {})
     w.backend("x")["levels"]["c1"] = {**summarize(records("x", "c1", 0), 10**9), "tpot_p95_ms": 3.0}
@@ -71,7 +84,11 @@ def test_schema_1_field_that_cannot_be_migrated_is_refused_naming_the_writer(tmp
         load_run(tmp_path / "r")
     msg = str(e.value)
     assert "\n" not in msg and "schema-1" in msg and "ttft_ms" in msg and "compare report" in msg
-    assert doc["hardware"]["packages"].get("llm-compare", "older") in msg
+    assert "version not recorded" in msg  # this fixture's fingerprint predates the package version
+    doc["hardware"]["packages"]["llm-compare"] = "0.1.0"
+    (tmp_path / "r" / "run.json").write_text(json.dumps(doc))
+    with pytest.raises(UserError, match=r"written by llm-compare 0\.1\.0 .*pip install llm-compare==0\.1\.0"):
+        load_run(tmp_path / "r")
 
 
 @pytest.mark.parametrize("text, words", [
