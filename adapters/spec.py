@@ -5,6 +5,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from adapters.quant_matrix import QUANTIZATION_VALUES
 from core.errors import UserError
 
 
@@ -25,10 +26,9 @@ class UnsupportedSpecError(UserError, ValueError):
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
 
-# Framework-neutral quantization names (see adapters/quant.py for the per-framework mapping).
-Quantization = Literal[
-    "none", "w4a16-awq", "w4a16-gptq", "w8a8-fp8", "w8a8-int8", "w8a16-int8", "w4a16",
-]
+# Framework-neutral quantization names: "none" and the weight schemes of the one quantization
+# table (adapters/quant_matrix.py), which also holds every backend's native mapping.
+Quantization = Literal[QUANTIZATION_VALUES]  # type: ignore[valid-type]
 
 
 class ServingSpec(BaseModel):

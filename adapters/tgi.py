@@ -7,25 +7,18 @@ which mounts the host directory read-only).
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
+from adapters.quant_matrix import native_names
 from adapters.spec import ServingSpec, UnsupportedSpecError
+from adapters.target import Target
 
 CONTAINER_PORT = 80  # the TGI image's own default (ENV PORT=80)
 
-# Framework-neutral quantization -> --quantize. Pre-quantized checkpoints carry their method in
-# config.json; naming it explicitly makes the plan say what will be loaded.
-TGI_QUANTIZE: dict[str, str | None] = {
-    "none": None,
-    "w4a16-awq": "awq",
-    "w4a16-gptq": "gptq",
-    "w4a16": "compressed-tensors",
-    "w8a8-int8": "compressed-tensors",
-    "w8a8-fp8": "fp8",
-    "w8a16-int8": "eetq",  # online 8-bit weight-only, TGI's drop-in for bitsandbytes 8-bit
-}
+# Framework-neutral quantization -> --quantize, from the one quantization table. Pre-quantized
+# checkpoints carry their method in config.json; naming it explicitly makes the plan say what will
+# be loaded.
+TGI_QUANTIZE: dict[str, str | None] = native_names("tgi")
 TGI_DTYPE = {"float16": "float16", "bfloat16": "bfloat16"}  # launcher: [possible values: float16, bfloat16]
 TGI_KV_CACHE_DTYPE = {"fp8": "fp8_e4m3fn", "fp8_e4m3": "fp8_e4m3fn", "fp8_e5m2": "fp8_e5m2"}
 
@@ -77,15 +70,16 @@ def check_value(flag: str, value: Any) -> str | None:
     return None
 
 
-def _kv_bytes_per_token(model_dir: Path, dtype: str, kv_dtype: str) -> int | None:
+def kv_bytes_per_token(cfg: Mapping[str, Any] | None, dtype: str, kv_dtype: str) -> int | None:
     """KV-cache bytes one token costs, from the model's config.json (None when unknown)."""
+    if cfg is None:
+        return None
     try:
-        cfg = json.loads((model_dir / "config.json").read_text())
         layers = int(cfg["num_hidden_layers"])
         heads = int(cfg["num_attention_heads"])
         kv_heads = int(cfg.get("num_key_value_heads") or heads)
         head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
-    except (OSError, KeyError, ValueError, TypeError, ZeroDivisionError):
+    except (KeyError, ValueError, TypeError, ZeroDivisionError):
         return None
     if kv_dtype != "auto":
         width = 1
@@ -96,11 +90,11 @@ def _kv_bytes_per_token(model_dir: Path, dtype: str, kv_dtype: str) -> int | Non
 
 
 def tgi_launcher_args(spec: ServingSpec, model_path: str | None = None,
-                      host_model_dir: str | None = None) -> tuple[list[str], dict[str, str]]:
+                      target: Target | None = None) -> tuple[list[str], dict[str, str]]:
     """(argv after ``text-generation-launcher``, env) for the spec.
 
     ``model_path``: the model's path inside the container (default: spec.model as given, e.g. a
-    hub id). ``host_model_dir``: where config.json can be read to size the KV budget.
+    hub id). ``target``: the probed model (its config.json sizes the KV budget).
     """
     flags: dict[str, str | None] = {"--model-id": model_path or spec.model}
     if spec.tokenizer and spec.tokenizer != spec.model:
@@ -135,7 +129,8 @@ def tgi_launcher_args(spec: ServingSpec, model_path: str | None = None,
         flags["--cuda-memory-fraction"] = str(spec.gpu_memory_utilization)
     if spec.kv_cache_memory_bytes is not None:
         # TGI sizes its KV cache in tokens: translate the byte budget with the model's geometry
-        per_token = _kv_bytes_per_token(Path(host_model_dir or spec.model), spec.dtype, spec.kv_cache_dtype)
+        config = target.model.config if target is not None else None
+        per_token = kv_bytes_per_token(config, spec.dtype, spec.kv_cache_dtype)
         if per_token is None:
             raise UnsupportedSpecError("tgi", "kv_cache_memory_bytes", "TGI sizes the KV cache in tokens and "
                                        "the model's config.json is not readable here to convert bytes",

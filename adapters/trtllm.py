@@ -24,9 +24,10 @@ from typing import Any
 from packaging.version import Version
 
 from adapters.spec import ServingSpec
+from adapters.target import Target
 from adapters.trtllm_support import (  # noqa: F401  (SCHEMES, parse_version: also public from here)
     SCHEMES, V_CONFIG_ALIAS, V_KV_TOKENS_PER_BLOCK, V_PYTORCH_DEFAULT, _cc_str, _kv_fp8, _unsupported,
-    check_quant, choose_flow, parse_cc, parse_version, resolve_quant, version_and_image,
+    check_quant, checkpoint_quant, choose_flow, parse_cc, parse_version, resolve_quant, version_and_image,
 )
 
 MODEL_DIR, WORK_DIR, CONFIG_DIR, MODELOPT_DIR = "/model", "/work", "/config", "/opt/Model-Optimizer"
@@ -278,3 +279,10 @@ def trtllm_plan(spec: ServingSpec, *, compute_capability: str | None = None, gpu
                       serve_argv=_serve_argv(spec, flow, v, model, llm_args), serve_model=model,
                       compute_capability=_cc_str(cc) if cc else None, gpu_name=gpu, notes=tuple(notes),
                       not_applicable=not_applicable)
+
+
+def trtllm_plan_for(spec: ServingSpec, target: Target) -> TrtllmPlan:
+    """The plan with the probed facts: the GPU it runs on and what the checkpoint already carries."""
+    m = target.machine
+    pre = checkpoint_quant(target.model) if target.model.local else None
+    return trtllm_plan(spec, compute_capability=m.compute_capability, gpu_name=m.gpu_name, checkpoint_quant=pre)

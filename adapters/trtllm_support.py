@@ -9,7 +9,10 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from adapters.quant_matrix import native_names
 from adapters.spec import ServingSpec, UnsupportedSpecError
+from adapters.target import ModelInfo
+from core.errors import UserError
 
 IMAGE_REPO = "nvcr.io/nvidia/tensorrt-llm/release"
 DEFAULT_VERSION = "1.2.0"  # a final release with the PyTorch flow and the --config alias
@@ -49,10 +52,10 @@ SCHEMES: dict[str, QuantScheme] = {s.algo: s for s in (
     QuantScheme("W8A16", "int8_wo", (7, 0), None),
     QuantScheme("W4A16_GPTQ", None, None, ((8, 0), _NO_BLACKWELL), prequantized_only=True),
 )}
-# framework-neutral spec names -> QuantAlgo. "w4a16" (compressed-tensors group-wise INT4 made by
-# llmcompressor) has no TRT-LLM equivalent, so it is refused instead of mapped to something else.
-NEUTRAL = {"none": None, "w8a8-fp8": "FP8", "w4a16-awq": "W4A16_AWQ", "w4a16-gptq": "W4A16_GPTQ",
-           "w8a8-int8": "W8A8_SQ_PER_CHANNEL", "w8a16-int8": "W8A16"}
+# framework-neutral spec names -> QuantAlgo, from the one quantization table. "w4a16"
+# (compressed-tensors group-wise INT4 made by llmcompressor) has no TRT-LLM equivalent, so it is
+# refused instead of mapped to something else.
+NEUTRAL = native_names("trtllm")
 # --native trtllm.quant=... accepts TRT-LLM's own names (schemes with no neutral name: w4a8_awq, nvfp4)
 NATIVE_QUANT = {"none": None, "fp8": "FP8", "int4_awq": "W4A16_AWQ", "w4a16_awq": "W4A16_AWQ",
                 "w4a8_awq": "W4A8_AWQ", "nvfp4": "NVFP4", "int8_sq": "W8A8_SQ_PER_CHANNEL",
@@ -173,3 +176,23 @@ def _kv_fp8(spec: ServingSpec, flow: str, cc: tuple[int, int] | None) -> bool:
         raise _unsupported(f"kv_cache_dtype=fp8 on sm_{cc[0]}{cc[1]}", f"needs compute capability "
                            f">= {_cc_str(lo)}", "kv_cache_dtype=auto")
     return True
+
+
+def checkpoint_quant(model: ModelInfo) -> str | None:
+    """QuantAlgo a checkpoint already carries: ModelOpt's hf_quant_config.json or config.json's
+    quantization_config (GPTQ/AWQ/FP8/ModelOpt). None for an unquantized (or unknown) checkpoint."""
+    q = (model.hf_quant_config or {}).get("quantization") or {}
+    if isinstance(q, dict) and q.get("quant_algo"):
+        return str(q["quant_algo"]).upper()
+    qc = (model.config or {}).get("quantization_config") or {}
+    method = str(qc.get("quant_method", "")).lower()
+    if method == "modelopt" and qc.get("quant_algo"):
+        return str(qc["quant_algo"]).upper()
+    if method in ("gptq", "awq") and int(qc.get("bits", 4)) == 4:
+        return "W4A16_GPTQ" if method == "gptq" else "W4A16_AWQ"
+    if method == "fp8":
+        return "FP8"
+    if method:
+        raise UserError(f"checkpoint {model.path} is quantized as {method!r}, which TensorRT-LLM does not load; "
+                        f"pass the unquantized checkpoint and --quantization, or a ModelOpt export")
+    return None

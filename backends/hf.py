@@ -13,8 +13,10 @@ from typing import Any, AsyncIterator
 
 from adapters.hf import hf_model_kwargs
 from adapters.spec import ServingSpec
+from adapters.target import Target
+from backends.registry import BackendEntry, register
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
-from core.errors import BackendRequestError, BackendStartError
+from core.errors import BackendRequestError, BackendStartError, FailureKind
 from core.lazy import require
 
 CAPS = Capabilities(
@@ -28,10 +30,11 @@ _DONE = object()
 class HFBackend:
     name = "hf"
 
-    def __init__(self, spec: ServingSpec, name: str = "hf") -> None:
+    def __init__(self, spec: ServingSpec, name: str = "hf", native: dict[str, Any] | None = None) -> None:
         self.spec = spec
         self.name = name
-        self.config = hf_model_kwargs(spec)  # raises UnsupportedSpecError before any I/O
+        # the run's plan (backends/registry.py), else resolved here; UnsupportedSpecError before any I/O
+        self.config = dict(native) if native is not None else hf_model_kwargs(spec)
         self._model: Any = None
         self._tok: Any = None
         self._lock = asyncio.Lock()
@@ -80,11 +83,11 @@ class HFBackend:
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
         if self._model is None:
-            raise BackendRequestError("engine_dead", "model is not loaded")
+            raise BackendRequestError(FailureKind.ENGINE_DEAD, "model is not loaded")
         ids = self._input_ids(req)
         max_len = self.config["max_model_len"]
         if max_len and len(ids) + req.max_tokens > max_len:
-            raise BackendRequestError("http_4xx", f"prompt ({len(ids)}) + max_tokens ({req.max_tokens}) "
+            raise BackendRequestError(FailureKind.HTTP_4XX, f"prompt ({len(ids)}) + max_tokens ({req.max_tokens}) "
                                       f"exceeds max_model_len {max_len}")
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
@@ -167,7 +170,7 @@ class HFBackend:
         and the logprobs of the token ids in ``want[i]`` (e.g. the candidate's top-k, for KL).
         """
         if self._model is None:
-            raise BackendRequestError("engine_dead", "model is not loaded")
+            raise BackendRequestError(FailureKind.ENGINE_DEAD, "model is not loaded")
         ids = self._input_ids(req)
         async with self._lock:
             loop = asyncio.get_running_loop()
@@ -198,3 +201,20 @@ class HFBackend:
                                "device": self._device}
         return BackendDescription(name=self.name, framework="transformers", version=self._version,
                                   native_config=cfg)
+
+
+def resolve(spec: ServingSpec, target: Target) -> dict[str, Any]:
+    """The reference's configuration depends on the spec alone."""
+    return hf_model_kwargs(spec)
+
+
+def plan(spec: ServingSpec, native: dict[str, Any]) -> dict[str, Any]:
+    return native
+
+
+register(BackendEntry(
+    name="hf", summary="transformers reference (model.generate, one request at a time); quality reference",
+    factory="backends.hf:HFBackend", plan="backends.hf:plan", resolve="backends.hf:resolve",
+    requires=("transformers", "torch"), extra="pip install 'llm-compare[hf]'",
+    capabilities=CAPS,
+))

@@ -28,7 +28,7 @@ import httpx
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem
-from core.errors import BackendRequestError, BackendStartError
+from core.errors import BackendRequestError, BackendStartError, FailureKind
 from backends.http.protocol import EventSink, Protocol
 from backends.http.protocols import get_protocol
 from backends.http.sse import RawEvent, read_events
@@ -40,6 +40,16 @@ from backends.registry import BackendEntry, register
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 600.0
 API_KEY_ENV = "LLM_COMPARE_API_KEY"  # sent as a bearer token; never logged or stored
+
+
+def http_capabilities(protocol: str | Protocol, server_metrics: bool = True) -> Capabilities:
+    """What a server behind ``protocol`` can do; the one declaration for the class and its entry."""
+    p = get_protocol(protocol) if isinstance(protocol, str) else protocol
+    notes = [f"HTTP {p.name} protocol ({p.path}); timing at the first byte of each SSE event"]
+    if not p.forced_output_length:
+        notes.append("no ignore_eos: output lengths cannot be forced; compare length-matched tokens")
+    return Capabilities(forced_output_length=p.forced_output_length, token_id_prompts=p.token_id_prompts,
+                        logprobs=True, continuous_batching=True, server_metrics=server_metrics, notes=tuple(notes))
 
 
 class HttpStreamBackend:
@@ -76,13 +86,7 @@ class HttpStreamBackend:
     # ------------------------------------------------------------------ lifecycle
     @property
     def capabilities(self) -> Capabilities:
-        p = self.protocol
-        notes = [f"HTTP {p.name} protocol ({p.path}); timing at the first byte of each SSE event"]
-        if not p.forced_output_length:
-            notes.append("no ignore_eos: output lengths cannot be forced; compare length-matched tokens")
-        return Capabilities(forced_output_length=p.forced_output_length, token_id_prompts=p.token_id_prompts,
-                            logprobs=True, continuous_batching=True,
-                            server_metrics=self.metrics_kind is not None, notes=tuple(notes))
+        return http_capabilities(self.protocol, self.metrics_kind is not None)
 
     async def _start_server(self) -> None:
         """Hook for subclasses that launch the server; endpoint backends have nothing to start."""
@@ -171,7 +175,7 @@ class HttpStreamBackend:
         if self._tokenizer is None:
             src = (self.spec.tokenizer or self.spec.model) if self.spec else None
             if not src or not Path(src).exists():
-                raise BackendRequestError("prompt", f"{self.protocol.name} needs text prompts and no local "
+                raise BackendRequestError(FailureKind.PROMPT, f"{self.protocol.name} needs text prompts and no local "
                                           f"tokenizer is known to convert token ids; pass --tokenizer DIR "
                                           f"or use --prompt-format text")
             from transformers import AutoTokenizer
@@ -206,18 +210,18 @@ class HttpStreamBackend:
     # ------------------------------------------------------------------ streaming
     async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
         if self._client is None:
-            raise BackendRequestError("connect", f"{self.name} is not started")
+            raise BackendRequestError(FailureKind.CONNECT, f"{self.name} is not started")
         try:
             payload = self.protocol.build_payload(self._adapt(req), self.model or "")
         except ValueError as e:
-            raise BackendRequestError("prompt", str(e)) from None
+            raise BackendRequestError(FailureKind.PROMPT, str(e)) from None
         # tokens are parsed where they are framed (sse.py); this loop only hands batches over
         sink = EventSink(self.protocol.parse_event, self.raw_observer, req.request_id)
         async for batch in read_events(self._client, self.protocol.path, payload, sink, self._post):
             for item in batch:
                 yield item
         if not sink.terminal and sink.finish is None:
-            raise BackendRequestError("disconnected", "stream closed before the server said it was done "
+            raise BackendRequestError(FailureKind.DISCONNECTED, "stream closed before the server said it was done "
                                       "(no finish reason / terminal event): the server died or cut it")
         yield StreamEnd(t_ns=time.perf_counter_ns(), finish_reason=sink.finish, prompt_tokens=sink.prompt_tokens,
                         completion_tokens=sink.completion_tokens)
@@ -270,15 +274,13 @@ register(BackendEntry(
     factory="backends.http_backends:OpenAIEndpointBackend", plan="backends.http_backends:endpoint_plan",
     requires=("httpx",), extra="pip install httpx", needs_target=True,
     notes=("openai@http://127.0.0.1:8000; bearer token from $LLM_COMPARE_API_KEY if set",),
-    capabilities={"forced_output_length": True, "token_id_prompts": True, "logprobs": True,
-                  "continuous_batching": True, "server_metrics": True},
+    capabilities=http_capabilities("openai"),
 ))
 register(BackendEntry(
     name="openai-chat", summary="an already running OpenAI-compatible server, /v1/chat/completions",
     factory="backends.http_backends:OpenAIEndpointBackend", plan="backends.http_backends:endpoint_plan",
     requires=("httpx",), extra="pip install httpx", needs_target=True,
-    capabilities={"forced_output_length": True, "token_id_prompts": False, "logprobs": True,
-                  "continuous_batching": True, "server_metrics": True},
+    capabilities=http_capabilities("openai-chat"),
 ))
 register(BackendEntry(
     name="tgi", summary="an already running TGI server, native /generate_stream protocol",
@@ -286,14 +288,13 @@ register(BackendEntry(
     requires=("httpx",), extra="pip install httpx", needs_target=True,
     notes=("no ignore_eos in TGI: outputs are compared length-matched",
            "token-id prompts are decoded with the spec's local tokenizer"),
-    capabilities={"forced_output_length": False, "token_id_prompts": False, "logprobs": True,
-                  "continuous_batching": True, "server_metrics": True},
+    capabilities=http_capabilities("tgi"),
 ))
 register(BackendEntry(
     name="vllm-server", summary="vLLM OpenAI API server launched here (same engine config as `vllm`), over HTTP",
     factory="backends.vllm_server:VllmServerBackend", plan="backends.vllm_server:server_plan",
+    resolve="adapters.vllm:vllm_plan",
     requires=("vllm", "httpx"), extra="pip install 'llm-compare[cpu]' (CPU) or 'llm-compare[vllm]' (GPU)",
     notes=("compare with `vllm` in one run to see the API-server overhead: --backends vllm,vllm-server",),
-    capabilities={"forced_output_length": True, "token_id_prompts": True, "logprobs": True,
-                  "continuous_batching": True, "server_metrics": True},
+    capabilities=http_capabilities("openai"),
 ))

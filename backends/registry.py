@@ -1,19 +1,25 @@
 """Every backend by name: how to build it, its pure plan (adapter) and what it needs to run.
 
-Backend modules are imported only when a backend is built, so ``compare plan`` and
-``compare backends`` work without any framework installed.
+Backend modules import their framework only when a backend starts, so ``compare plan`` and
+``compare backends`` work without any framework installed. Each backend module registers its
+entry (its capabilities declared once, there); :func:`prepare` resolves a backend's native plan
+once per run, and build, every repeat and describe reuse it.
 
-A backend name may carry a target after ``@``: ``openai@http://127.0.0.1:8000``.
+A backend name may carry a target after ``@``: ``openai@http://127.0.0.1:8000``. Where the CLI
+builds a typed target instead (a :class:`Target`, e.g. backends.topology_target.Topology), build and
+plan take that value as is: its ``entry`` picks the registry entry, its ``name`` is the display name.
 """
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from adapters.spec import ServingSpec
+from adapters.target import Machine
 from backends.base import Backend
 from core.errors import UserError
+from core.records import Capabilities
 from core.lazy import importable
 
 
@@ -21,14 +27,32 @@ from core.lazy import importable
 class BackendEntry:
     name: str
     summary: str
-    factory: str  # "module:Class"; called as Class(spec, name=..., target=... if any)
-    plan: str  # "module:function" (pure): spec [, target] -> native config dict
+    factory: str  # "module:Class"; called as Class(spec, name=..., target=... | native=...)
+    # "module:function" -> native config dict for `compare plan`: (spec, native) for an entry with
+    # ``resolve`` (and no target), else (spec [, target])
+    plan: str
     requires: tuple[str, ...] = ()  # Python modules needed to run it here
     extra: str = ""  # pip extra / hint that provides them
     needs_target: bool = False  # name@TARGET required
     notes: tuple[str, ...] = ()
     check: str | None = None  # optional "module:function" -> (ok, reason) for runtime checks
-    capabilities: dict[str, Any] = field(default_factory=dict)
+    # what the backend can do: the same value its class reports (declared once, in its module)
+    capabilities: Capabilities | None = None
+    # "module:function" (spec, adapters.target.Target) -> the native plan, resolved once per run
+    # from the probed model and machine and handed to the factory as ``native=``
+    resolve: str | None = None
+
+
+@runtime_checkable
+class Target(Protocol):
+    """A typed backend target: the entry that builds it and the name its results are filed under
+    (``str(target)`` is that name too)."""
+
+    @property
+    def entry(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
 
 
 _ENTRIES: dict[str, BackendEntry] = {}
@@ -64,23 +88,88 @@ def entry_for(full: str) -> tuple[BackendEntry, str | None]:
     return e, target
 
 
+def _resolve(full: str | Target) -> tuple[BackendEntry, str | Target | None, str]:
+    """(entry, target handed to the backend, display name) of a name or a typed target."""
+    if isinstance(full, str):
+        e, target = entry_for(full)
+        return e, target, full
+    _load_plugins()
+    if full.entry not in _ENTRIES:
+        raise UnknownBackendError(f"unknown backend {full.entry!r}; known: {', '.join(sorted(_ENTRIES))}")
+    return _ENTRIES[full.entry], full, full.name
+
+
 def _load(ref: str) -> Callable[..., Any]:
     mod, _, attr = ref.partition(":")
     return getattr(importlib.import_module(mod), attr)
 
 
-def plan(full: str, spec: ServingSpec) -> dict[str, Any]:
-    e, target = entry_for(full)
-    fn = _load(e.plan)
-    return fn(spec, target) if e.needs_target or target else fn(spec)
+@dataclass(frozen=True)
+class Prepared:
+    """A backend resolved against a spec: its entry and its native plan, computed once and
+    reused by build (every repeat) and describe."""
+
+    name: str  # display name (results are filed under it)
+    entry: BackendEntry
+    target: Any  # str after '@', a typed Target, or None
+    spec: ServingSpec
+    native: Any = None  # entry.resolve's result; None for targets and entries without one
+
+    def plan(self) -> dict[str, Any]:
+        fn = _load(self.entry.plan)
+        if self.native is not None:
+            return fn(self.spec, self.native)
+        return fn(self.spec, self.target) if self.entry.needs_target or self.target else fn(self.spec)
+
+    def build(self, **kw: Any) -> Backend:
+        cls = _load(self.entry.factory)
+        if self.target is not None:
+            kw["target"] = self.target
+        elif self.native is not None:
+            kw["native"] = self.native
+        return cls(self.spec, name=self.name, **kw)
 
 
-def build(full: str, spec: ServingSpec, **kw: Any) -> Backend:
-    e, target = entry_for(full)
-    cls = _load(e.factory)
-    if target is not None:
-        kw["target"] = target
-    return cls(spec, name=full, **kw)
+def prepare(full: str | Target, spec: ServingSpec, machine: Machine | None = None) -> Prepared:
+    """Resolve once: probes the model (and the machine, unless given) and runs the adapter."""
+    e, target, name = _resolve(full)
+    native = None
+    if e.resolve is not None and target is None:
+        from backends.models.probe import probe
+
+        native = _load(e.resolve)(spec, probe(spec.model, machine))
+    return Prepared(name, e, target, spec, native)
+
+
+class Builder:
+    """A backend factory ``(name, spec) -> Backend`` that resolves each backend's plan once (the
+    machine probed once, each model once per spec) and builds every later backend (a repeat's
+    fresh engine) from the same plan."""
+
+    def __init__(self) -> None:
+        self._prepared: dict[tuple[str, str], Prepared] = {}
+        self._machine: Machine | None = None
+
+    def prepare(self, full: str | Target, spec: ServingSpec) -> Prepared:
+        key = (str(full) if isinstance(full, str) else repr(full), spec.model_dump_json())
+        if key not in self._prepared:
+            if self._machine is None:
+                from backends.models.probe import probe_machine
+
+                self._machine = probe_machine()
+            self._prepared[key] = prepare(full, spec, self._machine)
+        return self._prepared[key]
+
+    def __call__(self, full: str | Target, spec: ServingSpec, **kw: Any) -> Backend:
+        return self.prepare(full, spec).build(**kw)
+
+
+def plan(full: str | Target, spec: ServingSpec) -> dict[str, Any]:
+    return prepare(full, spec).plan()
+
+
+def build(full: str | Target, spec: ServingSpec, **kw: Any) -> Backend:
+    return prepare(full, spec).build(**kw)
 
 
 def availability(e: BackendEntry) -> tuple[bool, str]:
@@ -92,28 +181,17 @@ def availability(e: BackendEntry) -> tuple[bool, str]:
     return True, "ready"
 
 
-# ---------------------------------------------------------------- built-in backends
-
-def _vllm_plan(spec: ServingSpec) -> dict[str, Any]:
-    from adapters.vllm import vllm_engine_args
-
-    return {"engine": "vllm.v1.engine.async_llm.AsyncLLM", "engine_args": vllm_engine_args(spec)}
-
-
-def _hf_plan(spec: ServingSpec) -> dict[str, Any]:
-    from adapters.hf import hf_model_kwargs
-
-    return hf_model_kwargs(spec)
-
-
 # Modules that register more backends when imported (one per framework/transport). A module
 # that does not exist (yet) is skipped; any other import error is a bug and propagates.
 PLUGINS = (
+    "backends.vllm_inproc",     # vLLM in-process
+    "backends.hf",              # the transformers reference
     "backends.http_backends",   # openai@URL, tgi@URL endpoints and the vllm-server backend
     "backends.tgi",             # TGI via its container
     "backends.vllm_container",  # vLLM OpenAI server in a container
     "backends.trtllm",          # TensorRT-LLM (container flows and in-process)
     "backends.topology",        # replicas behind a client-side load balancer
+    "backends.openvino",        # OpenVINO GenAI in-process (CPU)
 )
 _plugins_loaded = False
 
@@ -129,19 +207,3 @@ def _load_plugins() -> None:
         except ModuleNotFoundError as e:
             if e.name != mod:
                 raise
-
-
-register(BackendEntry(
-    name="vllm", summary="vLLM in-process (AsyncLLM, v1 engine), streaming DELTA outputs",
-    factory="backends.vllm_inproc:VllmBackend", plan="backends.registry:_vllm_plan",
-    requires=("vllm",), extra="pip install 'llm-compare[cpu]' (CPU) or 'llm-compare[vllm]' (GPU)",
-    capabilities={"forced_output_length": True, "token_id_prompts": True, "logprobs": True,
-                  "continuous_batching": True},
-))
-register(BackendEntry(
-    name="hf", summary="transformers reference (model.generate, one request at a time); quality reference",
-    factory="backends.hf:HFBackend", plan="backends.registry:_hf_plan",
-    requires=("transformers", "torch"), extra="pip install 'llm-compare[hf]'",
-    capabilities={"forced_output_length": True, "token_id_prompts": True, "logprobs": False,
-                  "continuous_batching": False},
-))

@@ -12,14 +12,16 @@ length-matched tokens); TGI is in maintenance mode upstream (minor fixes only).
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
 
 from adapters.spec import ServingSpec
+from adapters.target import Target
 from adapters.tgi import CONTAINER_PORT, tgi_launcher_args
 from backends.container_http import ContainerHttpBackend, container_options, model_in_container
+from backends.http_backends import http_capabilities
 from backends.registry import BackendEntry, register
 from containers.manager import ContainerSpec
 
@@ -34,23 +36,34 @@ MAINTENANCE_NOTE = ("TGI is in maintenance mode upstream (its README: minor fixe
 LENGTH_NOTE = "TGI cannot force output length (no ignore_eos): compare length-matched tokens"
 
 
-def container_spec(spec: ServingSpec) -> tuple[ContainerSpec, dict[str, Any], list[str], dict[str, str]]:
-    """Pure: (container spec, options, launcher argv, launcher env) for a spec."""
+@dataclass(frozen=True)
+class TgiPlan:
+    """The container and launcher command for a spec, resolved once per run."""
+
+    container: ContainerSpec
+    options: dict[str, Any]
+    argv: tuple[str, ...]
+    env: dict[str, str]
+
+
+def container_spec(spec: ServingSpec, target: Target) -> TgiPlan:
+    """The container spec, options, launcher argv and env for a spec and its probed model."""
     opts = container_options(spec, "tgi", DEFAULTS)
     model_path, mounts = model_in_container(spec.model)
-    argv, env = tgi_launcher_args(spec, model_path=model_path, host_model_dir=spec.model)
+    argv, env = tgi_launcher_args(spec, model_path=model_path, target=target)
     cs = ContainerSpec(image=str(opts["image"]), command=tuple(argv), container_port=CONTAINER_PORT,
                        env=tuple(sorted({**env, **dict(opts["env"])}.items())), mounts=mounts, shm_size=opts["shm_size"],
                        gpus=opts["gpus"], host_port=opts["host_port"])
-    return cs, opts, argv, env
+    return TgiPlan(cs, opts, tuple(argv), env)
 
 
-def tgi_plan(spec: ServingSpec, target: str | None = None) -> dict[str, Any]:
-    if target:
+def tgi_plan(spec: ServingSpec, target: "str | TgiPlan | None" = None) -> dict[str, Any]:
+    """`compare plan`: the container's launcher command (``tgi``) or the endpoint (``tgi@URL``)."""
+    if not isinstance(target, TgiPlan):
         from backends.http_backends import endpoint_plan
 
         return endpoint_plan(spec, target)
-    cs, opts, argv, env = container_spec(spec)
+    cs, opts, argv = target.container, target.options, target.argv
     return {
         "image": cs.image,
         "launcher_argv": ["text-generation-launcher", *argv],
@@ -64,12 +77,20 @@ def tgi_plan(spec: ServingSpec, target: str | None = None) -> dict[str, Any]:
     }
 
 
+def with_maintenance_note(caps: Any) -> Any:
+    return replace(caps, notes=tuple(caps.notes) + (MAINTENANCE_NOTE,))
+
+
 class TgiContainerBackend(ContainerHttpBackend):
     framework = "text-generation-inference"
     health_path = "/health"
 
-    def __init__(self, spec: ServingSpec, name: str = "tgi", **kw: Any) -> None:
-        cs, opts, argv, env = container_spec(spec)  # UnsupportedSpecError before any I/O
+    def __init__(self, spec: ServingSpec, name: str = "tgi", native: TgiPlan | None = None, **kw: Any) -> None:
+        if native is None:  # the run's plan (backends/registry.py), else resolved here
+            from backends.models.probe import probe
+
+            native = container_spec(spec, probe(spec.model))  # UnsupportedSpecError before any I/O
+        cs, opts, argv = native.container, native.options, list(native.argv)
         passthrough = tuple((k, os.environ[src]) for k, src in PASSTHROUGH_ENV if os.environ.get(src))
         if passthrough:
             cs = replace(cs, env=cs.env + passthrough)
@@ -89,8 +110,7 @@ class TgiContainerBackend(ContainerHttpBackend):
 
     @property
     def capabilities(self):  # type: ignore[no-untyped-def]
-        caps = super().capabilities
-        return replace(caps, notes=tuple(caps.notes) + (MAINTENANCE_NOTE,))
+        return with_maintenance_note(super().capabilities)
 
     def describe(self):  # type: ignore[no-untyped-def]
         d = super().describe()
@@ -101,13 +121,18 @@ class TgiContainerBackend(ContainerHttpBackend):
         return d
 
 
-def make_tgi(spec: ServingSpec, name: str = "tgi", target: str | None = None, **kw: Any):  # type: ignore[no-untyped-def]
+def make_tgi(spec: ServingSpec, name: str = "tgi", target: str | None = None,  # type: ignore[no-untyped-def]
+             native: TgiPlan | None = None, **kw: Any):
     """``tgi`` -> the container; ``tgi@URL`` -> an already running server."""
     if target:
         from backends.http_backends import TgiEndpointBackend
 
         return TgiEndpointBackend(spec, name, target=target, **kw)
-    return TgiContainerBackend(spec, name, **kw)
+    return TgiContainerBackend(spec, name, native=native, **kw)
+
+
+def resolve(spec: ServingSpec, target: Target) -> TgiPlan:
+    return container_spec(spec, target)
 
 
 def docker_check() -> tuple[bool, str]:
@@ -129,13 +154,12 @@ import backends.http_backends  # noqa: E402,F401  (register its entries first, t
 register(BackendEntry(
     name="tgi", summary=f"text-generation-inference in its container ({DEFAULT_IMAGE}); "
                         "tgi@URL: an already running TGI server",
-    factory="backends.tgi:make_tgi", plan="backends.tgi:tgi_plan",
+    factory="backends.tgi:make_tgi", plan="backends.tgi:tgi_plan", resolve="backends.tgi:resolve",
     requires=("httpx", "docker"), extra="pip install 'llm-compare[docker]' (and a Docker engine)",
     check="backends.tgi:docker_check",
     notes=(LENGTH_NOTE, MAINTENANCE_NOTE,
            "other image: --native tgi.image=NAME (local test double: llm-compare/tgi-double:0.32.0, "
            "with --native tgi.gpus=none); --native tgi.pull=true to pull a missing image",
            "launcher flags: --native tgi.--max-waiting-tokens=20 (checked against TGI 3.3's flags)"),
-    capabilities={"forced_output_length": False, "token_id_prompts": False, "logprobs": True,
-                  "continuous_batching": True, "server_metrics": True},
+    capabilities=with_maintenance_note(http_capabilities("tgi")),
 ))

@@ -23,16 +23,15 @@ import httpx
 import yaml
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from adapters.trtllm import (
-    CONFIG_DIR, LLM_ARGS_FILE, MODEL_DIR, SERVE_PORT, WORK_DIR, TrtllmPlan, trtllm_plan,
-)
+from adapters.target import Target
+from adapters.trtllm import CONFIG_DIR, LLM_ARGS_FILE, MODEL_DIR, SERVE_PORT, WORK_DIR, TrtllmPlan, trtllm_plan_for
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
-from core.errors import BackendRequestError, BackendStartError
+from core.errors import BackendRequestError, BackendStartError, FailureKind
 from backends.http import openai as openai_proto
 from backends.http.openai import COMPLETIONS, completions_payload
 from backends.http.protocol import UNKNOWN_ID, Done, Parsed
 from backends.http.sse import RawEvent
-from backends.http_backends import HttpStreamBackend
+from backends.http_backends import HttpStreamBackend, http_capabilities
 from backends.registry import BackendEntry, register
 
 NOT_RUN = ("NOT executed against TensorRT-LLM on these machines: commands are read from NVIDIA's "
@@ -99,30 +98,33 @@ def trtllm_protocol(detokenize: bool = True):
 
 
 def detect_gpu() -> tuple[str | None, str | None]:
-    from core.hardware import _gpus
+    from backends.models.probe import probe_machine
 
-    gpus = _gpus()
-    return (gpus[0]["name"], gpus[0]["compute_cap"]) if gpus else (None, None)
-
-
-def resolve_plan(spec: ServingSpec) -> TrtllmPlan:
-    """The pure plan with the facts only this machine knows: its GPU and the checkpoint's quantization."""
-    from backends.trtllm_pipeline import checkpoint_quant
-
-    name, cc = detect_gpu()
-    pre = checkpoint_quant(spec.model) if Path(spec.model).is_dir() else None
-    return trtllm_plan(spec, compute_capability=cc, gpu_name=name, checkpoint_quant=pre)
+    m = probe_machine()
+    return m.gpu_name, m.compute_capability
 
 
-def plan(spec: ServingSpec, target: str | None = None) -> dict[str, Any]:
-    """`compare plan`: the flow, quantize/build commands, LlmArgs YAML and container settings."""
-    if target:
-        return {"endpoint": target, "protocol": "trtllm-serve OpenAI /v1/completions", "note": NOT_RUN}
-    if Path(spec.model).exists():  # `compare run` checks this before anything starts
+def resolve(spec: ServingSpec, target: Target) -> TrtllmPlan:
+    """The pure plan with the facts only this machine knows: its GPU and the checkpoint's quantization.
+    A checkpoint here with missing files fails in one line, before any container starts."""
+    if Path(spec.model).exists():
         from backends.models.engine_cache import validate_checkpoint
 
         validate_checkpoint(spec.model)
-    p = resolve_plan(spec)
+    return trtllm_plan_for(spec, target)
+
+
+def resolve_plan(spec: ServingSpec) -> TrtllmPlan:
+    from backends.models.probe import probe
+
+    return resolve(spec, probe(spec.model))
+
+
+def plan(spec: ServingSpec, target: "str | TrtllmPlan | None" = None) -> dict[str, Any]:
+    """`compare plan`: the flow, quantize/build commands, LlmArgs YAML and container settings."""
+    if not isinstance(target, TrtllmPlan):
+        return {"endpoint": target, "protocol": "trtllm-serve OpenAI /v1/completions", "note": NOT_RUN}
+    p = target
     out = p.as_dict()
     out["llm_args_yaml_text"] = yaml.safe_dump(p.llm_args, sort_keys=False) if p.llm_args else ""
     out["serve_container"] = _serve_container(spec, p, "<cache entry>", "<run config dir>").settings()
@@ -145,20 +147,30 @@ def _serve_container(spec: ServingSpec, p: TrtllmPlan, artifact: str | None, con
                          gpus=gpus, shm_size="2g", env=(("HOME", "/tmp"),))
 
 
+def not_run(caps: Capabilities) -> Capabilities:
+    return dataclasses.replace(caps, notes=caps.notes + (NOT_RUN,))
+
+
+INPROC_CAPS = Capabilities(forced_output_length=True, token_id_prompts=True, logprobs=True,
+                           continuous_batching=True, notes=(NOT_RUN,))
+
+
 class TrtllmBackend(HttpStreamBackend):
     """trtllm-serve in its container (after the cached quantize/build steps), or at a URL."""
 
     framework = "tensorrt-llm"
 
     def __init__(self, spec: ServingSpec, name: str = "trtllm", target: str | None = None,
-                 metrics: str | None = "trtllm-json", cache_dir: str | None = None, pull: bool = False) -> None:
-        native = spec.native_for("trtllm")
+                 metrics: str | None = "trtllm-json", cache_dir: str | None = None, pull: bool = False,
+                 native: TrtllmPlan | None = None) -> None:
         if not target:
             from backends.models.engine_cache import validate_checkpoint
 
             validate_checkpoint(spec.model)  # missing files: one line, before any container starts
-        self.plan = None if target else resolve_plan(spec)  # raises UnsupportedSpecError before any I/O
-        super().__init__(spec, name, protocol=trtllm_protocol(bool(native.get("detokenize", True))),
+        # the run's plan (backends/registry.py), else resolved here; UnsupportedSpecError before any I/O
+        self.plan = None if target else (native or resolve_plan(spec))
+        native_opts = spec.native_for("trtllm")
+        super().__init__(spec, name, protocol=trtllm_protocol(bool(native_opts.get("detokenize", True))),
                          target=target, metrics=metrics)
         self.cache_dir, self.pull = cache_dir, pull
         self.results_dir: Path | None = None
@@ -172,8 +184,7 @@ class TrtllmBackend(HttpStreamBackend):
 
     @property
     def capabilities(self) -> Capabilities:
-        c = super().capabilities
-        return dataclasses.replace(c, notes=c.notes + (NOT_RUN,))
+        return not_run(super().capabilities)
 
     async def _start_server(self) -> None:
         if self.plan is None:  # trtllm@URL: an already running trtllm-serve
@@ -237,9 +248,9 @@ class TrtllmBackend(HttpStreamBackend):
 class TrtllmInprocBackend:
     """``tensorrt_llm.LLM`` in this process (PyTorch flow), streamed with generate_async."""
 
-    def __init__(self, spec: ServingSpec, name: str = "trtllm-inproc") -> None:
+    def __init__(self, spec: ServingSpec, name: str = "trtllm-inproc", native: TrtllmPlan | None = None) -> None:
         self.spec, self.name = spec, name
-        self.plan = resolve_plan(spec)
+        self.plan = native or resolve_plan(spec)
         if self.plan.flow != "pytorch" or self.plan.steps:
             why = ("the engine flow builds in containers" if self.plan.flow != "pytorch"
                    else "quantizing needs the ModelOpt step; pass a pre-quantized ModelOpt checkpoint")
@@ -249,8 +260,7 @@ class TrtllmInprocBackend:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(forced_output_length=True, token_id_prompts=True, logprobs=True,
-                            continuous_batching=True, notes=(NOT_RUN,))
+        return INPROC_CAPS
 
     async def __aenter__(self) -> "TrtllmInprocBackend":
         import importlib
@@ -290,7 +300,7 @@ class TrtllmInprocBackend:
         from tensorrt_llm import SamplingParams
 
         if self._llm is None:
-            raise BackendRequestError("engine_dead", "engine is not running")
+            raise BackendRequestError(FailureKind.ENGINE_DEAD, "engine is not running")
         sp = SamplingParams(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p,
                             ignore_eos=req.ignore_eos, seed=req.seed, logprobs=req.logprobs)
         out = None
@@ -301,7 +311,7 @@ class TrtllmInprocBackend:
                 if c.token_ids_diff:  # CompletionOutput deltas (llmapi); text_diff is the new text
                     yield TokenEvent(t_ns=t, token_ids=tuple(c.token_ids_diff), text=c.text_diff or "")
         except Exception as e:
-            raise BackendRequestError("engine", f"{type(e).__name__}: {e}") from e
+            raise BackendRequestError(FailureKind.ENGINE, f"{type(e).__name__}: {e}") from e
         c = out.outputs[0] if out is not None else None
         yield StreamEnd(t_ns=time.perf_counter_ns(), finish_reason=getattr(c, "finish_reason", None),
                         prompt_tokens=len(out.prompt_token_ids) if out is not None and out.prompt_token_ids else None,
@@ -329,19 +339,19 @@ def _docker_check() -> tuple[bool, str]:
 register(BackendEntry(
     name="trtllm", summary="TensorRT-LLM: quantize/build steps + trtllm-serve in nvcr.io/nvidia/tensorrt-llm/release "
                            "containers (or trtllm@URL), over its OpenAI API",
-    factory="backends.trtllm:TrtllmBackend", plan="backends.trtllm:plan", requires=("httpx", "docker"),
+    factory="backends.trtllm:TrtllmBackend", plan="backends.trtllm:plan", resolve="backends.trtllm:resolve",
+    requires=("httpx", "docker"),
     extra="pip install 'llm-compare[docker]'", check="backends.trtllm:_docker_check",
     notes=(NOT_RUN, "release: --native trtllm.version=1.2.0 (flow chosen by release; engine flow <= 1.3.0rc20)",
            "engine cache: `compare cache ls|rm`"),
-    capabilities={"forced_output_length": True, "token_id_prompts": True, "logprobs": True,
-                  "continuous_batching": True, "server_metrics": True},
+    capabilities=not_run(http_capabilities(trtllm_protocol())),
 ))
 register(BackendEntry(
     name="trtllm-inproc", summary="TensorRT-LLM in-process: tensorrt_llm.LLM.generate_async(streaming=True)",
-    factory="backends.trtllm:TrtllmInprocBackend", plan="backends.trtllm:plan", requires=("tensorrt_llm",),
+    factory="backends.trtllm:TrtllmInprocBackend", plan="backends.trtllm:plan", resolve="backends.trtllm:resolve",
+    requires=("tensorrt_llm",),
     extra="run the `trtllm` backend (container) or install TensorRT-LLM from NVIDIA's index: "
           "pip install tensorrt_llm --extra-index-url https://pypi.nvidia.com",
     notes=(NOT_RUN,),
-    capabilities={"forced_output_length": True, "token_id_prompts": True, "logprobs": True,
-                  "continuous_batching": True},
+    capabilities=INPROC_CAPS,
 ))

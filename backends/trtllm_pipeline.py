@@ -10,7 +10,6 @@ BuildFailed with its last log lines; the cache then publishes nothing.
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -18,7 +17,6 @@ from typing import Any
 
 from adapters.trtllm import MODEL_DIR, MODELOPT_DIR, WORK_DIR, TrtllmPlan
 from backends.models.engine_cache import BuildFailed, EngineCache, Entry, cache_key, checkpoint_digest
-from core.errors import UserError
 from containers.manager import ContainerSpec, ManagedContainer, create_tracked, device_requests, ensure_image
 
 STEP_TIMEOUT_S = 6 * 3600.0
@@ -26,30 +24,12 @@ LOG_TAIL_LINES = 25
 
 
 def checkpoint_quant(model_dir: str | os.PathLike[str]) -> str | None:
-    """QuantAlgo a checkpoint already carries: ModelOpt's hf_quant_config.json or config.json's
-    quantization_config (GPTQ/AWQ/FP8/ModelOpt). None for an unquantized (or unknown) checkpoint."""
-    d = Path(model_dir)
-    try:
-        q = json.loads((d / "hf_quant_config.json").read_text()).get("quantization", {})
-        if q.get("quant_algo"):
-            return str(q["quant_algo"]).upper()
-    except (OSError, ValueError, AttributeError):
-        pass
-    try:
-        qc = json.loads((d / "config.json").read_text()).get("quantization_config") or {}
-    except (OSError, ValueError):
-        return None
-    method = str(qc.get("quant_method", "")).lower()
-    if method == "modelopt" and qc.get("quant_algo"):
-        return str(qc["quant_algo"]).upper()
-    if method in ("gptq", "awq") and int(qc.get("bits", 4)) == 4:
-        return "W4A16_GPTQ" if method == "gptq" else "W4A16_AWQ"
-    if method == "fp8":
-        return "FP8"
-    if method:
-        raise UserError(f"checkpoint {d} is quantized as {method!r}, which TensorRT-LLM does not load; "
-                        f"pass the unquantized checkpoint and --quantization, or a ModelOpt export")
-    return None
+    """QuantAlgo a checkpoint already carries (adapters.trtllm_support.checkpoint_quant on the
+    probed directory). None for an unquantized (or unknown) checkpoint."""
+    from adapters.trtllm_support import checkpoint_quant as of_model
+    from backends.models.probe import probe_model
+
+    return of_model(probe_model(str(model_dir)))
 
 
 class StepContainer(ManagedContainer):

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.spec import ServingSpec
-from adapters.vllm import vllm_engine_args, vllm_server_argv
+from adapters.vllm import VllmPlan, server_argv, vllm_plan
 from backends.container_http import ContainerHttpBackend, container_options, model_in_container
+from backends.http_backends import http_capabilities
 from backends.registry import BackendEntry, register
 from containers.manager import ContainerSpec
 
@@ -22,25 +23,31 @@ DEFAULTS = {"image": DEFAULT_IMAGE, "gpus": None, "shm_size": "1g", "host_port":
             "pull": False, "ready_timeout_s": 600}
 
 
-def container_spec(spec: ServingSpec) -> tuple[ContainerSpec, dict[str, Any], list[str]]:
-    """Pure: (container spec, options, server argv) for a spec."""
+def container_spec(spec: ServingSpec, engine_args: dict[str, Any]) -> tuple[ContainerSpec, dict[str, Any], list[str]]:
+    """(container spec, options, server argv) for the run's engine args (host paths, mounted)."""
     opts = container_options(spec, "vllm-container", DEFAULTS, flags_here=False)
-    model, mounts = model_in_container(spec.model)
-    tokenizer, tok_mounts = model_in_container(spec.tokenizer) if spec.tokenizer != spec.model else (model, ())
-    inside = spec.model_copy(update={"model": model, "tokenizer": tokenizer if spec.tokenizer else None})
+    inside = dict(engine_args)
+    model, mounts = model_in_container(str(inside["model"]))
+    inside["model"] = model
+    if "tokenizer" in inside:
+        tokenizer, tok_mounts = model_in_container(str(inside["tokenizer"]))
+        inside["tokenizer"] = tokenizer
+        mounts = mounts + tuple(m for m in tok_mounts if m not in mounts)
     # inside its own network namespace the server binds every interface; Docker publishes the
     # port on the host's 127.0.0.1 only
-    argv = vllm_server_argv(inside, "0.0.0.0", CONTAINER_PORT)
-    mounts = mounts + tuple(m for m in tok_mounts if m not in mounts)
+    argv = server_argv(inside, "0.0.0.0", CONTAINER_PORT)
     cs = ContainerSpec(image=str(opts["image"]), command=tuple(argv), container_port=CONTAINER_PORT,
                        env=opts["env"], mounts=mounts, shm_size=opts["shm_size"], gpus=opts["gpus"], host_port=opts["host_port"])
     return cs, opts, argv
 
 
-def vllm_container_plan(spec: ServingSpec) -> dict[str, Any]:
-    cs, opts, argv = container_spec(spec)
+def vllm_container_plan(spec: ServingSpec, native: VllmPlan) -> dict[str, Any]:
+    from backends.models.dummy import engine_args
+
+    args = engine_args(native, write=False)
+    cs, opts, argv = container_spec(spec, args)
     return {"image": cs.image, "server_argv": ["python", "-m", "vllm.entrypoints.openai.api_server", *argv],
-            "engine_args": vllm_engine_args(spec), "container": cs.settings(), "pull": opts["pull"],
+            "engine_args": args, "container": cs.settings(), "pull": opts["pull"],
             "protocol": "openai (/v1/completions, token-id prompts, return_token_ids); ready = GET /health 200"}
 
 
@@ -48,14 +55,20 @@ class VllmContainerBackend(ContainerHttpBackend):
     framework = "vllm"
     health_path = "/health"
 
-    def __init__(self, spec: ServingSpec, name: str = "vllm-container", **kw: Any) -> None:
-        cs, opts, argv = container_spec(spec)  # UnsupportedSpecError before any I/O
+    def __init__(self, spec: ServingSpec, name: str = "vllm-container", native: VllmPlan | None = None,
+                 **kw: Any) -> None:
+        from backends.models.dummy import engine_args
+        from backends.models.probe import probe
+
+        # the run's plan (backends/registry.py), else resolved here; UnsupportedSpecError before any I/O
+        self.engine_args = engine_args(native or vllm_plan(spec, probe(spec.model)))
+        cs, opts, argv = container_spec(spec, self.engine_args)
         self.server_argv = argv
         super().__init__(spec, name, protocol="openai", container_spec=cs, options=opts, **kw)
 
     def describe(self):  # type: ignore[no-untyped-def]
         d = super().describe()
-        d.native_config.update({"image": self.container_spec.image, "engine_args": vllm_engine_args(self.spec),
+        d.native_config.update({"image": self.container_spec.image, "engine_args": self.engine_args,
                                 "server_argv": self.server_argv})
         return d
 
@@ -74,11 +87,11 @@ def docker_check() -> tuple[bool, str]:
 register(BackendEntry(
     name="vllm-container", summary=f"vLLM OpenAI API server in a container ({DEFAULT_IMAGE}), over HTTP",
     factory="backends.vllm_container:VllmContainerBackend", plan="backends.vllm_container:vllm_container_plan",
+    resolve="adapters.vllm:vllm_plan",
     requires=("httpx", "docker"), extra="pip install 'llm-compare[docker]' (and a Docker engine)",
     check="backends.vllm_container:docker_check",
     notes=("same engine flags as vllm/vllm-server; image: --native vllm-container.image=NAME, "
            "GPUs: --native vllm-container.gpus=all",
            "build the local image: containers/images/build.sh vllm-cpu"),
-    capabilities={"forced_output_length": True, "token_id_prompts": True, "logprobs": True,
-                  "continuous_batching": True, "server_metrics": True},
+    capabilities=http_capabilities("openai"),
 ))

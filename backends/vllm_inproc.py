@@ -10,9 +10,10 @@ import time
 from typing import Any, AsyncIterator
 
 from adapters.spec import ServingSpec
-from adapters.vllm import vllm_engine_args
+from adapters.vllm import VllmPlan, vllm_plan
+from backends.registry import BackendEntry, register
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
-from core.errors import BackendRequestError, BackendStartError
+from core.errors import BackendRequestError, BackendStartError, FailureKind
 from core.lazy import require
 
 # perf_counter and monotonic are the same clock (CLOCK_MONOTONIC) on Linux; elsewhere engine
@@ -26,10 +27,14 @@ CAPS = Capabilities(forced_output_length=True, token_id_prompts=True, logprobs=T
 class VllmBackend:
     name = "vllm"
 
-    def __init__(self, spec: ServingSpec, name: str = "vllm") -> None:
+    def __init__(self, spec: ServingSpec, name: str = "vllm", native: VllmPlan | None = None) -> None:
+        from backends.models.dummy import engine_args
+        from backends.models.probe import probe
+
         self.spec = spec
         self.name = name
-        self.engine_args = vllm_engine_args(spec)  # raises UnsupportedSpecError before any I/O
+        # the run's plan (backends/registry.py), else resolved here; UnsupportedSpecError before any I/O
+        self.engine_args = engine_args(native or vllm_plan(spec, probe(spec.model)))
         self._engine: Any = None
         self._tokenizer: Any = None
         self._resolved: dict[str, Any] = {}
@@ -93,7 +98,7 @@ class VllmBackend:
         from vllm.sampling_params import RequestOutputKind
 
         if self._engine is None:
-            raise BackendRequestError("engine_dead", "engine is not running")
+            raise BackendRequestError(FailureKind.ENGINE_DEAD, "engine is not running")
         sp = SamplingParams(
             max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p,
             ignore_eos=req.ignore_eos, seed=req.seed, logprobs=req.logprobs,
@@ -120,7 +125,7 @@ class VllmBackend:
         except BackendRequestError:
             raise
         except Exception as e:
-            kind = "engine_dead" if type(e).__name__ == "EngineDeadError" else "engine"
+            kind = FailureKind.ENGINE_DEAD if type(e).__name__ == "EngineDeadError" else FailureKind.ENGINE
             cause = e.__cause__ or e.__context__
             detail = str(e) or (f"{type(cause).__name__}: {cause}" if cause else "no detail")
             raise BackendRequestError(kind, f"{type(e).__name__}: {detail}") from e
@@ -207,3 +212,18 @@ def _resolved_config(engine: Any) -> dict[str, Any]:
         "device": str(getattr(cfg.device_config, "device_type", "")),
     }
     return {k: v for k, v in out.items() if v is not None}
+
+
+def plan(spec: ServingSpec, native: VllmPlan) -> dict[str, Any]:
+    """`compare plan`: the engine args (a dummy-weight copy is named, not written)."""
+    from backends.models.dummy import engine_args
+
+    return {"engine": "vllm.v1.engine.async_llm.AsyncLLM", "engine_args": engine_args(native, write=False)}
+
+
+register(BackendEntry(
+    name="vllm", summary="vLLM in-process (AsyncLLM, v1 engine), streaming DELTA outputs",
+    factory="backends.vllm_inproc:VllmBackend", plan="backends.vllm_inproc:plan", resolve="adapters.vllm:vllm_plan",
+    requires=("vllm",), extra="pip install 'llm-compare[cpu]' (CPU) or 'llm-compare[vllm]' (GPU)",
+    capabilities=CAPS,
+))

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from adapters.spec import ServingSpec
-from adapters.vllm import vllm_engine_args, vllm_server_argv
+from adapters.vllm import VllmPlan, server_argv, vllm_plan
 from core.errors import BackendStartError
 from backends.http_backends import HttpStreamBackend
 
@@ -46,13 +46,23 @@ def free_port(host: str = HOST) -> int:
         return s.getsockname()[1]
 
 
-def server_command(spec: ServingSpec, port: int, host: str = HOST) -> list[str]:
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *vllm_server_argv(spec, host, port)]
+def server_command(spec: ServingSpec, port: int, host: str = HOST,
+                   engine_args: dict[str, Any] | None = None) -> list[str]:
+    """``engine_args``: the run's resolved (and placed) engine args; default: resolved here."""
+    if engine_args is None:
+        from backends.models.dummy import engine_args as placed
+        from backends.models.probe import probe
+
+        engine_args = placed(vllm_plan(spec, probe(spec.model)))
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *server_argv(engine_args, host, port)]
 
 
-def server_plan(spec: ServingSpec) -> dict[str, Any]:
-    """Pure: what would run (port chosen at start)."""
-    return {"command": server_command(spec, 0)[1:], "engine_args": vllm_engine_args(spec),
+def server_plan(spec: ServingSpec, native: VllmPlan) -> dict[str, Any]:
+    """What would run (port chosen at start); names a dummy copy without writing it."""
+    from backends.models.dummy import engine_args
+
+    args = engine_args(native, write=False)
+    return {"command": server_command(spec, 0, engine_args=args)[1:], "engine_args": args,
             "protocol": "openai (/v1/completions, token-id prompts, return_token_ids)"}
 
 
@@ -149,8 +159,13 @@ class ServerProcess:
 class VllmServerBackend(HttpStreamBackend):
     framework = "vllm"
 
-    def __init__(self, spec: ServingSpec, name: str = "vllm-server", **kw: Any) -> None:
-        vllm_server_argv(spec, HOST, 0)  # raises UnsupportedSpecError before any I/O
+    def __init__(self, spec: ServingSpec, name: str = "vllm-server", native: VllmPlan | None = None,
+                 **kw: Any) -> None:
+        from backends.models.dummy import engine_args
+        from backends.models.probe import probe
+
+        # the run's plan (backends/registry.py), else resolved here; UnsupportedSpecError before any I/O
+        self.engine_args = engine_args(native or vllm_plan(spec, probe(spec.model)))
         super().__init__(spec, name, protocol="openai", model=spec.model, metrics="prometheus", **kw)
         self.results_dir: Path | None = None
         self._server: ServerProcess | None = None
@@ -167,7 +182,7 @@ class VllmServerBackend(HttpStreamBackend):
         vllm = require("vllm", "vllm")
         self._version = getattr(vllm, "__version__", "unknown")
         port = free_port()
-        self._argv = server_command(self.spec, port)
+        self._argv = server_command(self.spec, port, engine_args=self.engine_args)
         safe = self.name.replace("/", "_").replace(":", "_").replace("@", "_")
         log_dir = self.results_dir or Path(tempfile.mkdtemp(prefix="llm-compare-server-"))
         self._server = ServerProcess(self._argv, log_dir / f"{safe}.log")
@@ -181,7 +196,7 @@ class VllmServerBackend(HttpStreamBackend):
 
     def describe(self):  # type: ignore[no-untyped-def]
         d = super().describe()
-        d.native_config.update({"engine_args": vllm_engine_args(self.spec), "server_argv": self._argv[1:]})
+        d.native_config.update({"engine_args": self.engine_args, "server_argv": self._argv[1:]})
         d.extra.update({"server_log": str(self._server.log_path) if self._server else None,
                         "health_after_s": self._health_s})
         if self._server is not None and self.results_dir is None:

@@ -54,13 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     set_engine_env()
 
-    from adapters.vllm import vllm_engine_args
+    from adapters.vllm import vllm_plan
+    from backends.models.dummy import engine_args
+    from backends.models.probe import probe
     from compare.workload.build import build_requests
 
     spec = load_spec(a.spec, a.model)
     workload = load_workload(a.workload, a.num_requests)
     reqs = build_requests(workload)
-    args = vllm_engine_args(spec)
+    args = engine_args(vllm_plan(spec, probe(spec.model)))  # same plan as the vllm backend
     if a.log_stats == "on":
         args.setdefault("disable_log_stats", False)
     if a.match_run:

@@ -131,7 +131,7 @@ def verify(spec: ServingSpec, report: dict[str, Any] | None, *, resolved: dict[s
     out["loaded"]["linear_groups"] = report.get("linear_groups", [])
     s = SCHEMES[requested["weights"]]
     if s.kind == "weights":
-        expect = s.vllm_methods if framework == "vllm" else s.methods_for(framework)
+        expect = s.methods_for(framework)
         if not method:
             problems.append(f"requested {s.name} but the engine resolved no quantization method "
                             "(it ran unquantized weights)")

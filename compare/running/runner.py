@@ -68,7 +68,8 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
               backend_factory: Callable[[str, ServingSpec], Backend] | None = None,
               extra_header: dict[str, Any] | None = None) -> ResultsWriter:
     progress = progress or Progress()
-    factory = backend_factory or registry.build
+    # each backend's native plan is resolved once and reused by every repeat and describe()
+    factory = backend_factory or registry.Builder()
     # Validate every backend's spec before starting anything: a bad option fails the whole run
     # up front instead of after the first backend has spent minutes.
     built = {name: factory(name, cfg.spec_for(name)) for name in cfg.backends}

@@ -4,6 +4,7 @@ from pydantic import ValidationError
 
 from adapters.hf import hf_model_kwargs
 from adapters.spec import ServingSpec, UnsupportedSpecError
+from adapters.target import Target
 from adapters.vllm import vllm_engine_args, vllm_server_argv
 
 
@@ -31,8 +32,9 @@ def test_vllm_defaults_are_left_to_vllm():
 
 def test_vllm_online_fp8_and_checkpoint_schemes():
     # online FP8 differs per device: per-tensor "fp8" on GPUs; per-channel on CPUs (fp8 needs AMX there)
-    assert vllm_engine_args(ServingSpec(model="/m", quantization="w8a8-fp8"), "cuda")["quantization"] == "fp8"
-    assert vllm_engine_args(ServingSpec(model="/m", quantization="w8a8-fp8"), "cpu")["quantization"] == "fp8_per_channel"
+    spec = ServingSpec(model="/m", quantization="w8a8-fp8")
+    assert vllm_engine_args(spec, Target.unprobed("/m", "cuda"))["quantization"] == "fp8"
+    assert vllm_engine_args(spec, Target.unprobed("/m", "cpu"))["quantization"] == "fp8_per_channel"
     # pre-quantized checkpoints: vLLM detects the method from the checkpoint's config
     assert "quantization" not in vllm_engine_args(ServingSpec(model="/m", quantization="w8a8-int8"))
 

@@ -6,18 +6,22 @@ from pathlib import Path
 
 import pytest
 
+from adapters import trtllm_support as trt
 from adapters.quant import (
-    DUMMY_QUANT_CONFIGS, MATRIX_NAMES, SCHEMES, check, detect_checkpoint_scheme, dummy_model_dir,
-    scheme_of_spec, vllm_quant_args,
+    DUMMY_QUANT_CONFIGS, MATRIX_NAMES, NEEDS_CALIBRATION, QUANTIZE_SCHEMES, SCHEMES, cell, check,
+    detect_checkpoint_scheme, scheme_of_spec, vllm_quant_args,
 )
+from adapters.quant_matrix import QUANTIZATION_VALUES, TABLE
 from adapters.spec import ServingSpec, UnsupportedSpecError
+from adapters.target import Machine, ModelInfo, Target
+from adapters.tgi import TGI_QUANTIZE
+from backends.models.dummy import dummy_dir, place
+from backends.models.probe import probe
 from compare.quality.verify import verify
 from tests.conftest import FIXTURES, run_cli
 
 
 def test_every_scheme_has_a_cell_per_backend_and_device():
-    from adapters.quant import cell
-
     for backend in ("vllm", "tgi", "trtllm", "hf"):
         for device in ("cpu", "cuda"):
             for s in MATRIX_NAMES:
@@ -40,20 +44,33 @@ def test_unsupported_names_the_nearest_alternative(backend, scheme, device, near
 
 
 def test_matrix_agrees_with_the_tgi_and_trtllm_adapters():
-    """The matrix must say what the real adapters emit (when those adapters are present)."""
-    tgi = pytest.importorskip("adapters.tgi")
-    for s, flag in tgi.TGI_QUANTIZE.items():
+    """The matrix says what the real adapters emit (their mappings derive from the same table)."""
+    assert set(TGI_QUANTIZE) == set(QUANTIZATION_VALUES)  # TGI names every weight scheme
+    for s, flag in TGI_QUANTIZE.items():
         if flag:
             assert f"--quantize {flag}" in check("tgi", s, "cuda").how
-    trt = pytest.importorskip("adapters.trtllm_support")
     for s in ("w4a16-awq", "w4a16-gptq", "w4a16", "w8a16-int8", "w8a8-int8", "w8a8-fp8"):
         algo = trt.NEUTRAL.get(s)
-        from adapters.quant import cell
-
         c = cell("trtllm", s, "cuda")
         assert c.supported == (algo is not None)
         if algo:
-            assert algo in c.how and algo in SCHEMES[s].methods_for("trtllm")
+            assert algo in c.how and algo in SCHEMES[s].methods_for("trtllm") and algo in trt.SCHEMES
+
+
+def test_one_table_feeds_the_spec_and_compare_quantize():
+    assert QUANTIZATION_VALUES == ("none",) + tuple(s.name for s in TABLE if s.kind == "weights")
+    for name in QUANTIZATION_VALUES:
+        ServingSpec(model="/m", quantization=name)  # every table scheme is a legal spec value
+    with pytest.raises(ValueError):
+        ServingSpec(model="/m", quantization="w3a16")
+    # compare quantize makes what llmcompressor has a preset for; only GPTQ calibrates
+    assert set(QUANTIZE_SCHEMES) == {"w8a8-int8", "w4a16", "w4a16-gptq", "w8a8-fp8"}
+    assert NEEDS_CALIBRATION == ("w4a16-gptq",)
+    for s in TABLE:
+        if s.kind == "weights":
+            assert s.weight_bits and s.weight_type in ("int", "float") and s.act_bits, s.name
+    assert SCHEMES["w4a16"].needs_checkpoint("vllm", "cpu")
+    assert not SCHEMES["w8a8-fp8"].needs_checkpoint("vllm", "cpu")  # online FP8
 
 
 def _ct_config(weights_bits: int, wtype: str, act_bits: int | None) -> dict:
@@ -82,31 +99,57 @@ def test_dummy_configs_are_detected_as_their_own_scheme():
         assert detect_checkpoint_scheme({"quantization_config": qc}) == scheme
 
 
+def _on(model, device: str) -> Target:
+    return Target(probe(str(model)).model, Machine(device))
+
+
 def test_vllm_refuses_schemes_an_unquantized_checkpoint_cannot_become(tiny_model):
+    cpu = _on(tiny_model, "cpu")
     with pytest.raises(UnsupportedSpecError) as e:
-        vllm_quant_args(ServingSpec(model=str(tiny_model), quantization="w4a16"), "cpu")
+        vllm_quant_args(ServingSpec(model=str(tiny_model), quantization="w4a16"), cpu)
     assert "compare quantize" in str(e.value) and "is not quantized" in str(e.value)
     # online FP8 is the one scheme vLLM makes at load time
-    assert vllm_quant_args(ServingSpec(model=str(tiny_model), quantization="w8a8-fp8"), "cpu") == {
-        "quantization": "fp8_per_channel"}
-    assert vllm_quant_args(ServingSpec(model=str(tiny_model)), "cpu") == {}
+    assert vllm_quant_args(ServingSpec(model=str(tiny_model), quantization="w8a8-fp8"), cpu) == (
+        {"quantization": "fp8_per_channel"}, None)
+    assert vllm_quant_args(ServingSpec(model=str(tiny_model)), cpu) == ({}, None)
+
+
+def test_a_quantized_checkpoint_must_be_the_requested_scheme():
+    """Pure: the probed facts come in as a value, nothing is read."""
+    awq = json.loads(FIXTURES.joinpath("models/qwen2.5-7b-awq-config.json").read_text())
+    t = Target(ModelInfo("/ckpt", local=True, config=awq), Machine("cuda"))
+    assert vllm_quant_args(ServingSpec(model="/ckpt", quantization="w4a16-awq"), t) == ({}, None)
+    with pytest.raises(UnsupportedSpecError) as e:
+        vllm_quant_args(ServingSpec(model="/ckpt", quantization="w4a16-gptq"), t)
+    assert "--quantization w4a16-awq" in str(e.value)
+    with pytest.raises(UnsupportedSpecError, match="labelled unquantized"):
+        vllm_quant_args(ServingSpec(model="/ckpt"), t)
+    # pack-quantized W4A16: GPTQ or round-to-nearest, told apart by the provenance
+    w4 = {"quantization_config": DUMMY_QUANT_CONFIGS["w4a16"]}
+    assert detect_checkpoint_scheme(w4) == "w4a16"
+    assert detect_checkpoint_scheme(w4, made_with_gptq=True) == "w4a16-gptq"
 
 
 def test_dummy_weights_get_a_config_only_copy_with_the_scheme(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_COMPARE_CACHE", str(tmp_path))
-    args = vllm_quant_args(ServingSpec(model=str(tiny_model), quantization="w4a16-awq", load_format="dummy"), "cuda")
-    d = Path(args["model"])
-    assert args["tokenizer"] == str(tiny_model)
+    spec = ServingSpec(model=str(tiny_model), quantization="w4a16-awq", load_format="dummy")
+    args, copy = vllm_quant_args(spec, _on(tiny_model, "cuda"))
+    assert args == {"tokenizer": str(tiny_model)} and copy is not None
+    assert not dummy_dir(copy).exists()  # described by the adapter, written only by the I/O layer
+    d = place(copy)
+    assert d == dummy_dir(copy)
     cfg = json.loads((d / "config.json").read_text())
     assert cfg["quantization_config"]["quant_method"] == "awq"
     assert cfg["hidden_size"] == json.loads((tiny_model / "config.json").read_text())["hidden_size"]
     assert not list(d.glob("*.safetensors"))  # weights are never copied
     assert (d / "tokenizer.json").is_file()
-    # reused, not rewritten
-    assert dummy_model_dir(str(tiny_model), "w4a16-awq") == d
+    # content-addressed: the same request names the same directory, reused not rewritten
+    mtime = (d / "config.json").stat().st_mtime_ns
+    assert place(vllm_quant_args(spec, _on(tiny_model, "cuda"))[1]) == d
+    assert (d / "config.json").stat().st_mtime_ns == mtime
     # online fp8 needs no copy
     assert vllm_quant_args(ServingSpec(model=str(tiny_model), quantization="w8a8-fp8", load_format="dummy"),
-                           "cuda") == {"quantization": "fp8"}
+                           _on(tiny_model, "cuda")) == ({"quantization": "fp8"}, None)
 
 
 def test_scheme_of_spec():

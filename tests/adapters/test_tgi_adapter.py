@@ -7,7 +7,9 @@ import json
 import pytest
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from adapters.tgi import FLAG_TYPES, TGI_QUANTIZE, tgi_launcher_args, validate_argv
+from adapters.target import ModelInfo, Target
+from adapters.tgi import FLAG_TYPES, TGI_QUANTIZE, kv_bytes_per_token, tgi_launcher_args, validate_argv
+from backends.models.probe import probe
 
 TAIL = ["--usage-stats", "off", "--hostname", "0.0.0.0", "--port", "80"]
 
@@ -33,7 +35,7 @@ def test_full_spec_golden(tiny_model):
                        kv_cache_dtype="fp8", enforce_eager=True, kv_cache_memory_bytes=2**30,
                        native={"tgi": {"--max-concurrent-requests": 512, "--waiting-served-ratio": 1.2,
                                        "--max-waiting-tokens": 10, "image": "ignored-here"}})
-    argv, env = tgi_launcher_args(spec, model_path="/models/m", host_model_dir=str(tiny_model))
+    argv, env = tgi_launcher_args(spec, model_path="/models/m", target=probe(str(tiny_model)))
     # tiny Qwen2: KV bytes per token = 2 (K, V) x 4 layers x 2 KV heads x 32 head dim x 1 byte (fp8)
     assert argv == [
         "--model-id", "/models/m", "--dtype", "bfloat16", "--kv-cache-dtype", "fp8_e4m3fn",
@@ -60,8 +62,17 @@ def test_native_quantize_methods(method, reference):
 
 def test_kv_budget_from_the_checkpoint_dtype(tiny_model):
     # dtype auto: the tiny model is float32, 4 bytes per value -> 2048 bytes per token
-    argv, _ = tgi_launcher_args(ServingSpec(model=str(tiny_model), kv_cache_memory_bytes=64 * 2**20))
+    spec = ServingSpec(model=str(tiny_model), kv_cache_memory_bytes=64 * 2**20)
+    argv, _ = tgi_launcher_args(spec, target=probe(str(tiny_model)))
     assert argv[argv.index("--max-batch-total-tokens") + 1] == str(64 * 2**20 // 2048)
+    # the budget comes from the probed config.json, never from the disk: nothing probed, no conversion
+    with pytest.raises(UnsupportedSpecError, match="max-batch-total-tokens"):
+        tgi_launcher_args(spec)
+    cfg = {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, "torch_dtype": "bfloat16"}
+    t = Target(ModelInfo("/m", local=True, config=cfg))
+    assert kv_bytes_per_token(cfg, "auto", "auto") == 2 * 2 * 4 * 16 * 2
+    argv, _ = tgi_launcher_args(spec.model_copy(update={"model": "/m"}), target=t)
+    assert argv[argv.index("--max-batch-total-tokens") + 1] == str(64 * 2**20 // 512)
 
 
 def test_secret_flags_are_refused_in_the_spec():
@@ -108,7 +119,7 @@ def _every_option_spec(tiny_model) -> list[ServingSpec]:
 
 def test_every_emitted_flag_exists_with_a_legal_value(tiny_model, reference):
     for spec in _every_option_spec(tiny_model):
-        argv, _ = tgi_launcher_args(spec, model_path="/models/m", host_model_dir=str(tiny_model))
+        argv, _ = tgi_launcher_args(spec, model_path="/models/m", target=probe(str(tiny_model)))
         assert validate_argv(argv, reference) == [], spec
 
 

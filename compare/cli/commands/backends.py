@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,7 +19,7 @@ def _list(args: argparse.Namespace) -> int:
     for e in entries():
         ok, why = availability(e)
         rows.append({"name": e.name + ("@TARGET" if e.needs_target else ""), "summary": e.summary,
-                     "runnable_here": ok, "reason": why, "capabilities": e.capabilities,
+                     "runnable_here": ok, "reason": why, "capabilities": _caps(e.capabilities),
                      "notes": list(e.notes)})
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -36,3 +37,10 @@ def _list(args: argparse.Namespace) -> int:
                   "; ".join(x for x in (caps, no) if x), "\n".join([r["summary"], *r["notes"]]))
     Console().print(t)
     return 0
+
+
+def _caps(caps: Any) -> dict[str, bool]:
+    """The yes/no capabilities of an entry (its notes are the backend's, shown when it runs)."""
+    if caps is None:
+        return {}
+    return {k: v for k, v in caps.as_dict().items() if isinstance(v, bool)}

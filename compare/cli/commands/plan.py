@@ -19,11 +19,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from backends.registry import plan
+    from backends.registry import Builder
 
     spec = spec_from_args(args, default_model="<tiny model>")
+    builder = Builder()  # model and machine probed once; each backend's plan resolved once
     out = {"spec": spec.model_dump(mode="json", exclude_defaults=True),
-           "backends": {name: plan(name, spec) for name in parse_backends(args.backends)}}
+           "backends": {name: builder.prepare(name, spec).plan() for name in parse_backends(args.backends)}}
     if args.format == "json":
         print(json.dumps(out, indent=2, default=str))
     else:

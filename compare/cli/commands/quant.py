@@ -58,9 +58,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _device(arg: str | None) -> str:
-    from adapters.quant import detect_device
+    from backends.models.probe import probe_machine
 
-    return arg or detect_device()
+    return arg or probe_machine().device
 
 
 def matrix_rows(device: str) -> list[dict[str, Any]]:
@@ -118,7 +118,8 @@ class _Variant:
 
 def variants(args: argparse.Namespace, base: Any) -> list[_Variant]:
     """One vLLM spec per requested scheme; bad combinations raise before anything starts."""
-    from adapters.quant import SCHEMES, cell, detect_device
+    from adapters.quant import SCHEMES, cell
+    from backends.models.probe import probe_machine
 
     ckpts: dict[str, str] = {}
     for item in args.checkpoint:
@@ -131,6 +132,7 @@ def variants(args: argparse.Namespace, base: Any) -> list[_Variant]:
                             f"compare quantize --model {base.model} --scheme {s} --out {d}")
         ckpts[s] = d
     out = []
+    device = probe_machine().device
     for s in [x.strip() for x in args.schemes.split(",") if x.strip()]:
         if s not in SCHEMES or s == "auto":
             raise UserError(f"--schemes: unknown scheme {s!r}; see `compare quant matrix`")
@@ -141,7 +143,7 @@ def variants(args: argparse.Namespace, base: Any) -> list[_Variant]:
                 upd["load_format"] = "dummy"
             elif s in ckpts:
                 upd["model"] = ckpts[s]
-            elif not cell("vllm", s, detect_device()).online:
+            elif not cell("vllm", s, device).online:
                 raise UserError(f"--schemes {s}: vLLM cannot quantize to {s} at load time; pass "
                                 f"--checkpoint {s}=DIR (compare quantize --model {base.model} --scheme {s} --out DIR)")
         elif args.dummy:
@@ -153,7 +155,8 @@ def variants(args: argparse.Namespace, base: Any) -> list[_Variant]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from adapters.vllm import vllm_engine_args
+    from adapters.vllm import vllm_plan
+    from backends.models.probe import probe, probe_machine
     from compare.cli.options import spec_from_args, workload_from_args
     from compare.quality.parity import QualityOptions, load_accuracy_jsonl
     from compare.running.runner import run
@@ -177,8 +180,9 @@ def _run(args: argparse.Namespace) -> int:
         if not has_gpu():  # vLLM on CPU refuses to start without an explicit KV-cache size
             base = base.model_copy(update={"kv_cache_memory_bytes": 256 * 2**20})
     vs = variants(args, base)
-    for v in vs:
-        vllm_engine_args(v.spec)  # UnsupportedSpecError (exit 2) before any engine starts
+    machine = probe_machine()
+    # each variant's plan once: UnsupportedSpecError (exit 2) before any engine starts
+    plans = {v.label: vllm_plan(v.spec, probe(v.spec.model, machine)) for v in vs}
     acc = load_accuracy_jsonl(args.accuracy) if args.accuracy else ()
     try:
         levels = parse_levels(args.concurrency, None)
@@ -197,7 +201,7 @@ def _run(args: argparse.Namespace) -> int:
     def factory(name: str, spec: Any) -> Any:
         from backends.vllm_inproc import VllmBackend
 
-        return VllmBackend(spec, name=name)
+        return VllmBackend(spec, name=name, native=plans[name])
 
     writer = aio.run(run(cfg, backend_factory=factory))
     table = side_by_side(writer.run, [v.label for v in vs])

@@ -18,12 +18,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from adapters.quant import NEEDS_CALIBRATION, QUANTIZE_SCHEMES
 from core.errors import UserError
 
 # runs under .venv-quant's interpreter as a plain script (it must not import this project)
-WORKER = Path(__file__).resolve().parents[3] / "backends" / "models" / "quant_worker.py"
-SCHEMES = ("w8a8-int8", "w4a16", "w4a16-gptq", "w8a8-fp8")
-NEEDS_CALIBRATION = ("w4a16-gptq",)
+ROOT = Path(__file__).resolve().parents[3]
+WORKER = ROOT / "backends" / "models" / "quant_worker.py"
+# what llmcompressor makes here, from the one quantization table (adapters/quant_matrix.py)
+SCHEMES = QUANTIZE_SCHEMES
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -60,16 +62,17 @@ def quant_python(explicit: str | None) -> str:
 
 
 def validate(args: argparse.Namespace) -> tuple[Path, Path | None]:
-    from adapters.quant import detect_checkpoint_scheme, read_model_config
+    from adapters.quant import checkpoint_scheme
+    from backends.models.probe import probe_model
 
     if args.scheme not in SCHEMES:
         raise UserError(f"--scheme {args.scheme}: compare quantize makes {', '.join(SCHEMES)} "
                         "(see `compare quant matrix` for what each backend can run)")
     model = Path(args.model)
-    cfg = read_model_config(str(model))
-    if cfg is None:
+    info = probe_model(str(model))
+    if info.config is None:
         raise UserError(f"--model {args.model}: no config.json there; pass a local HF model directory")
-    found = detect_checkpoint_scheme(cfg, str(model))
+    found = checkpoint_scheme(info)
     if found:
         raise UserError(f"--model {args.model} is already quantized ({found}); pass the unquantized source")
     if not list(model.glob("*.safetensors")) and not list(model.glob("*.bin")):

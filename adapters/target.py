@@ -1,0 +1,57 @@
+"""What the adapters know about the model and the machine: a value, gathered once by the I/O layer.
+
+The adapters translate a spec into native config without touching the disk or the GPU driver; the
+facts that translation depends on (the checkpoint's config.json, how it was quantized, whether the
+model is a local directory, the device kind and GPU) are probed once per run by
+``backends.models.probe.probe`` and handed in as a :class:`Target`. ``Target.unprobed`` is what an
+adapter assumes when nothing was probed: a model it cannot look into, on a CPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """The checkpoint as found on disk (read-only views; nothing here is read again later)."""
+
+    path: str
+    local: bool = False  # a local directory (else a hub id or a path that does not exist here)
+    config: Mapping[str, Any] | None = None  # config.json, None when absent or unreadable
+    hf_quant_config: Mapping[str, Any] | None = None  # ModelOpt's hf_quant_config.json
+    made_with_gptq: bool = False  # provenance (llm_compare_quant.json / recipe.yaml) names GPTQ
+
+    def __post_init__(self) -> None:
+        for name in ("config", "hf_quant_config"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, MappingProxyType):
+                object.__setattr__(self, name, MappingProxyType(dict(value)))
+
+    def config_dict(self) -> dict[str, Any] | None:
+        """A mutable copy of config.json (for derived configs, e.g. a dummy-weight copy)."""
+        return None if self.config is None else dict(self.config)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where the engine runs: kernel support and some native options differ per device."""
+
+    device: str = "cpu"  # "cuda" | "cpu"
+    gpu_name: str | None = None
+    compute_capability: str | None = None  # "9.0"
+
+
+@dataclass(frozen=True)
+class Target:
+    model: ModelInfo
+    machine: Machine = field(default_factory=Machine)
+
+    @classmethod
+    def unprobed(cls, model: str, device: str = "cpu") -> "Target":
+        """Nothing looked at: a model that cannot be inspected, on ``device``."""
+        return cls(ModelInfo(model), Machine(device))
+
+    @property
+    def device(self) -> str:
+        return self.machine.device

@@ -1,0 +1,65 @@
+"""The facts the adapters translate with, gathered once: the model on disk and the machine.
+
+Everything the pure adapters need to know about a run's model (config.json, ModelOpt's
+hf_quant_config.json, the quantization provenance, whether it is a local directory) and machine
+(device kind, GPU name, compute capability) is read here, once, into an
+:class:`adapters.target.Target` that is then passed along (backends/registry.py).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from adapters.target import Machine, ModelInfo, Target
+from core.hardware import _gpus
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object file, None when absent, unreadable or not an object."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_model_config(model: str) -> dict[str, Any] | None:
+    return read_json(Path(model) / "config.json")
+
+
+def made_with_gptq(model_dir: str | Path) -> bool:
+    """The checkpoint's provenance names GPTQ: our llm_compare_quant.json, else llmcompressor's recipe."""
+    d = Path(model_dir)
+    prov = d / "llm_compare_quant.json"
+    if prov.is_file():
+        data = read_json(prov)
+        return data is not None and data.get("scheme") == "w4a16-gptq"
+    recipe = d / "recipe.yaml"
+    try:
+        return recipe.is_file() and "GPTQModifier" in recipe.read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def probe_model(model: str) -> ModelInfo:
+    d = Path(model)
+    if not d.is_dir():
+        return ModelInfo(model)
+    return ModelInfo(model, local=True, config=read_json(d / "config.json"),
+                     hf_quant_config=read_json(d / "hf_quant_config.json"), made_with_gptq=made_with_gptq(d))
+
+
+def probe_machine() -> Machine:
+    """cuda when an NVIDIA GPU answers nvidia-smi, else cpu (kernel support differs per device)."""
+    gpus = _gpus()
+    if not gpus:
+        return Machine("cpu")
+    return Machine("cuda", gpu_name=gpus[0]["name"], compute_capability=gpus[0]["compute_cap"])
+
+
+def probe(model: str, machine: Machine | None = None) -> Target:
+    """The run's Target; ``machine``: an already probed machine (it is the same for every backend)."""
+    return Target(probe_model(model), machine or probe_machine())
