@@ -19,7 +19,7 @@ import httpx
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
 from core.records import GenerationRequest, StreamItem
-from core.errors import BackendRequestError
+from core.errors import BackendRequestError, FailureKind
 from backends.http_backends import HttpStreamBackend
 from core.errors import UserError
 from containers.manager import ContainerSpec, ManagedContainer, parse_gpus
@@ -28,6 +28,9 @@ from containers.spec import is_secret
 CONTAINER_MODEL_ROOT = "/models"
 CONTAINER_KEYS = {"image", "pull", "gpus", "shm_size", "host_port", "ready_timeout_s", "env"}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# request failures that may mean the container itself died (checked before reporting them)
+_TRANSPORT_KINDS = frozenset({FailureKind.CONNECT, FailureKind.DISCONNECTED, FailureKind.READ, FailureKind.PROTOCOL,
+                              FailureKind.HTTP_5XX, FailureKind.TIMEOUT})
 
 
 def parse_env(backend: str, value: Any) -> tuple[tuple[str, str], ...]:
@@ -147,9 +150,9 @@ class ContainerHttpBackend(HttpStreamBackend):
                 yield item
         except BackendRequestError as e:
             # a transport failure may mean the container died: say so (the executor stops the level)
-            if e.kind in ("connect", "disconnected", "read", "protocol", "http_5xx", "timeout"):
+            if e.kind in _TRANSPORT_KINDS:
                 state = await asyncio.to_thread(self.container.state)
-                for _ in range(3 if e.kind in ("connect", "disconnected") else 0):
+                for _ in range(3 if e.kind in (FailureKind.CONNECT, FailureKind.DISCONNECTED) else 0):
                     # a container being killed still reads "running" for a moment
                     if state.get("Status") != "running":
                         break
@@ -157,7 +160,7 @@ class ContainerHttpBackend(HttpStreamBackend):
                     state = await asyncio.to_thread(self.container.state)
                 if state.get("Status") not in ("running", None):
                     raise BackendRequestError(
-                        "engine_dead", f"container {self.container.name} is {state.get('Status')} "
+                        FailureKind.ENGINE_DEAD, f"container {self.container.name} is {state.get('Status')} "
                         f"(exit code {state.get('ExitCode')}{', OOM-killed' if state.get('OOMKilled') else ''}); "
                         f"request failed with {e.kind}: {e.message}") from None
             raise

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.errors import FailureKind
 from core.records import GenerationRequest, TokenEvent
 from backends.http.protocol import UNKNOWN_ID, Done, Error, Parsed, Protocol, token_event
 from backends.http.sse import RawEvent, loads
@@ -53,21 +54,25 @@ def chat_payload(req: GenerationRequest, model: str) -> dict[str, Any]:
     return p
 
 
+_CODE_KIND = {429: FailureKind.OVERLOADED, 422: FailureKind.VALIDATION}
+
+
 def _common(raw: RawEvent) -> tuple[dict[str, Any] | None, list[Parsed]]:
     if raw.data == "[DONE]":
         return None, [Done(terminal=True)]
     try:
         obj = loads(raw.data)
     except ValueError:
-        return None, [Error("protocol", f"event is not JSON: {raw.data[:120]!r}")]
+        return None, [Error(FailureKind.PROTOCOL, f"event is not JSON: {raw.data[:120]!r}")]
     if not isinstance(obj, dict):
-        return None, [Error("protocol", f"event is not a JSON object: {raw.data[:120]!r}")]
+        return None, [Error(FailureKind.PROTOCOL, f"event is not a JSON object: {raw.data[:120]!r}")]
     if "error" in obj:  # vLLM/OpenAI report mid-stream errors as {"error": {...}}
         err = obj["error"]
         msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
         code = err.get("code") if isinstance(err, dict) else None
-        kind = {429: "overloaded", 422: "validation"}.get(code) if isinstance(code, int) else None
-        return None, [Error(kind or ("http_4xx" if isinstance(code, int) and code < 500 else "generation"), msg)]
+        kind = _CODE_KIND.get(code) if isinstance(code, int) else None
+        return None, [Error(kind or (FailureKind.HTTP_4XX if isinstance(code, int) and code < 500
+                                     else FailureKind.GENERATION), msg)]
     return obj, []
 
 

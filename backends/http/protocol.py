@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable
 
 from core.records import GenerationRequest, TokenEvent
-from core.errors import BackendRequestError
+from core.errors import BackendRequestError, FailureKind
 from backends.http.sse import BATCH, RawEvent, Sink
 
 UNKNOWN_ID = -1
@@ -57,8 +57,11 @@ class Done:
 class Error:
     """An error the server reported inside a 200 stream (TGI does this for every error)."""
 
-    kind: str  # same kinds as backends.http.sse (validation, overloaded, generation, ...)
+    kind: FailureKind  # same kinds as backends.http.sse (validation, overloaded, generation, ...)
     message: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", FailureKind(self.kind))  # an unknown kind is a bug: ValueError
 
 
 Parsed = TokenEvent | Done | Error

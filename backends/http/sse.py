@@ -28,7 +28,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, NamedTuple
 
 import httpx
 
-from core.errors import BackendRequestError
+from core.errors import BackendRequestError, FailureKind
 
 # ERROR KINDS raised here (each failed request records exactly one; docs/benchmarks.md#errors):
 #   connect       - connection refused / DNS / TLS: the server is not there
@@ -37,7 +37,7 @@ from core.errors import BackendRequestError
 #   generation    - HTTP 424 (TGI: generation failed)          | http_4xx / http_5xx - other statuses
 #   disconnected  - the connection broke or closed mid-stream (server died)
 #   protocol      - 200 but not an event stream, or an event we cannot parse
-_STATUS_KIND = {422: "validation", 424: "generation", 429: "overloaded"}
+_STATUS_KIND = {422: FailureKind.VALIDATION, 424: FailureKind.GENERATION, 429: FailureKind.OVERLOADED}
 
 _perf = time.perf_counter_ns
 
@@ -183,7 +183,7 @@ class SseFramer:
     def close(self) -> None:
         """The body ended: an unterminated event means the server died or cut the stream."""
         if self._buf.strip():
-            raise BackendRequestError("disconnected", f"stream ended inside an event ({len(self._buf)} bytes "
+            raise BackendRequestError(FailureKind.DISCONNECTED, f"stream ended inside an event ({len(self._buf)} bytes "
                                       f"unterminated)")
 
 
@@ -239,7 +239,7 @@ def error_message(body: bytes) -> str:
 
 
 def status_error(status: int, body: bytes) -> BackendRequestError:
-    kind = _STATUS_KIND.get(status) or ("http_4xx" if status < 500 else "http_5xx")
+    kind = _STATUS_KIND.get(status) or (FailureKind.HTTP_4XX if status < 500 else FailureKind.HTTP_5XX)
     return BackendRequestError(kind, f"HTTP {status}: {error_message(body)}", status=status)
 
 
@@ -262,7 +262,7 @@ async def read_events(client: httpx.AsyncClient, url: str, payload: dict[str, An
             ctype = resp.headers.get("content-type", "")
             if "text/event-stream" not in ctype:
                 body = (await resp.aread())[:300]
-                raise BackendRequestError("protocol", f"expected text/event-stream, got {ctype or 'no content-type'}"
+                raise BackendRequestError(FailureKind.PROTOCOL, f"expected text/event-stream, got {ctype or 'no content-type'}"
                                           f" (HTTP {resp.status_code}): {_one_line(body.decode(errors='replace'))}",
                                           status=resp.status_code)
             fill = resp.extensions.get(EVENTS_EXTENSION)
@@ -287,18 +287,18 @@ async def read_events(client: httpx.AsyncClient, url: str, payload: dict[str, An
                             raise sink.error
                     framer.close()
             except httpx.TimeoutException as e:
-                raise BackendRequestError("timeout", f"no data for the read timeout ({type(e).__name__})") from e
+                raise BackendRequestError(FailureKind.TIMEOUT, f"no data for the read timeout ({type(e).__name__})") from e
             except (httpx.RemoteProtocolError, httpx.ReadError) as e:
-                raise BackendRequestError("disconnected", f"stream broke mid-response: {type(e).__name__}: "
+                raise BackendRequestError(FailureKind.DISCONNECTED, f"stream broke mid-response: {type(e).__name__}: "
                                           f"{_one_line(str(e))}") from e
         finally:
             await resp.aclose()
     except httpx.ConnectError as e:
-        raise BackendRequestError("connect", f"cannot connect to {url}: {_one_line(str(e)) or 'refused'}") from e
+        raise BackendRequestError(FailureKind.CONNECT, f"cannot connect to {url}: {_one_line(str(e)) or 'refused'}") from e
     except httpx.TimeoutException as e:
-        raise BackendRequestError("timeout", f"{type(e).__name__} on {url}") from e
+        raise BackendRequestError(FailureKind.TIMEOUT, f"{type(e).__name__} on {url}") from e
     except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
-        raise BackendRequestError("disconnected", f"{type(e).__name__}: {_one_line(str(e))}") from e
+        raise BackendRequestError(FailureKind.DISCONNECTED, f"{type(e).__name__}: {_one_line(str(e))}") from e
 
 
 async def post_events(client: httpx.AsyncClient, url: str, payload: dict[str, Any],

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.errors import FailureKind
 from core.records import GenerationRequest
 from backends.http.protocol import Done, Error, Parsed, Protocol, token_event
 from backends.http.sse import RawEvent, loads
 
 # TGI FinishReason -> the OpenAI-style reason the rest of the tool uses
 FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop"}
-ERROR_KIND = {"validation": "validation", "overloaded": "overloaded", "generation": "generation",
-              "incomplete_generation": "disconnected"}
+# TGI's error_type -> the failure kind
+ERROR_KIND = {"validation": FailureKind.VALIDATION, "overloaded": FailureKind.OVERLOADED,
+              "generation": FailureKind.GENERATION, "incomplete_generation": FailureKind.DISCONNECTED}
 
 
 def generate_payload(req: GenerationRequest, model: str = "") -> dict[str, Any]:
@@ -49,14 +51,14 @@ def parse_generate_stream(raw: RawEvent) -> list[Parsed]:
     try:
         obj = loads(raw.data)
     except ValueError:
-        return [Error("protocol", f"event is not JSON: {raw.data[:120]!r}")]
+        return [Error(FailureKind.PROTOCOL, f"event is not JSON: {raw.data[:120]!r}")]
     if not isinstance(obj, dict):
-        return [Error("protocol", f"event is not a JSON object: {raw.data[:120]!r}")]
+        return [Error(FailureKind.PROTOCOL, f"event is not a JSON object: {raw.data[:120]!r}")]
     if "error" in obj:
-        return [Error(ERROR_KIND.get(obj.get("error_type", ""), "generation"), str(obj["error"]))]
+        return [Error(ERROR_KIND.get(obj.get("error_type", ""), FailureKind.GENERATION), str(obj["error"]))]
     tok = obj.get("token")
     if not isinstance(tok, dict) or "id" not in tok:
-        return [Error("protocol", f"event has no token: {raw.data[:120]!r}")]
+        return [Error(FailureKind.PROTOCOL, f"event has no token: {raw.data[:120]!r}")]
     out: list[Parsed] = []
     lp = tok.get("logprob")
     tops = obj.get("top_tokens")

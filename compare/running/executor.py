@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from core.records import GenerationRequest, StreamEnd
-from core.errors import BackendRequestError
+from core.errors import BackendRequestError, FailureKind
 from backends.base import Backend
 from core.errors import RunFailed
 from core.records import RequestRecord
@@ -107,11 +107,11 @@ async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_
                 if item.logprobs:
                     lps.extend(item.logprobs)
     except TimeoutError:
-        err_kind, err = "timeout", f"no completion within {timeout_s:g} s"
+        err_kind, err = FailureKind.TIMEOUT, f"no completion within {timeout_s:g} s"
     except BackendRequestError as e:
         err_kind, err = e.kind, e.message
     except asyncio.CancelledError:
-        err_kind, err = "cancelled", "run stopped before the request finished"
+        err_kind, err = FailureKind.CANCELLED, "run stopped before the request finished"
     rec = RequestRecord(
         request_id=req.request_id, backend=backend.name, level=level, t_sent_ns=t_sent,
         t_scheduled_ns=t_scheduled_ns, event_times_ns=tuple(times),
@@ -124,7 +124,7 @@ async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_
         engine_metrics=dict(end.engine_metrics) if end else {},
         logprobs=tuple(lps) if lps else None,
     )
-    if err_kind == "cancelled":
+    if err_kind is FailureKind.CANCELLED:
         # hand the partial record to the canceller, then honour the cancellation
         raise _CancelledWithRecord(rec)
     return rec
@@ -162,7 +162,7 @@ async def _run_level(backend: Backend, requests: list[GenerationRequest], level:
             on_record(rec)
         n_failed += not rec.ok
         failed = n_failed
-        if rec.error_kind == "engine_dead" and not stop.is_set():
+        if rec.error_kind == FailureKind.ENGINE_DEAD and not stop.is_set():
             # no point sending more: every further request would fail the same way
             aborted.append(f"the engine died mid-run: {rec.error}")
             stop.set()
