@@ -35,7 +35,7 @@ from compare.workload.build import WorkloadSpec, request_to_dict
 
 @dataclass
 class RunConfig:
-    backends: list[str]
+    backends: list[str | registry.Target]  # names, or typed targets (str() is the display name)
     spec: ServingSpec
     workload: WorkloadSpec
     requests: list[GenerationRequest]
@@ -65,14 +65,14 @@ class Progress:
 
 
 async def run(cfg: RunConfig, progress: Progress | None = None,
-              backend_factory: Callable[[str, ServingSpec], Backend] | None = None,
+              backend_factory: Callable[[str | registry.Target, ServingSpec], Backend] | None = None,
               extra_header: dict[str, Any] | None = None) -> ResultsWriter:
     progress = progress or Progress()
     # each backend's native plan is resolved once and reused by every repeat and describe()
     factory = backend_factory or registry.Builder()
     # Validate every backend's spec before starting anything: a bad option fails the whole run
     # up front instead of after the first backend has spent minutes.
-    built = {name: factory(name, cfg.spec_for(name)) for name in cfg.backends}
+    built = {str(b): factory(b, cfg.spec_for(str(b))) for b in cfg.backends}
     # container labels carry the results' run id (unless the caller set its own label id)
     os.environ.setdefault("LLM_COMPARE_RUN_ID", cfg.run_id)
     writer = ResultsWriter(cfg.out_root, cfg.run_id, {
@@ -93,11 +93,12 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
     failed: set[str] = set()
     try:
         for rep in range(cfg.repeats):
-            for name in cfg.backends:
+            for target in cfg.backends:
+                name = str(target)
                 if name in failed:
                     continue
                 # a fresh backend object per repeat: the engine restarts, nothing is reused
-                backend = built.pop(name, None) or factory(name, cfg.spec_for(name))
+                backend = built.pop(name, None) or factory(target, cfg.spec_for(name))
                 if not await _run_backend(cfg, name, backend, writer, progress, rep, pool):
                     status = "partial"
                     failed.add(name)
