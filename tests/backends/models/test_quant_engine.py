@@ -54,7 +54,8 @@ def quant_run(tiny_model, quantized, tmp_path_factory) -> dict:
 
 
 def test_quantize_records_provenance(tiny_model, quantized):
-    from adapters.quant import detect_checkpoint_scheme, read_model_config
+    from adapters.quant import checkpoint_scheme
+    from backends.models.probe import probe_model
     from compare.cli.commands.quantize import source_hash
 
     for scheme, d in quantized.items():
@@ -62,7 +63,7 @@ def test_quantize_records_provenance(tiny_model, quantized):
         assert prov["scheme"] == scheme and prov["source"] == str(tiny_model.resolve())
         assert prov["source_sha256"] == source_hash(tiny_model)
         assert prov["recipe"]["modifier"] == "QuantizationModifier" and prov["versions"]["llmcompressor"]
-        assert detect_checkpoint_scheme(read_model_config(str(d)), str(d)) == scheme
+        assert checkpoint_scheme(probe_model(str(d))) == scheme
         # quantized weights are smaller than the fp32 source
         assert (d / "model.safetensors").stat().st_size < (tiny_model / "model.safetensors").stat().st_size
 
