@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from adapters.quant_matrix import SCHEMES
 from adapters.spec import ServingSpec, UnsupportedSpecError
 from adapters.target import Target
 
@@ -30,13 +31,13 @@ SCHEDULER_FIELDS = ("max_num_batched_tokens", "num_kv_blocks", "cache_size", "dy
 EXPORT_FIELDS = ("weight_format", "group_size", "ratio", "sym")
 # spec dtype -> (CPU plugin inference precision, export weight format without compression)
 _PRECISION = {"float32": ("f32", "fp32"), "bfloat16": ("bf16", "fp16"), "float16": ("f16", "fp16")}
-# neutral weight scheme -> NNCF weight compression via the exporter (weight-only: activations stay
-# in the inference precision, so these are W8A16 / W4A16 numerics)
 _BYTES = {"f32": 4, "bf16": 2, "f16": 2}
 # tokens per KV-cache block of the CPU plugin (2026.4; measured: kv_cache_size_in_bytes of N blocks)
 CPU_BLOCK_TOKENS = 32
-WEIGHT_FORMATS = {"w8a16-int8": {"weight_format": "int8"},
-                  "w4a16": {"weight_format": "int4", "group_size": 128, "sym": True, "ratio": 1.0}}
+# the exporter options of each weight format the quantization table names for openvino (NNCF
+# weight-only compression: activations stay in the inference precision, W8A16 / W4A16 numerics)
+EXPORT_OPTIONS = {"int8": {"weight_format": "int8"},
+                  "int4": {"weight_format": "int4", "group_size": 128, "sym": True, "ratio": 1.0}}
 
 
 @dataclass(frozen=True)
@@ -116,14 +117,14 @@ def openvino_plan(spec: ServingSpec, target: Target) -> OpenVINOPlan:
 
     if spec.quantization == "none":
         export: dict[str, Any] = {"weight_format": plain_format}
-    elif spec.quantization in WEIGHT_FORMATS:
-        export = dict(WEIGHT_FORMATS[spec.quantization])
-        notes.append(f"{spec.quantization}: NNCF weight-only compression at export; matmuls run in {precision}")
     else:
-        raise _refuse(f"quantization={spec.quantization}",
-                      "OpenVINO GenAI here takes NNCF weight-only compression (int8, int4) made at export; "
-                      "activation quantization and AWQ/GPTQ need a calibration dataset",
-                      alternative="w8a16-int8 or w4a16")
+        side = SCHEMES[spec.quantization].on(NAME)
+        cell = side.cell(target.device)
+        if cell is None or not cell.supported or side.native not in EXPORT_OPTIONS:
+            raise _refuse(f"quantization={spec.quantization}", cell.reason if cell else "not in the quantization "
+                          "table", alternative=cell.alternative if cell else None)
+        export = dict(EXPORT_OPTIONS[side.native])
+        notes.append(f"{spec.quantization}: NNCF weight-only compression at export; matmuls run in {precision}")
 
     scheduler: dict[str, Any] = {}
     if spec.max_num_batched_tokens is not None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-BACKENDS = ("vllm", "tgi", "trtllm", "hf")
+BACKENDS = ("vllm", "tgi", "trtllm", "hf", "openvino")
 DEVICES = ("cpu", "cuda")
 
 
@@ -26,7 +26,7 @@ class Cell:
     supported: bool
     how: str = ""  # the native way to ask for it
     kernel: str = ""  # kernel family that runs the linear layers
-    source: str = ""  # "dtype" | "checkpoint" | "online" | "checkpoint or online" | "flag"
+    source: str = ""  # "dtype" | "checkpoint" | "online" | "checkpoint or online" | "flag" | "export"
     online: str | None = None  # vLLM quantization= value when the engine quantizes at load time
     reason: str = ""  # why not (unsupported) or a caveat
     alternative: str | None = None  # nearest supported scheme when unsupported
@@ -97,6 +97,15 @@ def _gpu(native: str | None = None, methods: tuple[str, ...] = (), *, cuda: Cell
     return _on(native, methods, cuda=cuda, cpu=_no(_GPU_ONLY, None))
 
 
+def _ov(native: str | None = None, *, cpu: Cell) -> BackendQuant:
+    """OpenVINO GenAI: the CPU plugin; weights are compressed by NNCF when the model is exported."""
+    return _on(native, (), cpu=cpu, cuda=_no("the openvino backend drives OpenVINO's CPU plugin only", None))
+
+
+_OV_CAL = ("needs a calibration dataset at export (optimum-cli {flag} --dataset NAME); the backend "
+           "exports data-free only")
+
+
 def _ref(cls: str) -> BackendQuant:
     return _on(any=_no(_REF.format(cls=cls), "fp32"))
 
@@ -117,7 +126,10 @@ TABLE: tuple[QuantScheme, ...] = (
                 "vllm": _on(any=Cell(True, "dtype=float32", "dense GEMM (cuBLAS / oneDNN)", "dtype")),
                 "tgi": _gpu(cuda=_no("the launcher's --dtype takes float16 or bfloat16 only", "bf16")),
                 "trtllm": _gpu(cuda=Cell(True, "dtype float32", "TensorRT / cuBLAS fp32 GEMM", "dtype")),
-                "hf": _on(any=Cell(True, "dtype=float32", "torch dense GEMM", "dtype"))}),
+                "hf": _on(any=Cell(True, "dtype=float32", "torch dense GEMM", "dtype")),
+                "openvino": _ov(cpu=Cell(True, "export fp32, INFERENCE_PRECISION_HINT f32", "CPU plugin f32 GEMM "
+                                         "(oneDNN)", "dtype", reason="the plugin's own default computes in bf16 "
+                                         "where the CPU has bf16 units; the plan pins f32"))}),
     _scheme("bf16", "dtype", "unquantized bfloat16", weight_bits=16, weight_type="float",
             spec_update={"dtype": "bfloat16"}, backends={
                 "vllm": _on(cuda=Cell(True, "dtype=bfloat16", _DENSE, "dtype"),
@@ -125,7 +137,9 @@ TABLE: tuple[QuantScheme, ...] = (
                                      "dtype")),
                 "tgi": _gpu(cuda=Cell(True, "--dtype bfloat16", "flash/paged attention + cuBLAS", "dtype")),
                 "trtllm": _gpu(cuda=Cell(True, "dtype bfloat16", _TRT_DENSE, "dtype")),
-                "hf": _on(any=Cell(True, "dtype=bfloat16", "torch dense GEMM", "dtype"))}),
+                "hf": _on(any=Cell(True, "dtype=bfloat16", "torch dense GEMM", "dtype")),
+                "openvino": _ov(cpu=Cell(True, "export fp16, INFERENCE_PRECISION_HINT bf16", "CPU plugin bf16 GEMM "
+                                         "(AMX / AVX512-BF16)", "dtype"))}),
     _scheme("fp16", "dtype", "unquantized float16", weight_bits=16, weight_type="float",
             spec_update={"dtype": "float16"}, backends={
                 "vllm": _on(cuda=Cell(True, "dtype=float16", _DENSE, "dtype"),
@@ -134,7 +148,9 @@ TABLE: tuple[QuantScheme, ...] = (
                 "tgi": _gpu(cuda=Cell(True, "--dtype float16", "flash/paged attention + cuBLAS", "dtype")),
                 "trtllm": _gpu(cuda=Cell(True, "dtype float16", _TRT_DENSE, "dtype")),
                 "hf": _on(cuda=Cell(True, "dtype=float16", "torch dense GEMM", "dtype"),
-                          cpu=Cell(True, "dtype=float16", "torch dense GEMM (slow on CPU)", "dtype"))}),
+                          cpu=Cell(True, "dtype=float16", "torch dense GEMM (slow on CPU)", "dtype")),
+                "openvino": _ov(cpu=Cell(True, "export fp16, INFERENCE_PRECISION_HINT f16", "CPU plugin f16 GEMM "
+                                         "(fast only with AVX512-FP16 / AMX-FP16)", "dtype"))}),
     _scheme("auto", "dtype", "unquantized, the checkpoint's dtype"),
     _scheme("w4a16-awq", "weights", "AWQ 4-bit weights, 16-bit activations (AWQ checkpoint)",
             weight_bits=4, weight_type="int", act_bits=16, act_type="float", group_size=128, calibration=True,
@@ -147,7 +163,8 @@ TABLE: tuple[QuantScheme, ...] = (
                                              "Marlin on sm_80+ (else AWQ GEMM)", "checkpoint")),
                 "trtllm": _gpu("W4A16_AWQ", cuda=Cell(True, "ModelOpt qformat int4_awq / QuantAlgo.W4A16_AWQ",
                                                       _INT4, "checkpoint")),
-                "hf": _ref("AwqConfig + autoawq/gptqmodel")}),
+                "hf": _ref("AwqConfig + autoawq/gptqmodel"),
+                "openvino": _ov(cpu=_no(_OV_CAL.format(flag="--awq"), "w4a16"))}),
     _scheme("w4a16-gptq", "weights", "GPTQ 4-bit weights, 16-bit activations",
             weight_bits=4, weight_type="int", act_bits=16, act_type="float", group_size=128, calibration=True,
             spec_update={"quantization": "w4a16-gptq"}, llmcompressor="GPTQ:W4A16", backends={
@@ -162,7 +179,8 @@ TABLE: tuple[QuantScheme, ...] = (
                                                                "Marlin on sm_80+ (else exllama/triton)", "checkpoint")),
                 "trtllm": _gpu("W4A16_GPTQ", cuda=Cell(True, "QuantAlgo.W4A16_GPTQ (pre-quantized GPTQ checkpoint; "
                                                        "ModelOpt cannot produce it)", _INT4, "checkpoint")),
-                "hf": _ref("GPTQConfig + gptqmodel")}),
+                "hf": _ref("GPTQConfig + gptqmodel"),
+                "openvino": _ov(cpu=_no(_OV_CAL.format(flag="--gptq"), "w4a16"))}),
     _scheme("w4a16", "weights", "4-bit integer weights, 16-bit activations (compressed-tensors)",
             weight_bits=4, weight_type="int", act_bits=16, act_type="float", group_size=128,
             spec_update={"quantization": "w4a16"}, llmcompressor="W4A16", backends={
@@ -174,7 +192,11 @@ TABLE: tuple[QuantScheme, ...] = (
                 # llmcompressor has no TensorRT-LLM equivalent, so it is refused, never mapped to another
                 "trtllm": _gpu(None, ("W4A16",), cuda=_no("compressed-tensors group-wise INT4 has no TensorRT-LLM "
                                                           "equivalent", "w4a16-awq")),
-                "hf": _ref("CompressedTensorsConfig")}),
+                "hf": _ref("CompressedTensorsConfig"),
+                # NNCF: 4-bit groups of 128, symmetric, every linear layer (ratio 1.0); data-free
+                "openvino": _ov("int4", cpu=Cell(True, "optimum-cli export openvino --weight-format int4 "
+                                                 "--group-size 128 --sym --ratio 1.0 (NNCF)",
+                                                 "CPU plugin int4 weight-decompression GEMM", "export"))}),
     _scheme("w8a16-int8", "weights", "8-bit integer weights only",
             weight_bits=8, weight_type="int", act_bits=16, act_type="float",
             spec_update={"quantization": "w8a16-int8"}, backends={
@@ -187,7 +209,10 @@ TABLE: tuple[QuantScheme, ...] = (
                                                       "EETQ int8 GEMM", "online")),
                 "trtllm": _gpu("W8A16", cuda=Cell(True, "qformat int8_wo / QuantAlgo.W8A16 (engine flow)",
                                                   "weight-only int8 GEMM plugin", "online")),
-                "hf": _ref("TorchAoConfig / QuantoConfig int8 weight-only")}),
+                "hf": _ref("TorchAoConfig / QuantoConfig int8 weight-only"),
+                # NNCF: per-channel asymmetric 8-bit weights; data-free
+                "openvino": _ov("int8", cpu=Cell(True, "optimum-cli export openvino --weight-format int8 (NNCF)",
+                                                 "CPU plugin int8 weight-decompression GEMM", "export"))}),
     _scheme("w8a8-int8", "weights", "8-bit integer weights and activations",
             weight_bits=8, weight_type="int", act_bits=8, act_type="int",
             spec_update={"quantization": "w8a8-int8"}, llmcompressor="W8A8", backends={
@@ -199,7 +224,8 @@ TABLE: tuple[QuantScheme, ...] = (
                 "trtllm": _gpu("W8A8_SQ_PER_CHANNEL", ("W8A8_SQ_PER_CHANNEL_PER_TOKEN_PLUGIN",),
                                cuda=Cell(True, "qformat int8_sq / QuantAlgo.W8A8_SQ_PER_CHANNEL (engine flow)",
                                          "SmoothQuant int8 GEMM plugin", "online")),
-                "hf": _ref("CompressedTensorsConfig")}),
+                "hf": _ref("CompressedTensorsConfig"),
+                "openvino": _ov(cpu=_no(_OV_CAL.format(flag="--quant-mode int8"), "w8a16-int8"))}),
     _scheme("w8a8-fp8", "weights", "FP8 weights and activations (checkpoint, or online)",
             weight_bits=8, weight_type="float", act_bits=8, act_type="float",
             spec_update={"quantization": "w8a8-fp8"}, llmcompressor="FP8_DYNAMIC", backends={
@@ -216,7 +242,8 @@ TABLE: tuple[QuantScheme, ...] = (
                 "trtllm": _gpu("FP8", ("FP8_PER_CHANNEL_PER_TOKEN",),
                                cuda=Cell(True, "qformat fp8 / QuantAlgo.FP8", "FP8 GEMM (cuBLASLt / CUTLASS, sm_89+)",
                                          "online")),
-                "hf": _ref("FineGrainedFP8Config")}),
+                "hf": _ref("FineGrainedFP8Config"),
+                "openvino": _ov(cpu=_no("the CPU plugin has no FP8 GEMM", "w8a16-int8"))}),
     _scheme("kv-cache-fp8", "kv-cache", "FP8 KV cache (with any weight scheme)",
             spec_update={"kv_cache_dtype": "fp8"}, backends={
                 "vllm": _on(cuda=Cell(True, "kv_cache_dtype=fp8", "FP8 KV cache in the attention backend", "flag"),
@@ -225,7 +252,9 @@ TABLE: tuple[QuantScheme, ...] = (
                                       "flashinfer / paged attention with fp8 KV", "flag")),
                 "trtllm": _gpu(cuda=Cell(True, "kv_cache_dtype fp8 / kv_cache_quant_algo FP8", "XQA / FMHA with fp8 KV",
                                          "flag")),
-                "hf": _on(any=_no("the reference keeps the KV cache in the model dtype", "fp32"))}),
+                "hf": _on(any=_no("the reference keeps the KV cache in the model dtype", "fp32")),
+                "openvino": _ov(cpu=_no("the CPU plugin's KV cache precisions are f32, f16, bf16, u8 and u4 "
+                                        "(native openvino.KV_CACHE_PRECISION)", None))}),
 )
 
 SCHEMES: Mapping[str, QuantScheme] = MappingProxyType({s.name: s for s in TABLE})

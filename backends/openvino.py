@@ -115,7 +115,9 @@ class OpenVINOBackend:
         live: dict[int, _Req] = {}
         try:
             while True:
-                block = not live
+                # a cancelled request leaves ``live`` at once but the engine drops it only in a step
+                busy = bool(live) or self._pipe.has_non_finished_requests()
+                block = not busy
                 while True:
                     try:
                         cmd, arg = self._cmds.get(block=block)
@@ -131,7 +133,7 @@ class OpenVINOBackend:
                         self._add(arg, live)
                     elif cmd == "cancel" and arg in live:
                         live.pop(arg).handle.cancel()
-                if not live:
+                if not live and not self._pipe.has_non_finished_requests():
                     continue
                 self._pipe.step()
                 t = time.perf_counter_ns()
@@ -148,7 +150,12 @@ class OpenVINOBackend:
                         r.t_last_ns = t
                         r.n_tokens += len(ids)
                         batch.append((r, tuple(ids)))
-                    if r.handle.get_status().name != "RUNNING":
+                    status = r.handle.get_status().name
+                    if status == "IGNORED":  # the scheduler dropped it: it can never fit the KV cache
+                        batch.append((r, BackendRequestError(FailureKind.ENGINE, "the engine ignored the request: "
+                                                             "prompt + output do not fit its KV cache")))
+                        del live[rid]
+                    elif status != "RUNNING":
                         batch.append((r, None))
                         del live[rid]
                 if batch:
@@ -248,8 +255,9 @@ class OpenVINOBackend:
                 "inference_precision": self.plan.properties.get("INFERENCE_PRECISION_HINT")}})
 
 
-def _dispatch(batch: list[tuple[_Req, tuple[int, ...] | None]]) -> None:
-    """On the event loop: hand each request its tokens, None when it ended (one call per step)."""
+def _dispatch(batch: list[tuple[_Req, Any]]) -> None:
+    """On the event loop: hand each request its tokens, None when it ended or the error that ended
+    it (one call per engine step)."""
     for r, ids in batch:
         r.out.put_nowait(ids)
 

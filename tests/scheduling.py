@@ -38,6 +38,9 @@ WEIGHTS = {
     "test_bundle.py": 21,
     "test_engine_cache.py": 15,
     "test_quality.py": 12,
+    # OpenVINO: the three exports (fp32, int8, int4; ~35 s each, cached after) plus short runs
+    "test_openvino.py": 90,
+    "test_two_engines_e2e.py": 45,
     "test_containers.py": 12,
 }
 

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapters.quant_matrix import BACKENDS  # the quantization table's columns
 from compare.running import aio
 from core.errors import UserError
-
-BACKENDS = ("vllm", "tgi", "trtllm", "hf")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,129 @@
+"""The openvino backend against the real OpenVINO GenAI engine (the model exported by optimum-intel).
+
+Streaming, concurrent requests, greedy tokens equal to transformers' fp32 tokens, cancellation
+that frees the engine's slot, a request the engine drops, timeouts through the CLI, and int8 /
+int4 runs whose loaded precision is read from the exported model's weights.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from adapters.spec import ServingSpec
+from backends.openvino import OpenVINOBackend
+from core.errors import BackendRequestError, FailureKind
+from core.records import GenerationRequest, StreamEnd, TokenEvent
+from tests.conftest import TINY_SPEC_ARGS, run_cli
+
+pytestmark = pytest.mark.engine
+SPEC = dict(dtype="float32", max_model_len=512, kv_cache_memory_bytes=64 << 20)
+
+
+def _reference_greedy(model_dir, prompts, n):
+    import torch
+    import transformers
+
+    m = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    out = []
+    for p in prompts:
+        ids = m.generate(torch.tensor([p]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        out.append(ids[0, len(p):].tolist())
+    return out
+
+
+async def _collect(backend, req):
+    return [item async for item in backend.stream(req)]
+
+
+def test_streams_concurrent_requests_with_the_reference_greedy_tokens(tiny_model):
+    prompts = [tuple(range(1 + i, 40 + 3 * i)) for i in range(4)]
+    reqs = [GenerationRequest(f"r{i}", max_tokens=24, prompt_token_ids=p) for i, p in enumerate(prompts)]
+
+    async def go():
+        async with OpenVINOBackend(ServingSpec(model=str(tiny_model), **SPEC)) as b:
+            return await asyncio.gather(*(_collect(b, r) for r in reqs)), b.describe()
+
+    outs, desc = asyncio.run(go())
+    ref = _reference_greedy(tiny_model, prompts, 24)
+    for items, want, prompt in zip(outs, ref, prompts):
+        events, end = items[:-1], items[-1]
+        assert all(isinstance(e, TokenEvent) for e in events) and isinstance(end, StreamEnd)
+        assert [t for e in events for t in e.token_ids] == want  # fp32 greedy: identical tokens
+        stamps = [e.t_ns for e in events]
+        assert stamps == sorted(stamps) and end.t_ns >= stamps[-1]
+        assert end.finish_reason == "length" and end.completion_tokens == 24 and end.prompt_tokens == len(prompt)
+        m = end.engine_metrics  # engine hand-over stamps, and our delivery after them
+        assert m["engine_last_token_ts"] >= m["engine_first_token_ts"] and m["num_generation_tokens"] == 24
+        assert 0 <= m["first_token_delivery_s"] < 5 and 0 <= m["last_token_delivery_s"] < 5
+    assert desc.framework == "openvino-genai" and desc.version.startswith("2026.")
+    assert desc.native_config["properties"]["INFERENCE_PRECISION_HINT"] == "f32"
+    assert desc.native_config["resolved"]["max_num_seqs"] > 0
+    export = desc.extra["export"]
+    assert set(export["weight_types"]) == {"f32"} and export["loaded_compression"] is None
+
+
+def test_cancelling_a_stream_frees_the_engine(tiny_model):
+    async def go():
+        async with OpenVINOBackend(ServingSpec(model=str(tiny_model), **SPEC)) as b:
+            gen = b.stream(GenerationRequest("long", max_tokens=480, prompt_token_ids=(1, 2, 3)))
+            got = 0
+            async for item in gen:
+                got += len(item.token_ids)
+                if got >= 3:
+                    break
+            await gen.aclose()  # what the executor does to a request it cancels or times out
+            for _ in range(200):
+                if not b._pipe.has_non_finished_requests():
+                    break
+                await asyncio.sleep(0.01)
+            idle = not b._pipe.has_non_finished_requests()
+            after = await _collect(b, GenerationRequest("after", max_tokens=5, prompt_token_ids=(4, 5, 6)))
+            return got, idle, after
+
+    got, idle, after = asyncio.run(go())
+    assert 3 <= got < 480
+    assert idle, "the cancelled request still occupies the engine"
+    assert sum(len(i.token_ids) for i in after[:-1]) == 5 and after[-1].finish_reason == "length"
+
+
+def test_a_request_the_engine_drops_fails_alone(tiny_model):
+    # one KV block (32 tokens): a 100-token prompt can never fit; the engine ignores it
+    spec = ServingSpec(model=str(tiny_model), dtype="float32", native={"openvino": {"num_kv_blocks": 1}})
+
+    async def go():
+        async with OpenVINOBackend(spec) as b:
+            with pytest.raises(BackendRequestError) as e:
+                await _collect(b, GenerationRequest("big", max_tokens=4, prompt_token_ids=tuple(range(1, 101))))
+            small = await _collect(b, GenerationRequest("small", max_tokens=4, prompt_token_ids=(1, 2)))
+            return e.value, small
+
+    err, small = asyncio.run(go())
+    assert err.kind is FailureKind.ENGINE and "KV cache" in err.message
+    assert sum(len(i.token_ids) for i in small[:-1]) == 4
+
+
+def test_timeouts_are_recorded_and_the_run_goes_on(tiny_model, tmp_path):
+    r = run_cli("run", "--backends", "openvino", "--model", str(tiny_model), *TINY_SPEC_ARGS,
+                "--num-requests", "2", "--concurrency", "1", "--input-len", "8", "--output-len", "400",
+                "--timeout", "0.05", "--out", str(tmp_path), "--run-id", "to")
+    assert r.returncode == 1, r.stderr[-2000:]
+    recs = [json.loads(line) for line in (tmp_path / "to" / "requests.jsonl").read_text().splitlines()]
+    assert recs and all(x["error_kind"] == "timeout" for x in recs)
+    assert json.loads((tmp_path / "to" / "run.json").read_text())["backends"]["openvino"]["status"] == "failed"
+
+
+@pytest.mark.parametrize("scheme,compressed,wtype", [("w8a16-int8", "int8", ("u8", "i8")), ("w4a16", "int4", ("u4", "i4"))])
+def test_quantized_runs_load_the_compressed_weights(tiny_model, tmp_path, scheme, compressed, wtype):  # noqa: E501
+    r = run_cli("run", "--backends", "openvino", "--model", str(tiny_model), *TINY_SPEC_ARGS,
+                "--quantization", scheme, "--num-requests", "4", "--concurrency", "2", "--input-len", "16",
+                "--output-len", "8", "--out", str(tmp_path), "--run-id", "q", "--format", "json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    run = json.loads((tmp_path / "q" / "run.json").read_text())
+    extra = run["backends"]["openvino"]["describe"]["extra"]
+    # read back from the exported model's weight constants, not from what was asked
+    assert extra["quantization"]["method"] == compressed and extra["quantization"]["requested"] == scheme
+    types = extra["export"]["weight_types"]
+    assert sum(types.get(t, 0) for t in wtype) >= 4 * 7  # 4 layers x 7 linear layers
+    assert run["backends"]["openvino"]["levels"]["c2"]["ok"] == 4
