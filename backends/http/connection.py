@@ -19,7 +19,8 @@ from collections import deque
 import httpx
 
 from backends.http.native import frame_chunks as _frame_chunks
-from backends.http.sse import RawEvent, SseFramer, Sink
+from backends.http.sse import RawEvent, SseFramer, Sink, one_line, snippet
+from core.errors import BackendRequestError, FailureKind
 
 _perf = time.perf_counter_ns
 
@@ -63,6 +64,7 @@ class _Conn(asyncio.Protocol):
         self.done = False
         self.lost = False
         self.keep_alive = True
+        self.broken: BackendRequestError | None = None  # the response failed to parse (protocol)
 
     # ---------------------------------------------------------------- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -85,54 +87,78 @@ class _Conn(asyncio.Protocol):
         self.received(data, t, t)
 
     def received(self, data: bytes, t: int, u: int) -> None:
-        """``data`` read at perf_counter_ns ``u``; ``t``: its receive stamp (the kernel's, or ``u``)."""
+        """``data`` read at perf_counter_ns ``u``; ``t``: its receive stamp (the kernel's, or ``u``).
+
+        Total: whatever the server sends, nothing raises into the event loop (or the receive
+        thread's drain); a malformed response or event fails this response as a protocol error."""
+        if self.broken is not None:
+            return  # the response is already failed; the connection is closing
         self.rx_ns = u
-        f = self.framer
-        if f is not None and self.csize == -1 and not self.cbuf and self.mode == "chunked":
-            if _frame_chunks is not None and not f._buf and not f._cr:
-                # whole chunks of whole events (nearly every read): de-chunked, framed and emitted
-                # in C (backends/http/_native.c); -1: nothing emitted, the Python path below
-                if _frame_chunks(data, t, u, f.emit, RawEvent) >= 0:
-                    if self.sink.ready:  # type: ignore[union-attr]
-                        self._wake()
+        try:
+            f = self.framer
+            if f is not None and self.csize == -1 and not self.cbuf and self.mode == "chunked":
+                if _frame_chunks is not None and not f._buf and not f._cr:
+                    # whole chunks of whole events (nearly every read): de-chunked, framed and emitted
+                    # in C (backends/http/_native.c); -1: nothing emitted, the Python path below
+                    if _frame_chunks(data, t, u, f.emit, RawEvent) >= 0:
+                        if self.sink.ready:  # type: ignore[union-attr]
+                            self._wake()
+                        return
+                # the usual read: exactly one whole chunk (one SSE event) -> straight to the framer
+                i = data.find(b"\r\n")
+                if 0 < i < 9:
+                    try:
+                        size = int(data[:i], 16)
+                    except ValueError:  # a chunk extension (";..."): the general path below
+                        size = 0
+                    end = i + 2 + size
+                    if size and len(data) == end + 2 and data.endswith(b"\r\n"):
+                        f.feed(data[i + 2:end], t, u)
+                        if self.sink.ready:  # type: ignore[union-attr]
+                            self._wake()
+                        return
+            if self.in_head:
+                self.head_buf += data
+                i = self.head_buf.find(b"\r\n\r\n")
+                if i < 0:
                     return
-            # the usual read: exactly one whole chunk (one SSE event) -> straight to the framer
-            i = data.find(b"\r\n")
-            if 0 < i < 9:
-                try:
-                    size = int(data[:i], 16)
-                except ValueError:  # a chunk extension (";..."): the general path below
-                    size = 0
-                end = i + 2 + size
-                if size and len(data) == end + 2 and data.endswith(b"\r\n"):
-                    f.feed(data[i + 2:end], t, u)
-                    if self.sink.ready:  # type: ignore[union-attr]
-                        self._wake()
+                head, data = self.head_buf[:i], self.head_buf[i + 4:]
+                self.in_head = False
+                self._parse_head(head)
+                if self.done or not data:
+                    self._wake()
                     return
-        if self.in_head:
-            self.head_buf += data
-            i = self.head_buf.find(b"\r\n\r\n")
-            if i < 0:
-                return
-            head, data = self.head_buf[:i], self.head_buf[i + 4:]
-            self.in_head = False
-            self._parse_head(head)
-            if self.done or not data:
+            if self.mode == "chunked":
+                self._dechunk(data, t, u)
+            elif self.mode == "length":
+                piece = data[: self.remaining]
+                self.remaining -= len(piece)
+                self._push(piece, t, u)
+                self.done = self.remaining == 0
+            else:
+                self._push(data, t, u)
+            sink = self.sink
+            # a raw reader wants every piece; a sink's reader only full batches, errors and the end
+            if sink is None or sink.ready or self.done:
                 self._wake()
-                return
-        if self.mode == "chunked":
-            self._dechunk(data, t, u)
-        elif self.mode == "length":
-            piece = data[: self.remaining]
-            self.remaining -= len(piece)
-            self._push(piece, t, u)
-            self.done = self.remaining == 0
-        else:
-            self._push(data, t, u)
-        sink = self.sink
-        # a raw reader wants every piece; a sink's reader only full batches, errors and the end
-        if sink is None or sink.ready or self.done:
-            self._wake()
+        except Exception as e:
+            self._fault(e, data)
+
+    def _fault(self, e: Exception, data: bytes) -> None:
+        """This response cannot be parsed: fail it (head or body) and close the connection."""
+        err = e if isinstance(e, BackendRequestError) else BackendRequestError(
+            FailureKind.PROTOCOL, f"malformed HTTP response ({type(e).__name__}: {one_line(str(e), 120)}): "
+            f"{snippet(data)}")
+        self.broken = err
+        self.keep_alive = False
+        if not self.head.done():
+            self.head.set_exception(err)
+            self.head.exception()  # (an idle connection has no reader to observe it)
+        elif self.sink is not None:
+            self.sink.fail(err)  # after the events parsed before it
+        self._wake()
+        if self.tr is not None:
+            self.tr.close()
 
     # ---------------------------------------------------------------- parsing
     def _parse_head(self, head: bytes) -> None:
@@ -221,9 +247,14 @@ class _Conn(asyncio.Protocol):
         if self.framer is None:  # first call: from now on bytes are framed on arrival; earlier ones keep their stamps
             self.sink = sink
             f = self.framer = SseFramer(sink.push)
-            while self.pieces:
-                p = self.pieces.popleft()
-                f.feed(p, p.t_ns, p.rx_ns)
+            try:
+                while self.pieces:
+                    p = self.pieces.popleft()
+                    f.feed(p, p.t_ns, p.rx_ns)
+            except BackendRequestError as e:  # an event that is not UTF-8
+                self.broken = self.broken or e
+            if self.broken is not None:
+                sink.fail(self.broken)
         tick = min(read_timeout, FLUSH_S) if read_timeout else FLUSH_S
         while True:
             if sink.ready or sink.ended:

@@ -10,8 +10,9 @@ from typing import Any
 
 from core.errors import FailureKind
 from core.records import GenerationRequest, TokenEvent
-from backends.http.protocol import UNKNOWN_ID, Done, Error, Parsed, Protocol, token_event
-from backends.http.sse import RawEvent, loads
+from backends.http.protocol import (UNKNOWN_ID, BadEvent, Done, Error, Parsed, Protocol, bad_event, int_ids,
+                                    number, obj as _obj, objects, opt_int, opt_str, token_event)
+from backends.http.sse import RawEvent, loads, snippet
 
 try:
     import msgspec
@@ -63,16 +64,16 @@ def _common(raw: RawEvent) -> tuple[dict[str, Any] | None, list[Parsed]]:
     try:
         obj = loads(raw.data)
     except ValueError:
-        return None, [Error(FailureKind.PROTOCOL, f"event is not JSON: {raw.data[:120]!r}")]
+        return None, [Error(FailureKind.PROTOCOL, f"event is not JSON: {snippet(raw.data)}")]
     if not isinstance(obj, dict):
-        return None, [Error(FailureKind.PROTOCOL, f"event is not a JSON object: {raw.data[:120]!r}")]
+        return None, [Error(FailureKind.PROTOCOL, f"event is not a JSON object: {snippet(raw.data)}")]
     if "error" in obj:  # vLLM/OpenAI report mid-stream errors as {"error": {...}}
         err = obj["error"]
         msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
         code = err.get("code") if isinstance(err, dict) else None
-        kind = _CODE_KIND.get(code) if isinstance(code, int) else None
-        return None, [Error(kind or (FailureKind.HTTP_4XX if isinstance(code, int) and code < 500
-                                     else FailureKind.GENERATION), msg)]
+        kind = _CODE_KIND.get(code) if type(code) is int else None
+        return None, [Error(kind or (FailureKind.HTTP_4XX if type(code) is int and code < 500
+                                     else FailureKind.GENERATION), str(msg))]
     return obj, []
 
 
@@ -80,21 +81,25 @@ def _add_choice(out: list[Parsed], ch: dict[str, Any], ev: Parsed | None) -> Non
     """A choice's tokens (if any), then its finish reason (if any), in stream order."""
     if ev is not None:
         out.append(ev)
-    if ch.get("finish_reason"):
-        out.append(Done(finish_reason=ch["finish_reason"]))
+    reason = opt_str(ch.get("finish_reason"), "finish_reason")
+    if reason:
+        out.append(Done(finish_reason=reason))
 
 
 def _add_usage(out: list[Parsed], obj: dict[str, Any]) -> list[Parsed]:
-    u = obj.get("usage")
+    u = _obj(obj.get("usage"), "usage")
     if u:
-        out.append(Done(prompt_tokens=u.get("prompt_tokens"), completion_tokens=u.get("completion_tokens")))
+        out.append(Done(prompt_tokens=opt_int(u.get("prompt_tokens"), "usage.prompt_tokens"),
+                        completion_tokens=opt_int(u.get("completion_tokens"), "usage.completion_tokens")))
     return out
 
 
-def _tokens(raw: RawEvent, ids: list[int] | None, text: str, lp_tokens: list[Any] | None,
+def _tokens(raw: RawEvent, ids: Any, text: Any, lp_tokens: list[Any] | None,
             lps: tuple[float, ...] | None, tops: tuple[dict[int, float], ...] | None) -> TokenEvent | None:
-    if ids:
-        tids = tuple(ids)
+    text = opt_str(text, "text") or ""
+    tids = int_ids(ids) if ids is not None else ()
+    if tids:
+        pass
     elif lp_tokens:
         tids = (UNKNOWN_ID,) * len(lp_tokens)
     elif text:
@@ -152,7 +157,10 @@ def _fast(raw: RawEvent, chat: bool) -> list[Parsed] | None:
             out.append(Done(finish_reason=ch.finish_reason))
     u = obj.usage
     if u:
-        out.append(Done(prompt_tokens=u.get("prompt_tokens"), completion_tokens=u.get("completion_tokens")))
+        p, c = u.get("prompt_tokens"), u.get("completion_tokens")
+        if (p is not None and type(p) is not int) or (c is not None and type(c) is not int):
+            return None  # the generic parser names the bad field
+        out.append(Done(prompt_tokens=p, completion_tokens=c))
     return out
 
 
@@ -161,19 +169,27 @@ def parse_completions(raw: RawEvent) -> list[Parsed]:
         fast = _fast(raw, False)
         if fast is not None:
             return fast
-    obj, out = _common(raw)
-    if obj is None:
-        return out
-    for ch in obj.get("choices") or ():
-        lp = ch.get("logprobs") or None
-        lps = tops = None
-        toks = None
-        if lp:
-            toks = lp.get("tokens")
-            if lp.get("token_logprobs") is not None:
-                lps = tuple(float(x) for x in lp["token_logprobs"])
-        _add_choice(out, ch, _tokens(raw, ch.get("token_ids"), ch.get("text") or "", toks, lps, tops))
-    return _add_usage(out, obj)
+    try:
+        obj, out = _common(raw)
+        if obj is None:
+            return out
+        for ch in objects(obj.get("choices"), "choices"):
+            lp = _obj(ch.get("logprobs"), "logprobs")
+            lps = tops = None
+            toks = None
+            if lp:
+                toks = lp.get("tokens")
+                if toks is not None and type(toks) is not list:
+                    raise BadEvent("logprobs.tokens must be a list")
+                if lp.get("token_logprobs") is not None:
+                    vals = lp["token_logprobs"]
+                    if type(vals) is not list:
+                        raise BadEvent("logprobs.token_logprobs must be a list")
+                    lps = tuple(number(x, "logprobs.token_logprobs[]") for x in vals)
+            _add_choice(out, ch, _tokens(raw, ch.get("token_ids"), ch.get("text"), toks, lps, tops))
+        return _add_usage(out, obj)
+    except BadEvent as e:
+        return [bad_event(raw, e)]
 
 
 def parse_chat(raw: RawEvent) -> list[Parsed]:
@@ -181,15 +197,18 @@ def parse_chat(raw: RawEvent) -> list[Parsed]:
         fast = _fast(raw, True)
         if fast is not None:
             return fast
-    obj, out = _common(raw)
-    if obj is None:
-        return out
-    for ch in obj.get("choices") or ():
-        delta = ch.get("delta") or {}
-        content = (ch.get("logprobs") or {}).get("content") or None
-        lps = tuple(float(c["logprob"]) for c in content) if content else None
-        _add_choice(out, ch, _tokens(raw, ch.get("token_ids"), delta.get("content") or "", content, lps, None))
-    return _add_usage(out, obj)
+    try:
+        obj, out = _common(raw)
+        if obj is None:
+            return out
+        for ch in objects(obj.get("choices"), "choices"):
+            delta = _obj(ch.get("delta"), "delta")
+            content = objects(_obj(ch.get("logprobs"), "logprobs").get("content"), "logprobs.content") or None
+            lps = tuple(number(c.get("logprob"), "logprobs.content[].logprob") for c in content) if content else None
+            _add_choice(out, ch, _tokens(raw, ch.get("token_ids"), delta.get("content"), content, lps, None))
+        return _add_usage(out, obj)
+    except BadEvent as e:
+        return [bad_event(raw, e)]
 
 
 COMPLETIONS = Protocol(name="openai", path="/v1/completions", build_payload=completions_payload,

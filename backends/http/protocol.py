@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from core.records import GenerationRequest, TokenEvent
 from core.errors import BackendRequestError, FailureKind
-from backends.http.sse import BATCH, RawEvent, Sink
+from backends.http.sse import BATCH, RawEvent, Sink, one_line, snippet
 
 UNKNOWN_ID = -1
 
@@ -41,6 +41,61 @@ def token_event(t_ns: int, token_ids: tuple[int, ...], text: str = "", logprobs:
     _set_lps(ev, logprobs)
     _set_tops(ev, top_logprobs)
     return ev
+
+
+class BadEvent(ValueError):
+    """An event's field has the wrong type or shape: the request fails as a protocol error."""
+
+
+def _what(v: Any) -> str:
+    return f"{type(v).__name__} {snippet(repr(v), 60)}"
+
+
+def int_ids(v: Any, what: str = "token_ids") -> tuple[int, ...]:
+    """A JSON list of integers (not bools, not floats, not strings) -> token ids."""
+    if type(v) is list and all(type(x) is int for x in v):
+        return tuple(v)
+    raise BadEvent(f"{what} must be a list of integers, got {_what(v)}")
+
+
+def opt_int(v: Any, what: str) -> int | None:
+    if v is None or type(v) is int:
+        return v
+    raise BadEvent(f"{what} must be an integer, got {_what(v)}")
+
+
+def opt_str(v: Any, what: str) -> str | None:
+    if v is None or type(v) is str:
+        return v
+    raise BadEvent(f"{what} must be a string, got {_what(v)}")
+
+
+def number(v: Any, what: str) -> float:
+    if type(v) in (int, float):
+        return float(v)
+    raise BadEvent(f"{what} must be a number, got {_what(v)}")
+
+
+def obj(v: Any, what: str) -> dict[str, Any]:
+    """A JSON object, or {} for null/absent."""
+    if v is None:
+        return {}
+    if type(v) is dict:
+        return v
+    raise BadEvent(f"{what} must be an object, got {_what(v)}")
+
+
+def objects(v: Any, what: str) -> list[dict[str, Any]]:
+    """A JSON list of objects, or [] for null/absent."""
+    if v is None:
+        return []
+    if type(v) is list and all(type(x) is dict for x in v):
+        return v
+    raise BadEvent(f"{what} must be a list of objects, got {_what(v)}")
+
+
+def bad_event(raw: RawEvent, e: BadEvent) -> "Error":
+    return Error(FailureKind.PROTOCOL, f"{e}: {snippet(raw.data)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +142,8 @@ class EventSink(Sink):
 
     ``push`` runs where the event was framed (inside ``data_received`` on our transport), so the
     reader only takes batches. The raw observer still sees every event. After a terminal Done the
-    rest of the body is read (the connection goes back to the pool) but not parsed; an Error (or a
-    parser exception: a bug, re-raised as is) ends the parsing.
+    rest of the body is read (the connection goes back to the pool) but not parsed; an Error (or
+    any exception of the parser, as a protocol error quoting the event) ends the parsing.
 
     Items are the TokenEvents, buffered for the whole stream: the executor pauses the cyclic GC
     during a level (compare/running/executor.py), otherwise 100k buffered events at 2000 streams made
@@ -112,8 +167,9 @@ class EventSink(Sink):
             return  # read the body to its end, parse nothing more
         try:
             parsed = self.parse(raw)
-        except Exception as e:  # a parser bug: the reader re-raises it, as if it had parsed
-            self.fail(e)
+        except Exception as e:  # parsing is total: whatever a server sends fails this request only
+            self.fail(BackendRequestError(FailureKind.PROTOCOL, f"cannot parse event ({type(e).__name__}: "
+                                          f"{one_line(str(e))}): {snippet(raw.data)}"))
             return
         if len(parsed) == 1 and type(parsed[0]) is TokenEvent:  # the usual event: one token event
             self.items.append(parsed[0])

@@ -141,7 +141,10 @@ class _Receiver:
         for key, data, t, u in self.rx.drain():
             s = socks.get(key)
             if s is not None:  # (else closed after the thread read it: dropped with the socket)
-                s._on_read(data, t, u)
+                try:
+                    s._on_read(data, t, u)
+                except Exception as e:  # never into the loop: the other sockets' reads of this drain
+                    s._fail(e)          # would be lost; only this connection fails
 
     def add(self, s: "StampedSocket") -> int:
         key = self.rx.add(s.fd)

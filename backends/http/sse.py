@@ -36,7 +36,9 @@ from core.errors import BackendRequestError, FailureKind
 #   validation    - HTTP 422 (TGI: input validation)          | overloaded - HTTP 429
 #   generation    - HTTP 424 (TGI: generation failed)          | http_4xx / http_5xx - other statuses
 #   disconnected  - the connection broke or closed mid-stream (server died)
-#   protocol      - 200 but not an event stream, or an event we cannot parse
+#   protocol      - 200 but not an event stream, a malformed response, or an event we cannot
+#                   parse (not UTF-8, not JSON, a field of the wrong type); the message quotes
+#                   the first SNIPPET_BYTES of what was sent
 _STATUS_KIND = {422: FailureKind.VALIDATION, 424: FailureKind.GENERATION, 429: FailureKind.OVERLOADED}
 
 _perf = time.perf_counter_ns
@@ -77,8 +79,31 @@ class RawEvent(NamedTuple):
 _raw = functools.partial(tuple.__new__, RawEvent)  # RawEvent from a 5-tuple, without NamedTuple's __new__
 
 
+SNIPPET_BYTES = 200  # how much of an offending event or response a protocol error quotes
+
+
+def snippet(data: str | bytes, limit: int = SNIPPET_BYTES) -> str:
+    """The first ``limit`` bytes/characters of what a server sent, quoted (repr: control and
+    non-UTF-8 bytes stay visible and harmless in one line), "..." when cut."""
+    cut = data[:limit]
+    return repr(cut) + ("..." if len(data) > limit else "")
+
+
+def not_utf8(block: bytes, e: UnicodeDecodeError) -> BackendRequestError:
+    return BackendRequestError(FailureKind.PROTOCOL, f"event is not UTF-8 ({e.reason} at byte {e.start}): "
+                               f"{snippet(block)}")
+
+
 def _parse_block(block: bytes, t_ns: int, rx_ns: int) -> RawEvent | None:
-    """One event block (lines without the blank terminator) -> RawEvent; None for comments only."""
+    """One event block (lines without the blank terminator) -> RawEvent; None for comments only.
+    BackendRequestError (protocol) when the event is not UTF-8."""
+    try:
+        return _parse_utf8_block(block, t_ns, rx_ns)
+    except UnicodeDecodeError as e:
+        raise not_utf8(block, e) from None
+
+
+def _parse_utf8_block(block: bytes, t_ns: int, rx_ns: int) -> RawEvent | None:
     # fast paths (they cost most of the client's per-event CPU otherwise): one data line (vLLM,
     # TGI), and "id:" + one data line (the calibration server)
     j = block.find(b"\n")
@@ -114,7 +139,8 @@ def _parse_block(block: bytes, t_ns: int, rx_ns: int) -> RawEvent | None:
 class SseFramer:
     """THE Server-Sent-Events framing, incremental: ``feed(bytes, t_ns, rx_ns)`` appends each
     complete event to ``events``, stamped with the ``t_ns``/``rx_ns`` of the piece that held its
-    first byte.
+    first byte. An event that is not UTF-8 raises BackendRequestError (protocol) from ``feed``,
+    after the events before it were emitted; the stream is then broken and fed no more.
 
     Our transport feeds it straight from ``data_received`` (the stamp is taken there, before
     any task wakes up); for other transports ``post_events`` feeds it the response's chunks.
@@ -219,9 +245,12 @@ class Sink:
         return out
 
 
-def _one_line(text: str, limit: int = 300) -> str:
+def one_line(text: str, limit: int = 300) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+_one_line = one_line
 
 
 def error_message(body: bytes) -> str:
@@ -280,7 +309,10 @@ async def read_events(client: httpx.AsyncClient, url: str, payload: dict[str, An
                     framer = SseFramer(sink.push)
                     async for chunk in resp.aiter_raw():
                         t = getattr(chunk, "t_ns", 0) or _perf()
-                        framer.feed(chunk, t, getattr(chunk, "rx_ns", t))
+                        try:
+                            framer.feed(chunk, t, getattr(chunk, "rx_ns", t))
+                        except BackendRequestError as e:  # after the events before it
+                            sink.fail(e)
                         if sink.items:
                             yield sink.take()
                         if sink.error is not None:

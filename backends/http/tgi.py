@@ -18,8 +18,9 @@ from typing import Any
 
 from core.errors import FailureKind
 from core.records import GenerationRequest
-from backends.http.protocol import Done, Error, Parsed, Protocol, token_event
-from backends.http.sse import RawEvent, loads
+from backends.http.protocol import (BadEvent, Done, Error, Parsed, Protocol, bad_event, number, obj as _obj, objects,
+                                    opt_int, opt_str, token_event)
+from backends.http.sse import RawEvent, loads, snippet
 
 # TGI FinishReason -> the OpenAI-style reason the rest of the tool uses
 FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop"}
@@ -51,27 +52,40 @@ def parse_generate_stream(raw: RawEvent) -> list[Parsed]:
     try:
         obj = loads(raw.data)
     except ValueError:
-        return [Error(FailureKind.PROTOCOL, f"event is not JSON: {raw.data[:120]!r}")]
+        return [Error(FailureKind.PROTOCOL, f"event is not JSON: {snippet(raw.data)}")]
     if not isinstance(obj, dict):
-        return [Error(FailureKind.PROTOCOL, f"event is not a JSON object: {raw.data[:120]!r}")]
+        return [Error(FailureKind.PROTOCOL, f"event is not a JSON object: {snippet(raw.data)}")]
     if "error" in obj:
-        return [Error(ERROR_KIND.get(obj.get("error_type", ""), FailureKind.GENERATION), str(obj["error"]))]
+        etype = obj.get("error_type")
+        return [Error(ERROR_KIND.get(etype, FailureKind.GENERATION) if type(etype) is str else FailureKind.GENERATION,
+                      str(obj["error"]))]
+    try:
+        return _tokens(raw, obj)
+    except BadEvent as e:
+        return [bad_event(raw, e)]
+
+
+def _tokens(raw: RawEvent, obj: dict[str, Any]) -> list[Parsed]:
     tok = obj.get("token")
     if not isinstance(tok, dict) or "id" not in tok:
-        return [Error(FailureKind.PROTOCOL, f"event has no token: {raw.data[:120]!r}")]
+        return [Error(FailureKind.PROTOCOL, f"event has no token: {snippet(raw.data)}")]
+    tid = opt_int(tok["id"], "token.id")
+    if tid is None:
+        raise BadEvent("token.id must be an integer, got null")
     out: list[Parsed] = []
     lp = tok.get("logprob")
-    tops = obj.get("top_tokens")
+    tops = objects(obj.get("top_tokens"), "top_tokens")
     out.append(token_event(
-        raw.t_ns, (int(tok["id"]),), tok.get("text") or "",
-        (float(lp),) if lp is not None else None,
-        ({int(t["id"]): float(t["logprob"]) for t in tops if t.get("logprob") is not None},)
-        if tops else None))
-    details = obj.get("details")
+        raw.t_ns, (tid,), opt_str(tok.get("text"), "token.text") or "",
+        (number(lp, "token.logprob"),) if lp is not None else None,
+        ({opt_int(t.get("id"), "top_tokens[].id"): number(t["logprob"], "top_tokens[].logprob")
+          for t in tops if t.get("logprob") is not None},) if tops else None))
+    details = _obj(obj.get("details"), "details")
     if obj.get("generated_text") is not None or details:
-        d = details or {}
-        out.append(Done(finish_reason=FINISH.get(d.get("finish_reason"), d.get("finish_reason")),
-                        prompt_tokens=d.get("input_length"), completion_tokens=d.get("generated_tokens"),
+        reason = opt_str(details.get("finish_reason"), "details.finish_reason")
+        out.append(Done(finish_reason=FINISH.get(reason, reason) if reason is not None else None,
+                        prompt_tokens=opt_int(details.get("input_length"), "details.input_length"),
+                        completion_tokens=opt_int(details.get("generated_tokens"), "details.generated_tokens"),
                         terminal=True))
     return out
 

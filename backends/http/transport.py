@@ -92,6 +92,8 @@ class _Body(httpx.AsyncByteStream):
         while True:
             while c.pieces:
                 yield c.pieces.popleft()
+            if c.broken is not None:
+                raise c.broken
             if c.done:
                 return
             if c.lost:

@@ -160,3 +160,104 @@ def test_unreachable_endpoint_fails_start_with_one_line():
 
     with pytest.raises(BackendStartError, match="cannot reach .* start the server or fix the URL"):
         asyncio.run(go())
+
+
+# -------------------------------------------------------------- malformed content: parsing is total
+DONE = b'data: {"choices":[{"index":0,"text":"b","token_ids":[6],"finish_reason":"length"}]}\n\ndata: [DONE]\n\n'
+
+
+def _ev(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+@pytest.mark.parametrize("event,says", [
+    (_ev({"choices": "x"}), "choices must be a list of objects"),
+    (_ev({"choices": [{"text": "abc", "token_ids": "abc"}]}), "token_ids must be a list of integers"),
+    (_ev({"choices": [{"text": "a", "token_ids": [True]}]}), "token_ids must be a list of integers"),
+    (_ev({"choices": [{"text": "a", "token_ids": [1.5]}]}), "token_ids must be a list of integers"),
+    (_ev({"choices": [{"text": 5, "token_ids": [1]}]}), "text must be a string"),
+    (_ev({"choices": [{"text": "a", "token_ids": [1], "finish_reason": 3}]}), "finish_reason must be a string"),
+    (_ev({"choices": [], "usage": {"prompt_tokens": "3"}}), "usage.prompt_tokens must be an integer"),
+    (_ev({"choices": [{"text": "a", "logprobs": {"token_logprobs": ["x"]}}]}), "must be a number"),
+    (_ev({"choices": [{"text": "a", "logprobs": 7}]}), "logprobs must be an object"),
+    (b'data: {"choices":[{"text":"\xff\xfe","token_ids":[1]}]}\n\n', "not UTF-8"),
+    (b'id: \xff\ndata: {"choices":[]}\n\n', "not UTF-8"),
+])
+@BOTH
+def test_malformed_events_fail_the_request_as_protocol_errors(event, says, fast):
+    """Every malformed event, encoding or type fails its request (protocol) with the offending
+    bytes quoted; the tokens before it are kept; nothing raises out of the client."""
+    rec = asyncio.run(_one(sse_response([TOKEN, event, DONE]), fast=fast))
+    assert rec.error_kind == "protocol" and says in rec.error, rec.error
+    assert rec.token_ids == (5,)  # what came before the bad event
+    if b"\xff" in event:
+        assert "\\xff" in rec.error  # the offending bytes, quoted
+
+
+@BOTH
+def test_one_read_with_a_good_and_a_non_utf8_event(fast):
+    """Both events in one chunk (one read): the good one is kept, the bad one fails the request."""
+    rec = asyncio.run(_one(sse_response([TOKEN + b"data: \xc3\x28\n\n" + DONE]), fast=fast))
+    assert rec.error_kind == "protocol" and "not UTF-8" in rec.error and rec.token_ids == (5,)
+
+
+@BOTH
+def test_the_quoted_event_is_cut_to_200_bytes(fast):
+    big = _ev({"choices": [{"text": "x" * 2000, "token_ids": "abc"}]})
+    rec = asyncio.run(_one(sse_response([big]), fast=fast))
+    assert rec.error_kind == "protocol" and "x" * 150 in rec.error and "x" * 300 not in rec.error
+    assert rec.error.endswith("...") and len(rec.error) < 500
+
+
+@pytest.mark.parametrize("event,says", [
+    (b'data:{"token":{"id":"5","text":"a","logprob":-1}}\n\n', "token.id must be an integer"),
+    (b'data:{"token":{"id":5,"text":"a","logprob":"x"}}\n\n', "token.logprob must be a number"),
+    (b'data:{"token":{"id":5,"text":"a"},"details":{"generated_tokens":"2"},"generated_text":"a"}\n\n',
+     "details.generated_tokens must be an integer"),
+    (b'data:{"token":{"id":5,"text":"\xe9"}}\n\n', "not UTF-8"),
+])
+def test_malformed_tgi_events(event, says):
+    rec = asyncio.run(_one(sse_response([event]), protocol="tgi"))
+    assert rec.error_kind == "protocol" and says in rec.error, rec.error
+
+
+def _raw(wire: bytes):
+    async def handler(reader, writer):
+        writer.write(wire)
+        await writer.drain()
+    return handler
+
+
+@pytest.mark.parametrize("wire", [
+    b"HTTP/1.1 OK\r\ncontent-type: text/event-stream\r\n\r\n",  # no status code
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n" + TOKEN,
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: many\r\n\r\n" + TOKEN,
+])
+def test_malformed_http_responses_are_protocol_errors(wire):
+    rec = asyncio.run(_one(_raw(wire), timeout_s=5))
+    assert rec.error_kind == "protocol" and "malformed HTTP response" in rec.error, rec.error
+
+
+def test_a_malformed_stream_fails_only_its_request_and_the_level_goes_on():
+    """Concurrent streams on one client (one receive thread, when built): the bad ones fail as
+    protocol errors, every other stream completes with its tokens."""
+    n = {"i": 0}
+
+    async def mixed(reader, writer):
+        n["i"] += 1
+        bad = [b'data: {"choices":"x"}\n\n', b"data: \xff\xff\n\n", _ev({"choices": [{"token_ids": "abc"}]})]
+        await sse_response([TOKEN, bad[n["i"] % 3] if n["i"] % 2 else TOKEN, DONE], delay_s=0.01)(reader, writer)
+
+    async def go():
+        async with RawHttpServer(mixed) as s:
+            b = HttpStreamBackend(None, "t", protocol="openai", base_url=s.url, model="m", metrics=None)
+            b._probe = _no_probe
+            async with b:
+                reqs = [GenerationRequest(f"r{i}", 2, prompt_token_ids=(1,)) for i in range(12)]
+                return await run_level(b, reqs, LoadLevel("concurrency", 6), seed=0, timeout_s=10, max_errors=12)
+
+    out = asyncio.run(go())
+    ok = [r for r in out.records if r.ok]
+    bad = [r for r in out.records if not r.ok]
+    assert len(out.records) == 12 and len(ok) == 6 and len(bad) == 6 and out.aborted is None
+    assert all(r.error_kind == "protocol" for r in bad) and all(r.token_ids == (5, 5, 6) for r in ok)
