@@ -17,7 +17,7 @@ import pytest
 
 from core.records import RequestRecord
 from tests.conftest import ROOT, VENV_BIN, run_cli
-from tests.test_containers import _ours, docker_client, require_image  # noqa: F401  (fixture)
+from tests.containers.test_containers import _ours, docker_client, require_image  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.engine]
 VLLM_IMAGE = "llm-compare/vllm-cpu:0.32.0"

@@ -23,7 +23,7 @@ N = 6  # requests per level and repeat in the shared run
 
 def test_run_json_carries_provenance(real_run):
     d, run = real_run.dir, real_run.run
-    assert run["schema_version"] == 1 and run["status"] == "complete" and run["repeats"] == 2
+    assert run["schema_version"] == 2 and run["status"] == "complete" and run["repeats"] == 2
     vllm = run["backends"]["vllm"]
     assert vllm["describe"]["framework"] == "vllm" and vllm["describe"]["version"].startswith("0.")
     resolved = vllm["describe"]["native_config"]["resolved"]
