@@ -37,7 +37,7 @@ MiB = 1 << 20
 
 
 @dataclass(frozen=True)
-class Target:
+class Platform:
     python: str = "3.12"  # major.minor
     machine: str = "x86_64"
     glibc: tuple[int, int] = (2, 39)  # newest manylinux tag the target accepts
@@ -96,7 +96,7 @@ class Plan:
 Downloader = Callable[[list[str], Path], None]
 
 
-def pip_downloader(target: Target) -> Downloader:
+def pip_downloader(target: Platform) -> Downloader:
     def download(reqs: list[str], dest: Path) -> None:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(dest), *target.pip_args(), *reqs]
         r = subprocess.run(cmd, capture_output=True, text=True)
@@ -121,7 +121,7 @@ class _Conflict(Exception):
         self.blame, self.version = blame, version
 
 
-def resolve(root: str, target: Target, have: dict[str, str | None], skip: dict[str, str],
+def resolve(root: str, target: Platform, have: dict[str, str | None], skip: dict[str, str],
             dest: Path, download: Downloader, max_backtracks: int = 30) -> Plan:
     """Breadth-first over Requires-Dist with the target's markers; one pip call per round.
 
@@ -139,7 +139,7 @@ def resolve(root: str, target: Target, have: dict[str, str | None], skip: dict[s
                        f"{', '.join(f'{k}{v}' for k, v in excluded.items())})")
 
 
-def _resolve_once(root: str, target: Target, have: dict[str, str | None], skip: dict[str, str],
+def _resolve_once(root: str, target: Platform, have: dict[str, str | None], skip: dict[str, str],
                   dest: Path, download: Downloader, excluded: dict[str, SpecifierSet]) -> Plan:
     dest.mkdir(parents=True, exist_ok=True)
     root_req = Requirement(root)
@@ -192,7 +192,7 @@ def _resolve_once(root: str, target: Target, have: dict[str, str | None], skip: 
     return plan
 
 
-def install_tree(plan: Plan, site: Path, target: Target) -> None:
+def install_tree(plan: Plan, site: Path, target: Platform) -> None:
     """pip's own installer, no resolution, into a plain directory (becomes the PYTHONPATH); the
     target's tags let it unpack wheels for another Python than the one running here."""
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--no-index",

@@ -63,11 +63,11 @@ def _validate(a: argparse.Namespace):
 
 
 def _bundle(a: argparse.Namespace) -> int:
-    from compare.bundling.build import Target, install_tree, pack, pip_downloader, read_package_list, resolve, write_install
+    from compare.bundling.build import Platform, install_tree, pack, pip_downloader, read_package_list, resolve, write_install
     from compare.bundling.prune import import_sites, prune_fatbin
 
     root, profile = _validate(a)
-    target = Target(python=a.python, machine=a.machine)
+    target = Platform(python=a.python, machine=a.machine)
     have = read_package_list(a.have.read_text()) if a.have else {}
     skip = {k: v[0] for k, v in (profile.skip.items() if profile else [])}
     cache = a.cache or a.out.resolve().parent / ".bundle-cache"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from compare.bundling.build import Target, pip_downloader, read_package_list, resolve
+from compare.bundling.build import Platform, pip_downloader, read_package_list, resolve
 from compare.bundling.prune import KIND_ELF, elf_section, import_sites, parse_fatbin, prune_fatbin
 from tests.conftest import run_cli
 
@@ -21,7 +21,7 @@ def wheel_cache(tmp_path_factory) -> Path:
 
 
 def _resolve(cache: Path, python: str, have: str = "", skip: dict | None = None, root: str = HTTPX):
-    t = Target(python=python)
+    t = Platform(python=python)
     return resolve(root, t, read_package_list(have), skip or {}, cache, pip_downloader(t))
 
 
@@ -74,7 +74,7 @@ def test_resolve_backtracks_past_a_release_that_conflicts_with_a_pin(tmp_path):
                 raise RuntimeError(f"no match for {text}")
             (dest / found[-1][1].name).write_bytes(found[-1][1].read_bytes())
 
-    plan = resolve("root==1.0", Target(), {}, {}, tmp_path / "dl", local_download)
+    plan = resolve("root==1.0", Platform(), {}, {}, tmp_path / "dl", local_download)
     assert {k: v.name.split("-")[1] for k, v in plan.wheels.items()} == {"root": "1.0", "ffi": "1.0", "grammar": "0.2"}
 
 
