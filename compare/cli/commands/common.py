@@ -6,7 +6,9 @@ import shutil
 
 from core.errors import UserError
 
-DEFAULT_BACKENDS = "vllm,hf"
+# The embedded default compares two real serving engines (vLLM, OpenVINO GenAI) with the
+# transformers reference beside them
+DEFAULT_BACKENDS = "vllm,openvino,hf"
 # The embedded default: a tiny model on CPU needs an explicit KV size (vLLM's CPU memory check)
 DEFAULT_TINY_SPEC = {"dtype": "float32", "max_model_len": 512, "kv_cache_memory_bytes": 64 * 2**20,
                      # torch.compile on CPU costs ~2 min at start; eager starts in seconds
