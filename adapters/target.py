@@ -43,9 +43,19 @@ class Machine:
 
 
 @dataclass(frozen=True)
+class Load:
+    """The load a run will offer, for engines whose admission limits must follow it (TGI refuses
+    requests beyond --max-concurrent-requests). ``None``: not known (e.g. `compare plan` alone)."""
+
+    max_in_flight: int | None = None  # highest concurrency; an open-loop level: all its requests
+    max_request_tokens: int | None = None  # longest request, prompt + output tokens (nominal)
+
+
+@dataclass(frozen=True)
 class Target:
     model: ModelInfo
     machine: Machine = field(default_factory=Machine)
+    load: Load = field(default_factory=Load)
 
     @classmethod
     def unprobed(cls, model: str, device: str = "cpu") -> "Target":

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from adapters.quant_matrix import native_names
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from adapters.target import Target
+from adapters.target import Load, Target
 
 CONTAINER_PORT = 80  # the TGI image's own default (ENV PORT=80)
 
@@ -39,6 +39,9 @@ FLAG_TYPES: dict[str, str] = {
     "--validation-workers": "posint", "--max-client-batch-size": "posint", "--payload-limit": "posint",
     "--tokenizer-config-path": "str", "--lora-adapters": "str", "--graceful-termination-timeout": "int",
 }
+# TGI 3.3's --max-concurrent-requests default: beyond it the router answers "Model is overloaded"
+# (HTTP 429) instead of queueing (router/src/infer/mod.rs: a semaphore, try_acquire)
+TGI_DEFAULT_MAX_CONCURRENT = 128
 # Flags our container layer owns: an override would break the port mapping / model mount.
 RESERVED = {"--hostname", "--port", "--model-id"}
 # Flags whose value is a secret: never taken from the spec (specs are printed and stored in
@@ -176,6 +179,11 @@ def tgi_launcher_args(spec: ServingSpec, model_path: str | None = None,
         if (why := check_value(flag, value)) is not None:
             raise UnsupportedSpecError("tgi", f"native {flag}={value}", why)
         flags[flag] = str(value)
+    load = target.load if target is not None else Load()
+    if "--max-concurrent-requests" not in flags and load.max_in_flight:
+        flags["--max-concurrent-requests"] = str(admission_limit(load.max_in_flight))
+    if (why := limits_problem(flags)) is not None:
+        raise UnsupportedSpecError("tgi", why[0], why[1], why[2])
     flags["--hostname"] = "0.0.0.0"  # inside the container; Docker publishes it on 127.0.0.1 only
     flags["--port"] = str(CONTAINER_PORT)
     argv: list[str] = []
@@ -184,6 +192,76 @@ def tgi_launcher_args(spec: ServingSpec, model_path: str | None = None,
         if value is not None:
             argv.append(value)
     return argv, env
+
+
+def admission_limit(max_in_flight: int) -> int:
+    """--max-concurrent-requests for a load of ``max_in_flight`` requests: TGI's default or twice the
+    load, whichever is larger. Twice: the router releases a request's permit when its stream ends,
+    and a closed-loop client sends its next request as soon as it has read that end, so for a
+    moment every slot may hold two permits; a refusal there would be ours, not TGI's."""
+    return max(TGI_DEFAULT_MAX_CONCURRENT, 2 * max_in_flight)
+
+
+def _int(flags: Mapping[str, str | None], flag: str) -> int | None:
+    v = flags.get(flag)
+    return int(v) if v is not None else None
+
+
+def limits_problem(flags: Mapping[str, str | None]) -> tuple[str, str, str] | None:
+    """(option, reason, fix) when the token limits break a rule TGI 3.3 checks at start
+    (launcher/src/main.rs, backends/v3/src/main.rs), else None: the run fails here, not after the
+    container has loaded the model."""
+    mit, mil = _int(flags, "--max-input-tokens"), _int(flags, "--max-input-length")
+    mtt, mbtt = _int(flags, "--max-total-tokens"), _int(flags, "--max-batch-total-tokens")
+    prefill = _int(flags, "--max-batch-prefill-tokens")
+    if mit is not None and mil is not None:
+        return ("--max-input-tokens with --max-input-length", "TGI refuses both (max_input_length is the "
+                "deprecated name)", "--native tgi.--max-input-tokens=N only")
+    mit = mit if mit is not None else mil
+    if mit is not None and mtt is not None and mit >= mtt:
+        return (f"--max-input-tokens {mit}", f"must be < --max-total-tokens {mtt}", f"max_model_len>{mit}")
+    if mbtt is not None and mtt is not None and mtt > mbtt:
+        return (f"--max-total-tokens {mtt}", f"must be <= --max-batch-total-tokens {mbtt} (one request must fit "
+                "the KV budget)", "a larger kv_cache_memory_bytes or a smaller max_model_len")
+    if mbtt is not None and prefill is not None and prefill > mbtt:
+        return (f"--max-batch-prefill-tokens {prefill}", f"must be <= --max-batch-total-tokens {mbtt}",
+                f"max_num_batched_tokens<={mbtt}")
+    return None
+
+
+def limits_plan(argv: list[str], load: Load, overridden: bool) -> dict[str, Any]:
+    """`compare plan`: the admission and batch limits TGI will run with and where they come from."""
+    flags: dict[str, str | None] = {}
+    i = 0
+    while i < len(argv):  # switches carry no value
+        value = None if FLAG_TYPES.get(argv[i]) == "switch" or i + 1 >= len(argv) else argv[i + 1]
+        flags[argv[i]] = value
+        i += 1 if value is None else 2
+    limit = _int(flags, "--max-concurrent-requests") or TGI_DEFAULT_MAX_CONCURRENT
+    n = load.max_in_flight
+    if overridden:
+        source = "--native tgi.--max-concurrent-requests"
+    elif n:
+        source = (f"2 x the run's highest concurrency {n} (open-loop levels count all their requests), "
+                  f"at least TGI's default {TGI_DEFAULT_MAX_CONCURRENT}")
+    else:
+        source = "TGI's default (no bound on the run's load known: --concurrency, or --rate with --num-requests)"
+    out: dict[str, Any] = {"max_concurrent_requests": limit, "source": source, "notes": []}
+    if n and limit < n:
+        out["notes"].append(f"{n - limit} of {n} requests in flight will be refused as overloaded (HTTP 429)")
+    batch = _int(flags, "--max-batch-size")
+    if n and batch is not None and batch < n:
+        out["notes"].append(f"--max-batch-size {batch}: requests beyond {batch} wait in TGI's queue (admitted, "
+                            "not refused)")
+    mtt, mbtt = _int(flags, "--max-total-tokens"), _int(flags, "--max-batch-total-tokens")
+    longest = load.max_request_tokens
+    if longest and mtt is not None and longest > mtt:
+        out["notes"].append(f"the longest request (~{longest} tokens) exceeds --max-total-tokens {mtt}: TGI will "
+                            "refuse it as a validation error")
+    if n and longest and mbtt is not None and mbtt // longest < n:
+        out["notes"].append(f"--max-batch-total-tokens {mbtt} holds about {max(1, mbtt // longest)} requests of "
+                            f"~{longest} tokens at once; the rest wait in TGI's queue")
+    return out
 
 
 def validate_argv(argv: list[str], reference: dict[str, dict[str, Any]]) -> list[str]:

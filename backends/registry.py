@@ -12,11 +12,11 @@ plan take that value as is: its ``entry`` picks the registry entry, its ``name``
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from adapters.spec import ServingSpec
-from adapters.target import Machine
+from adapters.target import Load, Machine
 from backends.base import Backend
 from core.errors import UserError
 from core.records import Capabilities
@@ -130,14 +130,17 @@ class Prepared:
         return cls(self.spec, name=self.name, **kw)
 
 
-def prepare(full: str | Target, spec: ServingSpec, machine: Machine | None = None) -> Prepared:
-    """Resolve once: probes the model (and the machine, unless given) and runs the adapter."""
+def prepare(full: str | Target, spec: ServingSpec, machine: Machine | None = None,
+            load: Load | None = None) -> Prepared:
+    """Resolve once: probes the model (and the machine, unless given) and runs the adapter.
+    ``load``: the run's offered load, for adapters whose limits follow it (TGI)."""
     e, target, name = _resolve(full)
     native = None
     if e.resolve is not None and target is None:
         from backends.models.probe import probe
 
-        native = _load(e.resolve)(spec, probe(spec.model, machine))
+        probed = probe(spec.model, machine)
+        native = _load(e.resolve)(spec, replace(probed, load=load) if load is not None else probed)
     return Prepared(name, e, target, spec, native)
 
 
@@ -146,9 +149,10 @@ class Builder:
     machine probed once, each model once per spec) and builds every later backend (a repeat's
     fresh engine) from the same plan."""
 
-    def __init__(self) -> None:
+    def __init__(self, load: Load | None = None) -> None:
         self._prepared: dict[tuple[str, str], Prepared] = {}
         self._machine: Machine | None = None
+        self.load = load
 
     def prepare(self, full: str | Target, spec: ServingSpec) -> Prepared:
         key = (str(full) if isinstance(full, str) else repr(full), spec.model_dump_json())
@@ -157,15 +161,15 @@ class Builder:
                 from backends.models.probe import probe_machine
 
                 self._machine = probe_machine()
-            self._prepared[key] = prepare(full, spec, self._machine)
+            self._prepared[key] = prepare(full, spec, self._machine, self.load)
         return self._prepared[key]
 
     def __call__(self, full: str | Target, spec: ServingSpec, **kw: Any) -> Backend:
         return self.prepare(full, spec).build(**kw)
 
 
-def plan(full: str | Target, spec: ServingSpec) -> dict[str, Any]:
-    return prepare(full, spec).plan()
+def plan(full: str | Target, spec: ServingSpec, load: Load | None = None) -> dict[str, Any]:
+    return prepare(full, spec, load=load).plan()
 
 
 def build(full: str | Target, spec: ServingSpec, **kw: Any) -> Backend:

@@ -12,16 +12,19 @@ length-matched tokens); TGI is in maintenance mode upstream (minor fixes only).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, AsyncIterator
 
 import httpx
 
-from adapters.spec import ServingSpec
+from adapters.spec import ServingSpec, UnsupportedSpecError
 from adapters.target import Target
-from adapters.tgi import CONTAINER_PORT, tgi_launcher_args
+from adapters.tgi import CONTAINER_PORT, limits_plan, tgi_launcher_args
+from backends.http.tgi_client import CLIENT_NOTES, DEFAULT_TGI_CLIENT, TGI_CLIENTS
+from core.errors import BackendRequestError, FailureKind
+from core.records import GenerationRequest, StreamItem
 from backends.container_http import ContainerHttpBackend, container_options, model_in_container
-from backends.http_backends import http_capabilities
+from backends.http_backends import HttpStreamBackend, TgiEndpointBackend, http_capabilities
 from backends.registry import BackendEntry, register
 from containers.manager import ContainerSpec
 
@@ -44,17 +47,35 @@ class TgiPlan:
     options: dict[str, Any]
     argv: tuple[str, ...]
     env: dict[str, str]
+    limits: dict[str, Any] = field(default_factory=dict)  # admission/batch limits and their source
+    client: str = DEFAULT_TGI_CLIENT
+
+
+def tgi_client(spec: ServingSpec | None) -> str:
+    """``--native tgi.client=``: which client streams (backends/http/tgi_client.py)."""
+    name = str((spec.native_for("tgi") if spec is not None else {}).get("client", DEFAULT_TGI_CLIENT))
+    if name not in TGI_CLIENTS:
+        raise UnsupportedSpecError("tgi", f"native client={name}", "unknown TGI client", " or ".join(TGI_CLIENTS))
+    return name
+
+
+def _without_client(spec: ServingSpec) -> ServingSpec:
+    native = {k: dict(v) for k, v in spec.native.items()}
+    native.get("tgi", {}).pop("client", None)
+    return spec.model_copy(update={"native": native})
 
 
 def container_spec(spec: ServingSpec, target: Target) -> TgiPlan:
     """The container spec, options, launcher argv and env for a spec and its probed model."""
-    opts = container_options(spec, "tgi", DEFAULTS)
+    client = tgi_client(spec)
+    opts = container_options(_without_client(spec), "tgi", DEFAULTS)
     model_path, mounts = model_in_container(spec.model)
     argv, env = tgi_launcher_args(spec, model_path=model_path, target=target)
+    limits = limits_plan(argv, target.load, "--max-concurrent-requests" in spec.native_for("tgi"))
     cs = ContainerSpec(image=str(opts["image"]), command=tuple(argv), container_port=CONTAINER_PORT,
                        env=tuple(sorted({**env, **dict(opts["env"])}.items())), mounts=mounts, shm_size=opts["shm_size"],
                        gpus=opts["gpus"], host_port=opts["host_port"])
-    return TgiPlan(cs, opts, tuple(argv), env)
+    return TgiPlan(cs, opts, tuple(argv), env, limits, client)
 
 
 def tgi_plan(spec: ServingSpec, target: "str | TgiPlan | None" = None) -> dict[str, Any]:
@@ -62,7 +83,8 @@ def tgi_plan(spec: ServingSpec, target: "str | TgiPlan | None" = None) -> dict[s
     if not isinstance(target, TgiPlan):
         from backends.http_backends import endpoint_plan
 
-        return endpoint_plan(spec, target)
+        client = tgi_client(spec)
+        return {**endpoint_plan(spec, target), "client": client, "client_why": CLIENT_NOTES[client]}
     cs, opts, argv = target.container, target.options, target.argv
     return {
         "image": cs.image,
@@ -73,15 +95,83 @@ def tgi_plan(spec: ServingSpec, target: "str | TgiPlan | None" = None) -> dict[s
         "pull": opts["pull"],
         "protocol": "tgi native (POST /generate_stream, SSE); ready = GET /health 200",
         "resolved_config": "GET /info after start (stored in run.json)",
+        "limits": target.limits,
+        "client": target.client,
+        "client_why": CLIENT_NOTES[target.client],
         "notes": [LENGTH_NOTE, MAINTENANCE_NOTE],
     }
+
+
+async def read_info(base_url: str) -> dict[str, Any]:
+    """GET /info: through text-generation's transport when the package is installed, else httpx."""
+    from core.lazy import importable
+
+    try:
+        if importable("text_generation"):
+            from backends.http.tgi_client import get_json
+
+            status, body = await get_json(base_url, "/info")
+        else:
+            async with httpx.AsyncClient(base_url=base_url, timeout=10.0) as c:
+                r = await c.get("/info")
+                status, body = r.status_code, r.json()
+    except Exception as e:  # a failed /info must not fail a started server: it is recorded
+        return {"error": f"{type(e).__name__}: {e}"}
+    return body if status == 200 and isinstance(body, dict) else {"error": f"HTTP {status}"}
 
 
 def with_maintenance_note(caps: Any) -> Any:
     return replace(caps, notes=tuple(caps.notes) + (MAINTENANCE_NOTE,))
 
 
-class TgiContainerBackend(ContainerHttpBackend):
+class TextGenerationStreaming(HttpStreamBackend):
+    """Streams through text-generation's AsyncClient when the spec asks for it
+    (``--native tgi.client=text-generation``); our stamped reader otherwise."""
+
+    client = DEFAULT_TGI_CLIENT
+
+    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+        if self.client != "text-generation":
+            async for item in super().stream(req):
+                yield item
+            return
+        from backends.http import tgi_client
+
+        if self._client is None:
+            raise BackendRequestError(FailureKind.CONNECT, f"{self.name} is not started")
+        adapted = self._adapt(req)
+        tgi_client.validate(adapted)
+        async for item in tgi_client.stream(self.base_url or "", adapted, dict(self._client.headers),
+                                            self.read_timeout_s):
+            yield item
+
+    async def generate_once(self, req: GenerationRequest) -> dict[str, Any]:
+        """One non-streaming request through text-generation (quality probes: no timing)."""
+        from backends.http import tgi_client
+
+        assert self._client is not None
+        return await tgi_client.generate_once(self.base_url or "", self._adapt(req), dict(self._client.headers))
+
+    def describe(self):  # type: ignore[no-untyped-def]
+        d = super().describe()
+        d.native_config["client"] = self.client
+        if self.client == "text-generation":
+            from backends.http.tgi_client import EVENT_CLOCK
+
+            d.extra["event_clock"] = EVENT_CLOCK
+        return d
+
+
+class TgiEndpoint(TextGenerationStreaming, TgiEndpointBackend):
+    """``tgi@URL``: an already running TGI server, with the client the spec names."""
+
+    def __init__(self, spec: ServingSpec | None = None, name: str = "tgi", target: str | None = None,
+                 **kw: Any) -> None:
+        super().__init__(spec, name, target=target, **kw)
+        self.client = tgi_client(spec)
+
+
+class TgiContainerBackend(ContainerHttpBackend, TextGenerationStreaming):
     framework = "text-generation-inference"
     health_path = "/health"
 
@@ -95,17 +185,14 @@ class TgiContainerBackend(ContainerHttpBackend):
         if passthrough:
             cs = replace(cs, env=cs.env + passthrough)
         self.launcher_argv = argv
+        self.limits = native.limits
         self.info: dict[str, Any] = {}
         super().__init__(spec, name, protocol="tgi", container_spec=cs, options=opts, **kw)
+        self.client = native.client
 
     async def _after_ready(self) -> None:
         # /info is what TGI actually resolved (max tokens, batch budgets, dtype, version, sha)
-        async with httpx.AsyncClient(base_url=self.base_url or "", timeout=10.0) as c:
-            try:
-                r = await c.get("/info")
-                self.info = r.json() if r.status_code == 200 else {"error": f"HTTP {r.status_code}"}
-            except (httpx.HTTPError, ValueError) as e:
-                self.info = {"error": f"{type(e).__name__}: {e}"}
+        self.info = await read_info(self.base_url or "")
         self._version = str(self.info.get("version", self._version))
 
     @property
@@ -117,7 +204,7 @@ class TgiContainerBackend(ContainerHttpBackend):
         d.native_config.update({"image": self.container_spec.image,
                                 "launcher_argv": ["text-generation-launcher", *self.launcher_argv],
                                 "launcher_env": self.container_spec.redacted_env(),
-                                "resolved": self.info})
+                                "resolved": self.info, "limits": self.limits})
         return d
 
 
@@ -125,9 +212,7 @@ def make_tgi(spec: ServingSpec, name: str = "tgi", target: str | None = None,  #
              native: TgiPlan | None = None, **kw: Any):
     """``tgi`` -> the container; ``tgi@URL`` -> an already running server."""
     if target:
-        from backends.http_backends import TgiEndpointBackend
-
-        return TgiEndpointBackend(spec, name, target=target, **kw)
+        return TgiEndpoint(spec, name, target=target, **kw)
     return TgiContainerBackend(spec, name, native=native, **kw)
 
 
@@ -160,6 +245,8 @@ register(BackendEntry(
     notes=(LENGTH_NOTE, MAINTENANCE_NOTE,
            "other image: --native tgi.image=NAME (local test double: llm-compare/tgi-double:0.32.0, "
            "with --native tgi.gpus=none); --native tgi.pull=true to pull a missing image",
-           "launcher flags: --native tgi.--max-waiting-tokens=20 (checked against TGI 3.3's flags)"),
+           "launcher flags: --native tgi.--max-waiting-tokens=20 (checked against TGI 3.3's flags); "
+           "--max-concurrent-requests follows the run's highest concurrency unless given",
+           "client: --native tgi.client=stamped (default) or text-generation (Hugging Face's AsyncClient)"),
     capabilities=with_maintenance_note(http_capabilities("tgi")),
 ))

@@ -20,8 +20,14 @@ def caveats(run: RunResults | dict[str, Any]) -> list[str]:
                            f"(result marked invalid: the client, not the engine, may be the bottleneck)")
             if s.short_outputs:
                 out.append(f"{name} {label}: {s.short_outputs} request(s) returned fewer tokens than asked")
-            if s.failed:
-                out.append(f"{name} {label}: {s.failed} failed request(s): {s.errors}")
+            refused = (s.errors or {}).get("overloaded", 0)
+            if refused:  # a refusal is the server's admission limit, not a failed generation
+                out.append(f"{name} {label}: the server refused load: {refused} request(s) rejected as overloaded "
+                           f"(HTTP 429 / TGI \"Model is overloaded\"); raise its admission limit (TGI: --native "
+                           f"tgi.--max-concurrent-requests=N)")
+            if s.failed - refused > 0:
+                out.append(f"{name} {label}: {s.failed - refused} failed request(s): "
+                           f"{ {k: v for k, v in s.errors.items() if k != 'overloaded'} }")
         if b.error:
             out.append(f"{name}: {b.error}")
     for label, lv in (run.length_matched.levels if run.length_matched else {}).items():

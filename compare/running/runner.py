@@ -24,6 +24,7 @@ from core.errors import BackendStartError
 from backends.base import Backend
 from compare.running.executor import LevelOutcome, RunAborted, run_level, run_one
 from compare.running.aio import running_loop_name
+from compare.running.load import offered_load
 from core.hardware import fingerprint
 from compare.analysis.metrics import summarize
 from core.slo import SLO
@@ -69,7 +70,7 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
               extra_header: dict[str, Any] | None = None) -> ResultsWriter:
     progress = progress or Progress()
     # each backend's native plan is resolved once and reused by every repeat and describe()
-    factory = backend_factory or registry.Builder()
+    factory = backend_factory or registry.Builder(offered_load(cfg.levels, cfg.requests))  # TGI's limits follow it
     # Validate every backend's spec before starting anything: a bad option fails the whole run
     # up front instead of after the first backend has spent minutes.
     built = {str(b): factory(b, cfg.spec_for(str(b))) for b in cfg.backends}

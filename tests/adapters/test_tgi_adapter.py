@@ -138,3 +138,69 @@ def test_validate_argv_catches_bad_argv(reference):
     assert any("--quantize int3" in p for p in problems)
     assert any("--bogus" in p for p in problems)
     assert any("'x' is not a number" in p for p in problems)
+
+
+# ---------------------------------------------------------------- limits that follow the load
+
+def _load_target(n: int | None, longest: int | None = None) -> Target:
+    from adapters.target import Load
+
+    return Target(ModelInfo("org/model"), load=Load(max_in_flight=n, max_request_tokens=longest))
+
+
+def _flag(argv, flag):
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+@pytest.mark.parametrize("n,limit", [(None, None), (4, "128"), (64, "128"), (256, "512"), (1000, "2000")])
+def test_admission_limit_follows_the_highest_concurrency(n, limit, reference):
+    argv, _ = tgi_launcher_args(_spec(), target=_load_target(n))
+    assert _flag(argv, "--max-concurrent-requests") == limit  # None: TGI's own default (128) stays
+    assert validate_argv(argv, reference) == []
+
+
+def test_native_admission_limit_wins_and_plan_says_where_it_came_from():
+    from adapters.tgi import limits_plan
+
+    spec = _spec(native={"tgi": {"--max-concurrent-requests": 100}}, max_num_seqs=8)
+    argv, _ = tgi_launcher_args(spec, target=_load_target(256))
+    assert _flag(argv, "--max-concurrent-requests") == "100"
+    lim = limits_plan(argv, _load_target(256).load, overridden=True)
+    assert lim["max_concurrent_requests"] == 100 and "native" in lim["source"]
+    assert any("156 of 256" in n and "overloaded" in n for n in lim["notes"])
+    assert any("--max-batch-size 8" in n and "queue" in n for n in lim["notes"])
+    derived = limits_plan(tgi_launcher_args(_spec(), target=_load_target(256))[0], _load_target(256).load, False)
+    assert derived["max_concurrent_requests"] == 512 and "256" in derived["source"] and derived["notes"] == []
+
+
+@pytest.mark.parametrize("kw,needle", [
+    # TGI 3.3 refuses these at start (launcher/src/main.rs, backends/v3/src/main.rs)
+    ({"max_model_len": 4096, "native": {"tgi": {"--max-batch-total-tokens": 2048}}}, "--max-batch-total-tokens 2048"),
+    ({"max_num_batched_tokens": 8192, "native": {"tgi": {"--max-batch-total-tokens": 4096}}},
+     "--max-batch-prefill-tokens 8192"),
+    ({"max_model_len": 512, "native": {"tgi": {"--max-input-tokens": 600}}}, "must be < --max-total-tokens 512"),
+    ({"native": {"tgi": {"--max-input-tokens": 10, "--max-input-length": 10}}}, "max_input_length"),
+])
+def test_token_limits_tgi_would_refuse_fail_before_start(kw, needle):
+    with pytest.raises(UnsupportedSpecError) as e:
+        tgi_launcher_args(_spec(**kw), target=_load_target(64))
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_kv_budget_smaller_than_one_request_is_refused(tiny_model):
+    # 1 MiB at 2048 bytes per token (tiny model, fp32) = 512 tokens < max_model_len 4096
+    spec = ServingSpec(model=str(tiny_model), max_model_len=4096, kv_cache_memory_bytes=2**20)
+    with pytest.raises(UnsupportedSpecError, match="kv_cache_memory_bytes"):
+        tgi_launcher_args(spec, target=probe(str(tiny_model)))
+
+
+def test_plan_notes_a_kv_budget_that_queues_the_load():
+    from adapters.tgi import limits_plan
+
+    spec = _spec(max_model_len=1024, native={"tgi": {"--max-batch-total-tokens": 4096}})
+    t = _load_target(64, longest=512)
+    lim = limits_plan(tgi_launcher_args(spec, target=t)[0], t.load, False)
+    assert any("about 8 requests" in n for n in lim["notes"])
+    t = _load_target(64, longest=2000)
+    lim = limits_plan(tgi_launcher_args(spec, target=t)[0], t.load, False)
+    assert any("exceeds --max-total-tokens 1024" in n for n in lim["notes"])

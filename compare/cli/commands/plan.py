@@ -15,14 +15,31 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_backends_option(p)
     add_spec_options(p)
     p.add_argument("--format", choices=["yaml", "json"], default="yaml")
+    g = p.add_argument_group("the load the plan is sized for (as `compare run` takes it)")
+    g.add_argument("--concurrency", help="closed-loop levels, e.g. 1,64,256 (default 1,4 when no --rate)")
+    g.add_argument("--rate", help="open-loop rates in req/s (every request of such a level may be in flight)")
+    g.add_argument("--num-requests", type=int, default=None,
+                   help="requests per level (caps closed-loop levels; an open-loop level may have all in flight)")
     p.set_defaults(func=_plan)
 
 
 def _plan(args: argparse.Namespace) -> int:
     from backends.registry import Builder
 
+    from compare.cli.commands.common import DEFAULT_LEVELS
+    from compare.running.load import offered_load
+    from compare.workload.schedule import parse_levels
+    from core.errors import UserError
+
     spec = spec_from_args(args, default_model="<tiny model>")
-    builder = Builder()  # model and machine probed once; each backend's plan resolved once
+    try:
+        levels = parse_levels(args.concurrency if (args.concurrency or args.rate) else DEFAULT_LEVELS, args.rate)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if args.num_requests is not None and args.num_requests <= 0:
+        raise UserError("--num-requests must be > 0")
+    # model and machine probed once; each backend's plan resolved once, sized for the load (TGI)
+    builder = Builder(offered_load(levels, args.num_requests))
     out = {"spec": spec.model_dump(mode="json", exclude_defaults=True),
            "backends": {name: builder.prepare(name, spec).plan() for name in parse_backends(args.backends)}}
     if args.format == "json":

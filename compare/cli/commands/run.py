@@ -136,9 +136,11 @@ def _run(args: argparse.Namespace) -> int:
         cfg.backend_specs.update(tuned_specs(args.tuned, backends, spec))
     # validate every backend's spec (pure adapters) before anything is started or written
     from backends.registry import plan
+    from compare.running.load import offered_load
 
+    load = offered_load(levels, requests)  # TGI's admission limit follows the run's highest concurrency
     for b in backends:
-        plan(b, cfg.spec_for(str(b)))
+        plan(b, cfg.spec_for(str(b)), load)
     return _execute(cfg, args.format, args.gpu_hour_price, args.margin)
 
 
