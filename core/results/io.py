@@ -4,19 +4,24 @@ run.json is rewritten atomically after every load level, so a run that fails or 
 keeps everything it measured, with ``status`` saying how it ended. The writer keeps the run as
 JSON-shaped dicts while measuring (callers add to a backend's section in place) and writes it
 through ``RunResults`` (core/results/models.py), so what lands on disk is what the models
-declare. requests.jsonl gets one complete line per finished request (appended, flushed);
-workload.jsonl holds the exact request list so a run can be replayed.
+declare. requests.jsonl gets one complete line per finished request (one append each; a torn
+last line is cut off or skipped by readers); workload.jsonl holds the exact request list so a
+run can be replayed. The directory is created atomically and probed before any engine starts;
+a write that fails mid-run (full disk) stops the run with status "failed" naming the problem.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
+import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-from core.errors import UserError
+from core.errors import RunFailed, UserError
 from core.fsutil import write_atomic, write_json_atomic
 from core.records import RequestRecord
 from core.results.migrate import to_current
@@ -34,46 +39,189 @@ def dump(run: RunResults) -> dict[str, Any]:
     return json.loads(run.model_dump_json(exclude_unset=True))
 
 
+class ResultsWriteError(RunFailed):
+    """The results directory stopped taking writes mid-run (full disk, quota, I/O error)."""
+
+
+def disk_problem(e: OSError) -> str:
+    """"No space left on device (ENOSPC)": the OS's words and the errno name."""
+    name = errno.errorcode.get(e.errno or 0)
+    text = e.strerror or str(e)
+    return f"{text} ({name})" if name else text
+
+
+# Space set aside in the results directory while a run measures, given back when a write fails,
+# so that the final run.json (status "failed" and why) still fits on a disk that filled up.
+RESERVE_NAME = ".space-reserve"
+RESERVE_BYTES = 64 * 1024
+REQUESTS = "requests.jsonl"
+
+
+def create_results_dir(root: str | os.PathLike[str], run_id: str) -> Path:
+    """Create ``root/run_id`` atomically (it must not exist: of simultaneous starts with one run
+    id exactly one gets it) and prove it takes writes, before any engine starts. Bad -> UserError
+    (one line, nothing left behind)."""
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UserError(f"results directory {root} is a file, not a directory; pass a directory with --out") from None
+    except OSError as e:
+        raise UserError(f"cannot create the results directory {root}: {disk_problem(e)}; pass a writable "
+                        f"directory with --out") from None
+    d = root / run_id
+    try:
+        d.mkdir()  # no exist_ok: the existence check and the creation are one step
+    except FileExistsError:
+        raise UserError(f"results directory {d} already exists; pick another --run-id") from None
+    except OSError as e:
+        raise UserError(f"cannot create the results directory {d}: {disk_problem(e)}; pass a writable "
+                        f"directory with --out") from None
+    try:  # the probe: a file written, synced and removed
+        probe = d / ".write-probe"
+        with open(probe, "wb") as f:
+            f.write(b"probe\n")
+            f.flush()
+            os.fsync(f.fileno())
+        probe.unlink()
+    except OSError as e:
+        shutil.rmtree(d, ignore_errors=True)
+        raise UserError(f"cannot write to the results directory {root}: {disk_problem(e)}; pass a writable "
+                        f"directory with --out") from None
+    return d
+
+
 class ResultsWriter:
+    """Writes one run's results directory (created by ``create_results_dir``).
+
+    Records are appended to requests.jsonl one whole line per ``write`` (O_APPEND): a crash or a
+    full disk leaves at most a torn last line without its newline, which the writer cuts off when
+    it can and readers skip with a warning when it could not. The first write that fails (any
+    file) stops the run: ResultsWriteError naming the disk problem, and run.json says "failed"
+    and why (written into the reserved space). Later writes are dropped silently: the run is
+    already failing."""
+
     def __init__(self, root: Path, run_id: str, header: dict[str, Any]) -> None:
-        self.dir = Path(root) / run_id
-        if self.dir.exists() and any(self.dir.iterdir()):
-            raise FileExistsError(f"results directory {self.dir} already exists")
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir = create_results_dir(root, run_id)
         self.run: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "run_id": run_id,
                                     "status": "running", "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                     **header, "backends": {}}
-        self._req = open(self.dir / "requests.jsonl", "a", encoding="utf-8")
-        self.flush()
+        self.error: ResultsWriteError | None = None
+        self._req = -1
+        try:
+            self._req = os.open(self.dir / REQUESTS, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
+            self._req_size = 0
+            self._reserve()
+            self._write_run()
+        except OSError as e:
+            self._close_fd()
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise UserError(f"cannot write to the results directory {self.dir}: {disk_problem(e)}; pass a "
+                            f"writable directory with --out") from None
 
     @property
     def results(self) -> RunResults:
         """The run so far, typed."""
         return RunResults.model_validate(self.run)
 
+    def _reserve(self) -> None:
+        fd = os.open(self.dir / RESERVE_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, RESERVE_BYTES)
+            except (AttributeError, OSError) as e:  # not every file system allocates: write zeros
+                if isinstance(e, OSError) and e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    raise
+                os.write(fd, bytes(RESERVE_BYTES))
+        finally:
+            os.close(fd)
+
+    def _release(self) -> None:
+        try:
+            os.unlink(self.dir / RESERVE_NAME)
+        except OSError:
+            pass
+
+    def _fail(self, what: str, e: OSError) -> ResultsWriteError:
+        """The first failed write: cut the torn line, give back the reserve, record "failed"."""
+        err = ResultsWriteError(f"cannot write {what} in {self.dir}: {disk_problem(e)}; free space on that "
+                                f"disk (or pass another --out) and run again; the results so far are kept")
+        if self.error is not None:
+            return self.error
+        self.error = err
+        if self._req >= 0:
+            try:
+                os.ftruncate(self._req, self._req_size)  # the torn part of the last line
+            except OSError:
+                pass  # readers skip a torn last line
+        self._release()
+        self.run.update(status="failed", finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=str(err))
+        for entry in self.run["backends"].values():
+            if entry.get("status") == "running":  # the one measuring when the disk failed
+                entry.update(status="failed", error=str(err))
+        try:
+            self._write_run()
+        except OSError:
+            pass  # nothing can be written there any more: the last complete run.json stays
+        return err
+
     def write_workload(self, requests: list[dict[str, Any]]) -> None:
-        write_atomic(self.dir / "workload.jsonl", "".join(json.dumps(r) + "\n" for r in requests))
+        self.write_text("workload.jsonl", "".join(json.dumps(r) + "\n" for r in requests))
 
     def add_record(self, rec: RequestRecord) -> None:
-        self._req.write(json.dumps(rec.to_json()) + "\n")
-        self._req.flush()
+        if self.error is not None:
+            return
+        line = (json.dumps(rec.to_json()) + "\n").encode()
+        try:
+            n = os.write(self._req, line)
+            while n < len(line):  # a short write (the disk filled mid-line): the rest raises ENOSPC
+                n += os.write(self._req, line[n:])
+        except OSError as e:
+            raise self._fail(REQUESTS, e) from None
+        self._req_size += len(line)
 
     def backend(self, name: str) -> dict[str, Any]:
         return self.run["backends"].setdefault(name, {"status": "pending", "levels": {}})
 
     def write_text(self, relpath: str, text: str) -> None:
-        write_atomic(self.dir / relpath, text)
+        if self.error is not None:
+            return
+        try:
+            write_atomic(self.dir / relpath, text)
+        except OSError as e:
+            raise self._fail(relpath, e) from None
 
-    def flush(self) -> None:
+    def _write_run(self) -> None:
         write_json_atomic(self.dir / "run.json", dump(self.results))
 
+    def flush(self) -> None:
+        if self.error is not None:
+            return  # run.json already says how the run ended
+        try:
+            self._write_run()
+        except OSError as e:
+            raise self._fail("run.json", e) from None
+
     def finish(self, status: str, error: str | None = None) -> None:
+        if self.error is not None:  # a failed write ended the run, whatever the caller saw
+            status, error = "failed", error or str(self.error)
+        self._release()  # (after a failure: already given back)
         self.run["status"] = status
         self.run["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         if error:
             self.run["error"] = error
-        self.flush()
-        self._req.close()
+        try:
+            self._write_run()
+        except OSError as e:
+            if self.error is None:
+                raise self._fail("run.json", e) from None
+        finally:
+            self._close_fd()
+
+    def _close_fd(self) -> None:
+        if self._req >= 0:
+            os.close(self._req)
+            self._req = -1
 
 
 def as_run(run: RunResults | dict[str, Any]) -> RunResults:
@@ -96,11 +244,23 @@ def load_run(path: str | os.PathLike[str]) -> RunResults:
 
 
 def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
-    p = Path(path)
-    with open(p / "requests.jsonl", encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield RequestRecord.from_json(json.loads(line))
+    """The records of requests.jsonl. A torn last line (no newline, not JSON: the writer died or
+    the disk filled while appending it) is skipped with a one-line warning on stderr; a corrupt
+    line anywhere else raises (load_results makes that a UserError)."""
+    p = Path(path) / REQUESTS
+    with open(p, "rb") as f:
+        for raw in f:
+            if not raw.strip():
+                continue
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                if not raw.endswith(b"\n"):  # (only the last line can lack one) never finished
+                    sys.stderr.write(f"warning: {p}: skipped the torn last line ({len(raw)} bytes, no "
+                                     f"newline): the run stopped while writing it\n")
+                    return
+                raise
+            yield RequestRecord.from_json(doc)
 
 
 def load_results(path: str | os.PathLike[str]) -> tuple[RunResults, list[RequestRecord]]:

@@ -1,0 +1,154 @@
+"""The results directory as a first-class failure: created atomically and probed before any
+engine starts, appended so a crash or a full disk leaves at most a torn last line (which readers
+skip with a warning), and a write that fails mid-run stops the run with status "failed".
+
+Real file systems: a small tmpfs that fills up for real, a read-only mount, /proc, a file; real
+`compare run` processes against a loopback OpenAI-protocol server (tests/http_util.py)."""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from core.errors import UserError
+from core.results import ResultsWriter, iter_records, load_results
+from tests.conftest import run_cli
+from tests.http_util import ThreadedServer, openai_routes, openai_stream
+
+
+def _mount_tmpfs(where: Path, options: str) -> Path:
+    where.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"mounting a tmpfs is refused here ({r.stderr.strip() or r.returncode}): needs root")
+    return where
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    d = _mount_tmpfs(tmp_path / "disk", "size=200k")
+    yield d
+    subprocess.run(["umount", str(d)], check=False)
+
+
+@pytest.fixture
+def read_only_disk(tmp_path):
+    d = _mount_tmpfs(tmp_path / "ro", "ro,size=64k")
+    yield d
+    subprocess.run(["umount", str(d)], check=False)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ThreadedServer(openai_stream(4), openai_routes()) as s:
+        yield s
+
+
+def _run(server, out: Path, *extra: str, n: int = 4):
+    return run_cli("run", "--backends", f"openai@{server.url}", "--num-requests", str(n), "--input-len", "8",
+                   "--output-len", "4", "--concurrency", "4", "--warmup", "1", "--out", str(out), *extra,
+                   timeout=300)
+
+
+def _one_line_error(r, code: int, needle: str) -> None:
+    assert r.returncode == code, (r.returncode, r.stderr[-2000:])
+    assert needle in r.stderr and "Traceback" not in r.stderr + r.stdout, r.stderr[-2000:]
+
+
+def test_bad_results_directories_are_one_line_exit_2_and_nothing_is_written(tmp_path, read_only_disk):
+    with ThreadedServer(openai_stream(4), openai_routes()) as server:
+        _bad_dirs(server, tmp_path, read_only_disk)
+
+
+def _bad_dirs(server, tmp_path, read_only_disk):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    r = _run(server, a_file)
+    _one_line_error(r, 2, "is a file, not a directory")
+    assert a_file.read_text() == "x"
+    r = _run(server, a_file / "below")
+    _one_line_error(r, 2, "cannot create the results directory")
+    r = _run(server, Path("/proc/llm-compare-results"))
+    _one_line_error(r, 2, "cannot create the results directory")
+    r = _run(server, read_only_disk, "--run-id", "ro")
+    _one_line_error(r, 2, "Read-only file system (EROFS)")
+    assert list(read_only_disk.iterdir()) == []
+    assert server.raw.requests == 0  # no engine (server) was asked anything before the check
+
+
+def test_a_disk_that_fills_mid_run_stops_the_run_cleanly(server, small_disk):
+    r = _run(server, small_disk, "--run-id", "full", n=300)
+    _one_line_error(r, 1, "No space left on device (ENOSPC)")
+    d = small_disk / "full"
+    run = json.loads((d / "run.json").read_text())
+    assert run["status"] == "failed" and "ENOSPC" in run["error"] and "requests.jsonl" in run["error"]
+    assert [b["status"] for b in run["backends"].values()] == ["failed"]
+    data = (d / "requests.jsonl").read_bytes()
+    assert data.endswith(b"\n") and 0 < data.count(b"\n") < 300  # some records, every line whole
+    assert not (d / ".space-reserve").exists()
+    # the results are readable and re-render: everything measured before the disk filled
+    _, records = load_results(d)
+    assert len(records) == data.count(b"\n")
+    rep = run_cli("report", str(d))
+    assert "Traceback" not in rep.stderr + rep.stdout, rep.stderr[-2000:]
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning_anywhere_else_it_is_an_error(server, tmp_path, capsys):
+    r = _run(server, tmp_path, "--run-id", "t")
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = tmp_path / "t"
+    whole = (d / "requests.jsonl").read_bytes()
+    (d / "requests.jsonl").write_bytes(whole + whole.splitlines(keepends=True)[0][:57])  # a crash mid-append
+    assert len(list(iter_records(d))) == 4
+    assert "skipped the torn last line" in capsys.readouterr().err
+    rep = run_cli("report", str(d))
+    assert rep.returncode == 0 and "skipped the torn last line" in rep.stderr, rep.stderr[-2000:]
+    lines = whole.splitlines(keepends=True)
+    (d / "requests.jsonl").write_bytes(lines[0] + lines[1][:40] + b"\n" + b"".join(lines[2:]))
+    with pytest.raises(UserError, match="corrupt line"):
+        load_results(d)
+
+
+def test_files_get_the_same_mode_as_the_records(server, tmp_path):
+    r = _run(server, tmp_path, "--run-id", "m")
+    assert r.returncode == 0, r.stderr[-2000:]
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "m").iterdir() if p.is_file()}
+    assert len(set(modes.values())) == 1 and modes["run.json"] == modes["requests.jsonl"], modes
+
+
+def _start(root: str, barrier, results) -> None:
+    barrier.wait()
+    try:
+        ResultsWriter(Path(root), "same", {}).finish("complete")
+        results.put("won")
+    except UserError as e:
+        results.put(str(e))
+    except BaseException as e:  # noqa: BLE001 - the test reports whatever else escaped
+        results.put(f"{type(e).__name__}: {e}")
+
+
+def test_twenty_simultaneous_starts_with_one_run_id(tmp_path):
+    """Existence check and creation are one step: exactly one start gets the directory, each
+    other gets the one-line "already exists" error."""
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(20), ctx.Queue()
+    procs = [ctx.Process(target=_start, args=(str(tmp_path), barrier, results)) for _ in range(20)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(30)
+    assert got.count("won") == 1, got
+    assert all("already exists; pick another --run-id" in g for g in got if g != "won"), got
+    assert json.loads((tmp_path / "same" / "run.json").read_text())["status"] == "complete"
+
+
+def test_the_same_run_id_twice_through_the_cli(server, tmp_path):
+    assert _run(server, tmp_path, "--run-id", "x").returncode == 0
+    _one_line_error(_run(server, tmp_path, "--run-id", "x"), 2, "already exists; pick another --run-id")
+    assert os.listdir(tmp_path) == ["x"]
