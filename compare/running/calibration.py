@@ -2,7 +2,7 @@
 well our HTTP client (backends/http, the exact code path of ``compare run``) timestamps it.
 
 The calibration server speaks the OpenAI completions streaming protocol (with vLLM's per-chunk
-``token_ids``) over real HTTP/1.1 on 127.0.0.1. It waits ``ttft_ms`` before the first event and
+``token_ids``) and TGI's ``/generate_stream`` over real HTTP/1.1 on 127.0.0.1. It waits ``ttft_ms`` before the first event and
 ``itl_ms`` between events, each event carrying ``tokens_per_event`` tokens. Every token event
 carries, in its SSE ``id:`` field, ``perf_counter_ns()`` taken just before the bytes were written.
 perf_counter_ns is CLOCK_MONOTONIC, shared by all processes of a machine, so
@@ -13,9 +13,8 @@ holds the time the client's event loop took to get to the bytes. Both are report
 user-space one from ``RawEvent.rx_ns``), with the clock that stamped the records. That is what
 ``compare calibrate`` reports.
 
-The server is a bare asyncio.Protocol (no framework) so that it, not the client, is never the
-bottleneck; it runs in its own process (``python -m compare.running.calibration --port N``), pinned to
-other cores than the client where possible.
+The server is a bare asyncio.Protocol (never the bottleneck) in its own process
+(``python -m compare.running.calibration --port N``), pinned to other cores than the client.
 """
 from __future__ import annotations
 
@@ -108,6 +107,16 @@ def _chunk(k: int, first_id: int, last: bytes | None) -> bytes:
 
 
 _ONE_TOKEN = [_chunk(1, i, None) for i in range(1000)]  # the usual event: template per token id
+# TGI's /generate_stream, one token per event; the stamp also in the text (AsyncClient drops ids)
+_TGI = (b'id: %%019d\ndata:{"index":%d,"token":{"id":%d,"text":"%%019d","logprob":null,"special":false},'
+        b'"generated_text":%b,"details":%b}\n\n')
+
+
+def _tgi_chunk(i: int, n: int) -> bytes:
+    last = i == n - 1
+    payload = _TGI % (i + 1, 100 + i % 1000, b'"x"' if last else b"null",
+                      b'{"finish_reason":"length","generated_tokens":%d,"seed":null}' % n if last else b"null")
+    return b"%x\r\n" % (len(payload) - 2 * (5 - _STAMP_DIGITS)) + payload + (b"\r\n0\r\n\r\n" if last else b"\r\n")
 
 
 class _Conn(asyncio.Protocol):
@@ -161,16 +170,18 @@ class _Conn(asyncio.Protocol):
     def _handle(self, method: str, path: str, body: bytes) -> None:
         if method == "GET" and path == "/health":
             return self._simple("200 OK", b"")
-        if method == "GET" and path == "/v1/models":
+        if method == "GET" and path in ("/v1/models", "/info"):  # /info: TGI's probe reads any JSON object
             return self._simple("200 OK", b'{"object":"list","data":[{"id":"calibration","object":"model"}]}')
         if method == "GET" and path == "/stats":  # the server's own cost: is it the bottleneck?
             return self._simple("200 OK", json.dumps(_cpu() | {"events": self.ticker.events}).encode())
-        if method != "POST" or path != "/v1/completions":
+        if method != "POST" or path not in ("/v1/completions", "/generate_stream"):
             return self._simple("404 Not Found", b'{"error":"not found"}')
+        self.tgi = path == "/generate_stream"  # the response speaks TGI's protocol
         try:
-            n = int(json.loads(body)["max_tokens"])
+            b = json.loads(body)
+            n = int(b["parameters"]["max_new_tokens"] if self.tgi else b["max_tokens"])
         except (ValueError, KeyError, TypeError):
-            return self._simple("400 Bad Request", b'{"error":"body needs max_tokens"}')
+            return self._simple("400 Bad Request", b'{"error":"body needs max_tokens / parameters.max_new_tokens"}')
         assert self.tr is not None
         self.busy = True
         self.n, self.sent = n, 0
@@ -183,6 +194,13 @@ class _Conn(asyncio.Protocol):
         if tr is None:
             return  # the client went away
         sent, n = self.sent, self.n
+        if self.tgi:  # one token per event, the stamp twice (id and token text)
+            self.sent, self.ticker.events, t = sent + 1, self.ticker.events + 1, _perf()
+            tr.write(_tgi_chunk(sent, n) % (t, t))
+            if sent + 1 < n:
+                return self.ticker.add(self.due + self.itl_s, self)
+            self.busy = False
+            return self._next()
         k = self.per_event if n - sent > self.per_event else n - sent
         self.sent = sent + k
         self.ticker.events += 1

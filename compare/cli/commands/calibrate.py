@@ -28,6 +28,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-error-ms", type=float, default=1.0, help="p99 timing error a sustainable level may have")
     p.add_argument("--no-pin", action="store_true", help="do not pin client and server to separate CPUs")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--tgi-clients", action="store_true",
+                   help="instead: TGI's /generate_stream through both TGI clients (stamped reader vs "
+                        "text-generation's AsyncClient), the timing error of each")
     p.set_defaults(func=_calibrate)
 
 
@@ -88,8 +91,32 @@ def run_calibration(streams: list[int], tokens: int, ttft_ms: float, itl_ms: flo
             "load_avg": os.getloadavg()}
 
 
+def tgi_clients(streams: list[int], tokens: int, ttft_ms: float, itl_ms: float, no_pin: bool = False) -> list[dict]:
+    """Both TGI clients (backends/http/tgi_client.py) at each stream count, same server, same timing."""
+    from compare.running.calibration import CalibrationServerProcess, CalibrationTiming, _raise_nofile
+    from compare.running.calibration_tgi import measure_tgi
+
+    _raise_nofile()
+    client_cpus, server_cpus = _cpus(no_pin)
+    out = []
+    with CalibrationServerProcess(CalibrationTiming(ttft_ms, itl_ms, 1), cpus=server_cpus) as url:
+        for n in streams:
+            for client in ("stamped", "text-generation"):
+                out.append(aio.run(measure_tgi(url, n, tokens, client, timeout_s=60 + 3 * tokens * itl_ms / 1e3)))
+    return out
+
+
 def _calibrate(a: argparse.Namespace) -> int:
     streams = _args(a)
+    if a.tgi_clients:
+        rows = tgi_clients(streams, a.tokens, a.ttft_ms, a.itl_ms, a.no_pin)
+        if a.json:
+            print(json.dumps(rows, indent=2))
+        for r in rows:
+            e = r["timing_error_ms"]
+            print(f"{r['client']:>16} {r['streams']:>5} streams: {r['events']} events, failed {r['failed'] or 0}, "
+                  f"error p50 {e['p50']:.3f} ms p99 {e['p99']:.3f} ms max {e['max']:.3f} ms", file=sys.stderr)
+        return 0
     from rich.console import Console
     from rich.table import Table
 
