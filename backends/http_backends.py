@@ -33,6 +33,7 @@ from backends.http.protocol import EventSink, Protocol
 from backends.http.protocols import get_protocol
 from backends.http.sse import RawEvent, read_events
 from backends.http.transport import StreamingTransport
+from backends.http.urls import redact_url, split_userinfo
 from backends.registry import BackendEntry, register
 
 # Connect fast, but let one silent gap last as long as a request may (the executor's
@@ -40,7 +41,6 @@ from backends.registry import BackendEntry, register
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 600.0
 API_KEY_ENV = "LLM_COMPARE_API_KEY"  # sent as a bearer token; never logged or stored
-
 
 def http_capabilities(protocol: str | Protocol, server_metrics: bool = True) -> Capabilities:
     """What a server behind ``protocol`` can do; the one declaration for the class and its entry."""
@@ -62,12 +62,16 @@ class HttpStreamBackend:
                  metrics: str | None = "prometheus", max_connections: int = 4096,
                  read_timeout_s: float = READ_TIMEOUT_S, fast_transport: bool = True) -> None:
         self.spec = spec
-        self.name = name
+        self.name = redact_url(name)
         self.protocol = get_protocol(protocol) if isinstance(protocol, str) else protocol
         self.base_url = (base_url or target or "").rstrip("/") or None
+        self._basic_auth: str | None = None
         if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
-            raise UnsupportedSpecError(name, f"target {self.base_url!r}", "not an http(s) URL",
+            raise UnsupportedSpecError(self.name, f"target {redact_url(self.base_url)!r}", "not an http(s) URL",
                                        f"{name.partition('@')[0]}@http://127.0.0.1:8000")
+        if self.base_url is not None:
+            self.base_url, self._basic_auth = split_userinfo(self.base_url)
+        self.request_timeout_s: float | None = None  # the run's --timeout (set_request_timeout)
         self.model = model
         self.metrics_kind = metrics
         self.max_connections = max_connections
@@ -98,11 +102,13 @@ class HttpStreamBackend:
         try:
             await self._start_server()
             if not self.base_url:
-                raise BackendStartError(f"{self.name}: no base URL; use {self.name}@http://HOST:PORT")
+                raise BackendStartError(f"no base URL; use {self.name}@http://HOST:PORT")
             headers = {"Accept-Encoding": "identity"}
             key = os.environ.get(API_KEY_ENV)
             if key:
                 headers["Authorization"] = f"Bearer {key}"
+            elif self._basic_auth:
+                headers["Authorization"] = self._basic_auth
             # plain http: our lean transport (stamps on receipt; docs/benchmarks.md); https: httpx's own
             transport = StreamingTransport() if self.base_url.startswith("http://") and self.fast_transport else None
             self._client = httpx.AsyncClient(
@@ -136,17 +142,25 @@ class HttpStreamBackend:
         finally:
             await self._stop_server()
 
+    def set_request_timeout(self, timeout_s: float) -> None:
+        """The run's per-request timeout (``--timeout``): how long the start-up probe may wait."""
+        self.request_timeout_s = timeout_s
+
     async def _probe(self) -> None:
         """Fail fast with one line when the server is not there; learn the model name/version."""
         assert self._client is not None
         path = self.protocol.info_path or self.protocol.health_path
+        read_s = self.request_timeout_s or CONNECT_TIMEOUT_S
         try:
-            r = await self._client.get(path, timeout=CONNECT_TIMEOUT_S)
+            r = await self._client.get(path, timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=read_s, pool=None))
+        except (httpx.ReadTimeout, httpx.WriteTimeout):
+            raise BackendStartError(f"{self.base_url}{path} accepted the connection but did not answer within "
+                                    f"{read_s:g} s (--timeout); is the server overloaded or hung?") from None
         except httpx.HTTPError as e:
-            raise BackendStartError(f"{self.name}: cannot reach {self.base_url}{path} ({type(e).__name__}); "
+            raise BackendStartError(f"cannot reach {self.base_url}{path} ({type(e).__name__}); "
                                     f"start the server or fix the URL") from None
         if r.status_code >= 400:
-            raise BackendStartError(f"{self.name}: {self.base_url}{path} answered HTTP {r.status_code}; "
+            raise BackendStartError(f"{self.base_url}{path} answered HTTP {r.status_code}; "
                                     f"is this a {self.protocol.name} server?")
         try:
             info = r.json()
@@ -156,11 +170,11 @@ class HttpStreamBackend:
             models = [m.get("id") for m in info.get("data", []) if isinstance(m, dict)]
             if self.model is None:
                 if not models:
-                    raise BackendStartError(f"{self.name}: {self.base_url}/v1/models lists no model")
+                    raise BackendStartError(f"{self.base_url}/v1/models lists no model")
                 self.model = models[0]
             self._info = {"models": models}
             try:  # vLLM (and SGLang) answer /version
-                v = await self._client.get("/version", timeout=CONNECT_TIMEOUT_S)
+                v = await self._client.get("/version", timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=read_s, pool=None))
                 if v.status_code == 200 and isinstance(v.json(), dict):
                     self._version = str(v.json().get("version", self._version))
             except (httpx.HTTPError, ValueError):
@@ -217,9 +231,17 @@ class HttpStreamBackend:
             raise BackendRequestError(FailureKind.PROMPT, str(e)) from None
         # tokens are parsed where they are framed (sse.py); this loop only hands batches over
         sink = EventSink(self.protocol.parse_event, self.raw_observer, req.request_id)
-        async for batch in read_events(self._client, self.protocol.path, payload, sink, self._post):
-            for item in batch:
-                yield item
+        try:
+            async for batch in read_events(self._client, self.protocol.path, payload, sink, self._post):
+                for item in batch:
+                    yield item
+        except BackendRequestError as e:
+            if e.kind == FailureKind.CONNECT and "refused" in e.message.lower():
+                # it answered the start-up probe, so a refusal now means it is gone: engine_dead
+                # stops the level at once instead of failing every further request the same way
+                raise BackendRequestError(FailureKind.ENGINE_DEAD, f"the server at {self.base_url} refused the "
+                                          f"connection: it is gone ({e.message})") from None
+            raise
         if not sink.terminal and sink.finish is None:
             raise BackendRequestError(FailureKind.DISCONNECTED, "stream closed before the server said it was done "
                                       "(no finish reason / terminal event): the server died or cut it")

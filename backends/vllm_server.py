@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -171,6 +172,7 @@ class VllmServerBackend(HttpStreamBackend):
         self._server: ServerProcess | None = None
         self._argv: list[str] = []
         self._health_s: float | None = None
+        self._tmp: str | None = None  # the server's TMPDIR while it runs
 
     def attach_results_dir(self, path: Path) -> None:
         """Called by the runner: the server log goes next to the results."""
@@ -185,14 +187,22 @@ class VllmServerBackend(HttpStreamBackend):
         self._argv = server_command(self.spec, port, engine_args=self.engine_args)
         safe = self.name.replace("/", "_").replace(":", "_").replace("@", "_")
         log_dir = self.results_dir or Path(tempfile.mkdtemp(prefix="llm-compare-server-"))
-        self._server = ServerProcess(self._argv, log_dir / f"{safe}.log")
+        # the server's own temp dir, removed at stop: vLLM leaves files there (its file-store
+        # rendezvous, /tmp/vllm_dist_*, one per start)
+        self._tmp = tempfile.mkdtemp(prefix="llm-compare-vllm-server-tmp-")
+        self._server = ServerProcess(self._argv, log_dir / f"{safe}.log", env={"TMPDIR": self._tmp})
         self._server.start()
         self.base_url = f"http://{HOST}:{port}"
         self._health_s = await self._server.wait_healthy(self.base_url + "/health", START_TIMEOUT_S)
 
     async def _stop_server(self) -> None:
-        if self._server is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self._server.stop)
+        try:
+            if self._server is not None:
+                await asyncio.get_running_loop().run_in_executor(None, self._server.stop)
+        finally:
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+                self._tmp = None
 
     def describe(self):  # type: ignore[no-untyped-def]
         d = super().describe()

@@ -19,11 +19,13 @@ class RawHttpServer:
         self.server: asyncio.AbstractServer | None = None
         self.url = ""
         self.requests = 0
+        self.heads: list[bytes] = []  # every request's head, in arrival order
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             self.requests += 1
+            self.heads.append(head)
             method, path = (head.split(b"\r\n", 1)[0].decode("latin-1").split(" ") + ["", ""])[:2]
             length = 0
             for line in head.decode("latin-1").split("\r\n"):
@@ -75,6 +77,15 @@ def status_response(status: str, body: bytes, ctype: str = "application/json") -
     return handler
 
 
+def hang() -> Handler:
+    """Accept the request, answer nothing (a hung server)."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(3600)
+
+    return handler
+
+
 def silent_response() -> Handler:
     """Headers, then nothing: the client must time out, not hang."""
 
@@ -114,9 +125,10 @@ class ThreadedServer:
         async def shut() -> None:
             assert self.raw.server is not None
             self.raw.server.close()
-            for t in asyncio.all_tasks():
-                if t is not asyncio.current_task():
-                    t.cancel()
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in rest:
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
         asyncio.run_coroutine_threadsafe(shut(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)

@@ -253,6 +253,17 @@ def one_line(text: str, limit: int = 300) -> str:
 _one_line = one_line
 
 
+def refused(e: BaseException) -> bool:
+    """Whether a connect error was the peer refusing (nothing listens: the server is gone)."""
+    seen = 0
+    x: BaseException | None = e
+    while x is not None and seen < 8:
+        if isinstance(x, ConnectionRefusedError) or "connection refused" in str(x).lower():
+            return True
+        x, seen = x.__cause__ or x.__context__, seen + 1
+    return False
+
+
 def error_message(body: bytes) -> str:
     """The server's error text: JSON {"error": ...} / {"message": ...} / {"detail": ...} or raw."""
     try:
@@ -326,7 +337,8 @@ async def read_events(client: httpx.AsyncClient, url: str, payload: dict[str, An
         finally:
             await resp.aclose()
     except httpx.ConnectError as e:
-        raise BackendRequestError(FailureKind.CONNECT, f"cannot connect to {url}: {_one_line(str(e)) or 'refused'}") from e
+        why = "connection refused" if refused(e) else _one_line(str(e)) or "no connection"
+        raise BackendRequestError(FailureKind.CONNECT, f"cannot connect to {url}: {why}") from e
     except httpx.TimeoutException as e:
         raise BackendRequestError(FailureKind.TIMEOUT, f"{type(e).__name__} on {url}") from e
     except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
