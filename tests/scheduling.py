@@ -35,6 +35,8 @@ WEIGHTS = {
     "tgi-double": 73,
     "test_topology.py": 47,
     "test_trtllm_serve_http.py": 32,
+    "test_http_vllm_server_tmp.py": 44,
+    "test_results_io.py": 21,
     "test_bundle.py": 21,
     "test_engine_cache.py": 15,
     "test_quality.py": 12,
