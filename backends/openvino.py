@@ -1,24 +1,26 @@
-"""OpenVINO GenAI in-process: ``ContinuousBatchingPipeline`` driven by one thread.
+"""OpenVINO GenAI: ``ContinuousBatchingPipeline`` in an engine process of its own, on CPU.
 
 A second, independent serving engine (paged KV cache, continuous batching, prefix caching, chunked
-prefill as "dynamic split-fuse", its own tokenizer conversion and NNCF weight compression) that
-runs on CPU. The checkpoint is exported to OpenVINO IR once (backends/models/openvino_export.py,
-cached). One driver thread owns the pipeline: it adds requests, calls ``step()`` and reads every
-request's new tokens; each step's tokens are stamped with ``perf_counter_ns()`` when ``step()``
-hands them over (the engine-side stamp) and handed to the event loop in one batch, where the
-stream stamps them again when it takes them (the delivery stamp, as for every backend).
+prefill as "dynamic split-fuse", its own tokenizer conversion and NNCF weight compression). The
+checkpoint is exported to OpenVINO IR once (backends/models/openvino_export.py, cached). The
+pipeline runs in backends/openvino_engine.py's process (its ``step()`` holds the GIL, so stepping it
+in this process would stall the measuring event loop); that process stamps every token with
+``perf_counter_ns()`` when ``step()`` hands it over (the engine-side stamp) and the stream stamps
+it again when it takes it (the delivery stamp, as for every backend). The engine process dies with
+ours; when it dies first, every request in it fails as ``engine_dead`` and so do later ones.
 """
 from __future__ import annotations
 
 import asyncio
-import queue
-import threading
+import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from adapters.openvino import OpenVINOPlan, openvino_plan
 from adapters.spec import ServingSpec
+from backends.openvino_engine import decode, encode
 from backends.registry import BackendEntry, register
 from core.errors import BackendRequestError, BackendStartError, FailureKind
 from core.lazy import require
@@ -27,20 +29,17 @@ from core.records import BackendDescription, Capabilities, GenerationRequest, St
 CAPS = Capabilities(forced_output_length=True, token_id_prompts=True, logprobs=False, continuous_batching=True,
                     notes=("model exported to OpenVINO IR by optimum-intel (cached); weights compressed by "
                            "NNCF at export for int8/int4",))
-_FINISH = {"LENGTH": "length", "STOP": "stop", "NONE": None}
+START_TIMEOUT_S = 600.0  # loading and compiling a 7B model on CPU takes minutes
 
 
 @dataclass
 class _Req:
-    rid: int
-    prompt: Any
-    config: Any
     out: asyncio.Queue
-    handle: Any = None
-    t_added_ns: int = 0
     t_first_ns: int = 0
     t_last_ns: int = 0
+    t_added_ns: int = 0
     n_tokens: int = 0
+    n_prompt: int | None = None
     finish: str | None = None
 
 
@@ -54,16 +53,15 @@ class OpenVINOBackend:
         self.name = name
         # the run's plan (backends/registry.py), else resolved here; UnsupportedSpecError before any I/O
         self.plan = native or openvino_plan(spec, probe(spec.model))
-        self._pipe: Any = None
-        self._tok: Any = None
-        self._ov: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._cmds: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task | None = None
+        self._reqs: dict[int, _Req] = {}
         self._dead: str | None = None
         self._n = 0
-        self._version = "unknown"
+        self._info: dict[str, Any] = {}
+        self._stats: dict[str, Any] = {}
         self._export: dict[str, Any] = {}
+        self.cancelled_in_engine = 0  # cancels that reached a request still in the engine
 
     @property
     def capabilities(self) -> Capabilities:
@@ -72,156 +70,126 @@ class OpenVINOBackend:
     async def __aenter__(self) -> "OpenVINOBackend":
         from backends.models.openvino_export import MODEL_XML, export_model, weight_types
 
-        ovg = require("openvino_genai", "openvino")
-        self._ov = require("openvino", "openvino")
-        self._version = getattr(ovg, "__version__", "unknown").split("-")[0]
-        loop = self._loop = asyncio.get_running_loop()
+        require("openvino_genai", "openvino")
+        loop = asyncio.get_running_loop()
         entry, hit = await loop.run_in_executor(None, export_model, self.spec.model, dict(self.plan.export))
         ir = entry.path / "model"
         types = await loop.run_in_executor(None, weight_types, ir / MODEL_XML)
         self._export = {"cache_key": entry.key, "cache_hit": hit, "exporter": entry.meta.get("exporter"),
                         "argv": entry.meta.get("argv"), "weight_types": types,
                         "loaded_compression": _compression(types)}
+        scheduler = dict(self.plan.scheduler)
+        if "cache_size" not in scheduler and "num_kv_blocks" not in scheduler:
+            scheduler["cache_size"] = 1  # GiB; the engine's default (0) sizes the cache from free memory
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "backends.openvino_engine", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, env={**os.environ, "OPENVINO_TELEMETRY_OPT_OUT": "1"})
+        self._send(("config", {"model": str(ir), "scheduler": scheduler, "device": self.plan.device,
+                               "properties": dict(self.plan.properties), "max_model_len": self.plan.max_model_len}))
         try:
-            self._pipe = await loop.run_in_executor(None, self._load, ovg, str(ir))
-        except Exception as e:
-            first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
-            raise BackendStartError(f"OpenVINO pipeline failed to start: {type(e).__name__}: {first}") from e
-        self._tok = self._pipe.get_tokenizer()
-        self._thread = threading.Thread(target=self._drive, name="openvino-driver", daemon=True)
-        self._thread.start()
+            first = await asyncio.wait_for(self._frame(self._proc.stdout), START_TIMEOUT_S)
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+            first = None
+        if not first or first[0] != "ready":
+            code = await self._stop()
+            why = first[1] if first and first[0] == "fatal" else f"the engine process exited (code {code})"
+            raise BackendStartError(f"OpenVINO pipeline failed to start: {why}")
+        self._info = first[1]
+        self._reader = asyncio.create_task(self._read_events(self._proc))
         return self
 
-    def _load(self, ovg: Any, ir: str) -> Any:
-        sc = ovg.SchedulerConfig()
-        if "cache_size" not in self.plan.scheduler and "num_kv_blocks" not in self.plan.scheduler:
-            sc.cache_size = 1  # GiB; the engine's default (0) would size the cache from free memory
-        for k, v in self.plan.scheduler.items():
-            setattr(sc, k, v)
-        self._scheduler = {k: getattr(sc, k) for k in ("max_num_seqs", "max_num_batched_tokens", "cache_size",
-                                                       "num_kv_blocks", "dynamic_split_fuse",
-                                                       "enable_prefix_caching")}
-        return ovg.ContinuousBatchingPipeline(ir, sc, self.plan.device, dict(self.plan.properties))
+    def _send(self, msg: Any) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write(encode(msg))
 
-    async def __aexit__(self, *exc: object) -> None:
-        if self._thread is not None:
-            self._cmds.put(("stop", None))
-            await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 30)
-            self._thread = None
-        self._pipe = None
+    @staticmethod
+    async def _frame(stdout: asyncio.StreamReader) -> Any:
+        head = await stdout.readexactly(4)
+        return decode(await stdout.readexactly(int.from_bytes(head, "little")))
 
-    # ------------------------------------------------------------------ the driver thread
-    def _drive(self) -> None:
-        live: dict[int, _Req] = {}
+    async def _read_events(self, proc: asyncio.subprocess.Process) -> None:
         try:
             while True:
-                # a cancelled request leaves ``live`` at once but the engine drops it only in a step
-                busy = bool(live) or self._pipe.has_non_finished_requests()
-                block = not busy
-                while True:
-                    try:
-                        cmd, arg = self._cmds.get(block=block)
-                    except queue.Empty:
-                        break
-                    block = False
-                    if cmd == "stop":
-                        for r in live.values():
-                            r.handle.cancel()
-                        self._fail_all(live, FailureKind.CANCELLED, "backend stopped")
-                        return
-                    if cmd == "add":
-                        self._add(arg, live)
-                    elif cmd == "cancel" and arg in live:
-                        live.pop(arg).handle.cancel()
-                if not live and not self._pipe.has_non_finished_requests():
-                    continue
-                self._pipe.step()
-                t = time.perf_counter_ns()
-                batch = []
-                for rid in list(live):
-                    r = live[rid]
-                    ids: list[int] = []
-                    while r.handle.can_read():
-                        for out in r.handle.read().values():
-                            ids.extend(out.generated_ids)
-                            r.finish = _FINISH.get(out.finish_reason.name, out.finish_reason.name.lower()) or r.finish
-                    if ids:
-                        r.t_first_ns = r.t_first_ns or t
-                        r.t_last_ns = t
-                        r.n_tokens += len(ids)
-                        batch.append((r, tuple(ids)))
-                    status = r.handle.get_status().name
-                    if status == "IGNORED":  # the scheduler dropped it: it can never fit the KV cache
-                        batch.append((r, BackendRequestError(FailureKind.ENGINE, "the engine ignored the request: "
-                                                             "prompt + output do not fit its KV cache")))
-                        del live[rid]
-                    elif status != "RUNNING":
-                        batch.append((r, None))
-                        del live[rid]
-                if batch:
-                    self._loop.call_soon_threadsafe(_dispatch, batch)
-        except BaseException as e:  # the engine failed: every request in it fails, later ones too
-            self._dead = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'}"
-            self._fail_all(live, FailureKind.ENGINE_DEAD, self._dead)
-            while True:  # requests that were on their way when it failed
-                cmd, arg = self._cmds.get()
-                if cmd == "stop":
-                    return
-                if cmd == "add":
-                    self._fail_all({arg.rid: arg}, FailureKind.ENGINE_DEAD, self._dead)
+                msg = await self._frame(proc.stdout)
+                kind = msg[0]
+                if kind == "step":
+                    for rid, ids in msg[2]:
+                        r = self._reqs.get(rid)
+                        if r is not None:
+                            r.t_first_ns = r.t_first_ns or msg[1]
+                            r.t_last_ns = msg[1]
+                            r.n_tokens += len(ids)
+                            r.out.put_nowait(tuple(ids))
+                elif kind == "cancelled":
+                    self.cancelled_in_engine += 1
+                elif kind == "added":
+                    if (r := self._reqs.get(msg[1])) is not None:
+                        r.n_prompt = msg[2]
+                elif kind == "error":
+                    if (r := self._reqs.pop(msg[1], None)) is not None:
+                        r.out.put_nowait(BackendRequestError(msg[2], msg[3]))
+                elif kind == "end":
+                    _, rid, _t, finish, status, self._stats = msg
+                    if (r := self._reqs.pop(rid, None)) is not None:
+                        r.finish = finish
+                        r.out.put_nowait(None if status != "IGNORED" else BackendRequestError(
+                            FailureKind.ENGINE, "the engine ignored the request: prompt + output do not fit "
+                            "its KV cache"))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        code = await proc.wait()
+        self._dead = f"the OpenVINO engine process exited (code {code})"
+        for r in self._reqs.values():
+            r.out.put_nowait(BackendRequestError(FailureKind.ENGINE_DEAD, self._dead))
+        self._reqs.clear()
 
-    def _add(self, r: _Req, live: dict[int, _Req]) -> None:
-        try:
-            r.handle = self._pipe.add_request(r.rid, r.prompt, r.config)
-        except Exception as e:  # a request the engine refuses (e.g. longer than its cache)
-            err = BackendRequestError(FailureKind.VALIDATION, f"{type(e).__name__}: {str(e)[:300]}")
-            self._loop.call_soon_threadsafe(r.out.put_nowait, err)
-            return
-        r.t_added_ns = time.perf_counter_ns()
-        live[r.rid] = r
+    async def _stop(self) -> int | None:
+        p, self._proc = self._proc, None
+        if p is None:
+            return None
+        if p.returncode is None:
+            try:
+                p.stdin.write(encode(("stop",)))
+                p.stdin.close()
+            except (ConnectionError, RuntimeError):
+                pass
+            try:
+                await asyncio.wait_for(p.wait(), 10)
+            except asyncio.TimeoutError:
+                p.kill()
+                await p.wait()
+        return p.returncode
 
-    def _fail_all(self, live: dict[int, _Req], kind: FailureKind, message: str) -> None:
-        for r in live.values():
-            self._loop.call_soon_threadsafe(r.out.put_nowait, BackendRequestError(kind, message))
-        live.clear()
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stop()
+        if self._reader is not None:  # ends at the process's EOF
+            try:
+                await asyncio.wait_for(self._reader, 10)
+            except asyncio.TimeoutError:
+                pass
+            self._reader = None
 
     # ------------------------------------------------------------------ requests
-    def _prompt(self, req: GenerationRequest) -> tuple[Any, int]:
-        if req.prompt_token_ids is not None:
-            import numpy as np
-
-            ids = np.asarray([req.prompt_token_ids], dtype=np.int64)
-            return self._ov.Tensor(ids), ids.shape[1]
-        if req.messages is not None:
-            text = self._tok.apply_chat_template([{"role": r, "content": c} for r, c in req.messages],
-                                                 add_generation_prompt=True)
-            ids = self._tok.encode(text, add_special_tokens=False).input_ids
-        else:
-            ids = self._tok.encode(req.prompt_text).input_ids
-        return ids, ids.shape[1]
-
-    def _generation_config(self, req: GenerationRequest) -> Any:
-        import openvino_genai as ovg
-
-        gc = ovg.GenerationConfig()
-        gc.max_new_tokens = req.max_tokens
-        gc.ignore_eos = req.ignore_eos
-        gc.rng_seed = req.seed if req.seed is not None else self.plan.seed
+    def _params(self, req: GenerationRequest) -> dict[str, Any]:
+        p: dict[str, Any] = {"max_new_tokens": req.max_tokens, "ignore_eos": req.ignore_eos,
+                             "rng_seed": req.seed if req.seed is not None else self.plan.seed}
         if req.temperature > 0:
-            gc.do_sample, gc.temperature, gc.top_p = True, req.temperature, req.top_p
-        return gc
+            p.update(do_sample=True, temperature=req.temperature, top_p=req.top_p)
+        return p
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
-        if self._pipe is None or self._dead:
+        if self._proc is None or self._dead:
             raise BackendRequestError(FailureKind.ENGINE_DEAD, self._dead or "engine is not running")
-        prompt, n_prompt = self._prompt(req)
-        limit = self.plan.max_model_len
-        if limit and n_prompt + req.max_tokens > limit:
-            raise BackendRequestError(FailureKind.VALIDATION, f"prompt ({n_prompt}) + max_tokens "
-                                      f"({req.max_tokens}) exceeds max_model_len {limit}")
+        if req.prompt_token_ids is not None:
+            prompt: dict[str, Any] = {"ids": list(req.prompt_token_ids)}
+        elif req.messages is not None:
+            prompt = {"messages": [list(m) for m in req.messages]}
+        else:
+            prompt = {"text": req.prompt_text}
         self._n += 1
-        r = _Req(self._n, prompt, self._generation_config(req), asyncio.Queue())
-        self._cmds.put(("add", r))
+        rid = self._n
+        r = self._reqs[rid] = _Req(asyncio.Queue(), t_added_ns=time.perf_counter_ns())
+        self._send(("add", rid, prompt, self._params(req)))
         done = False
         first = last = 0
         try:
@@ -237,29 +205,20 @@ class OpenVINOBackend:
                 first = first or last
                 yield TokenEvent(t_ns=last, token_ids=item)
         finally:
-            if not done:  # the consumer went away (cancelled, timed out): free the engine's slot
-                self._cmds.put(("cancel", r.rid))
-        yield StreamEnd(t_ns=time.perf_counter_ns(), finish_reason=r.finish, prompt_tokens=n_prompt,
+            if not done and self._proc is not None and not self._dead:  # the consumer went away
+                self._reqs.pop(rid, None)
+                self._send(("cancel", rid))  # frees the engine's slot
+        yield StreamEnd(t_ns=time.perf_counter_ns(), finish_reason=r.finish, prompt_tokens=r.n_prompt,
                         completion_tokens=r.n_tokens, engine_metrics=_engine_metrics(r, first, last))
 
     def describe(self) -> BackendDescription:
-        resolved = dict(getattr(self, "_scheduler", {}))
-        if self._pipe is not None:
-            m = self._pipe.get_metrics()
-            resolved["kv_cache_size_in_bytes"] = int(getattr(m, "kv_cache_size_in_bytes", 0))
         return BackendDescription(
-            name=self.name, framework="openvino-genai", version=self._version,
-            native_config={**self.plan.as_dict(), "resolved": resolved},
-            extra={"export": self._export, "quantization": {
-                "method": self._export.get("loaded_compression"), "requested": self.spec.quantization,
-                "inference_precision": self.plan.properties.get("INFERENCE_PRECISION_HINT")}})
-
-
-def _dispatch(batch: list[tuple[_Req, Any]]) -> None:
-    """On the event loop: hand each request its tokens, None when it ended or the error that ended
-    it (one call per engine step)."""
-    for r, ids in batch:
-        r.out.put_nowait(ids)
+            name=self.name, framework="openvino-genai", version=self._info.get("version", "unknown"),
+            native_config={**self.plan.as_dict(), "resolved": {**self._info.get("scheduler", {}), **self._stats}},
+            extra={"engine_pid": self._info.get("pid"), "openvino": self._info.get("openvino"),
+                   "export": self._export, "quantization": {
+                       "method": self._export.get("loaded_compression"), "requested": self.spec.quantization,
+                       "inference_precision": self.plan.properties.get("INFERENCE_PRECISION_HINT")}})
 
 
 def _compression(types: dict[str, int]) -> str | None:
@@ -290,9 +249,9 @@ def plan(spec: ServingSpec, native: OpenVINOPlan) -> dict[str, Any]:
 
 
 def check() -> tuple[bool, str]:
-    from backends.models.openvino_export import EXPORTER_ENV, _DEFAULT
-    import os
     from pathlib import Path
+
+    from backends.models.openvino_export import _DEFAULT, EXPORTER_ENV
 
     cli = Path(os.environ.get(EXPORTER_ENV) or _DEFAULT)
     if not cli.is_file():
@@ -301,7 +260,7 @@ def check() -> tuple[bool, str]:
 
 
 register(BackendEntry(
-    name="openvino", summary="OpenVINO GenAI in-process (ContinuousBatchingPipeline, CPU), model exported once",
+    name="openvino", summary="OpenVINO GenAI (ContinuousBatchingPipeline in its own engine process, CPU), model exported once",
     factory="backends.openvino:OpenVINOBackend", plan="backends.openvino:plan", resolve="adapters.openvino:openvino_plan",
     requires=("openvino_genai",), extra="pip install 'llm-compare[openvino]' and bash scripts/setup.d/45-openvino.sh",
     check="backends.openvino:check", capabilities=CAPS,

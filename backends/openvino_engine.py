@@ -1,0 +1,187 @@
+"""The OpenVINO GenAI engine process: owns the ``ContinuousBatchingPipeline`` and steps it.
+
+``python -m backends.openvino_engine`` is started by backends/openvino.py. The pipeline's
+``step()`` holds the GIL for the whole step (measured: a thread stepping the tiny model left the
+main thread the interpreter only every ~5 ms switch interval), so driving it from a thread of the
+measuring process would stall the client's event loop for a step at a time. Here it has a process
+of its own, as vLLM's engine core does: commands arrive on stdin, events leave on stdout, both as
+length-prefixed msgpack frames. Tokens are stamped with ``perf_counter_ns()`` when ``step()`` hands
+them over; on Linux that clock (CLOCK_MONOTONIC) is the parent's too.
+
+The process dies with its parent (PR_SET_PDEATHSIG), ignores the terminal's SIGINT (the parent
+decides when it stops) and exits when stdin closes.
+
+Frames in: ("add", rid, prompt, params) with prompt {"ids": [...]} | {"text": s} |
+{"messages": [[role, content], ...]}; ("cancel", rid); ("stop",).
+Frames out: ("ready", info) | ("fatal", message); ("added", rid, n_prompt) | ("error", rid, kind,
+message); ("step", t_ns, [[rid, ids], ...]); ("end", rid, t_ns, finish_reason, status, stats);
+("cancelled", rid) when a cancel reached a request still in the engine.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import sys
+import time
+from typing import Any
+
+_LEN = struct.Struct("<I")
+
+
+def encode(msg: Any) -> bytes:
+    import msgspec
+
+    body = msgspec.msgpack.encode(msg)
+    return _LEN.pack(len(body)) + body
+
+
+def decode(body: bytes) -> Any:
+    import msgspec
+
+    return msgspec.msgpack.decode(body)
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def _read(fd: int) -> Any | None:
+    """One frame from an unbuffered fd (so select() sees every frame that has not been read)."""
+    head = _read_exact(fd, _LEN.size)
+    body = _read_exact(fd, _LEN.unpack(head)[0]) if head else None
+    return None if body is None else decode(body)
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _finish(reason: Any) -> str | None:
+    name = getattr(reason, "name", str(reason))
+    return {"LENGTH": "length", "STOP": "stop", "NONE": None}.get(name, name.lower())
+
+
+def main() -> int:
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    cmd_in, out = sys.stdin.fileno(), sys.stdout.buffer
+    sys.stdout = sys.stderr  # anything the libraries print goes to the log, never into the frames
+
+    def send(msg: Any) -> None:
+        out.write(encode(msg))
+        out.flush()
+
+    first = _read(cmd_in)
+    if not first or first[0] != "config":
+        return 2
+    config = first[1]
+    try:
+        import numpy as np
+        import openvino as ov
+        import openvino_genai as ovg
+
+        sc = ovg.SchedulerConfig()
+        for k, v in config["scheduler"].items():
+            setattr(sc, k, v)
+        pipe = ovg.ContinuousBatchingPipeline(config["model"], sc, config["device"], config["properties"])
+        tok = pipe.get_tokenizer()
+    except Exception as e:
+        send(("fatal", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'}"))
+        return 1
+    resolved = {k: getattr(sc, k) for k in ("max_num_seqs", "max_num_batched_tokens", "cache_size",
+                                            "num_kv_blocks", "dynamic_split_fuse", "enable_prefix_caching")}
+    send(("ready", {"version": ovg.__version__.split("-")[0], "openvino": ov.__version__.split("-")[0],
+                    "scheduler": resolved, "pid": os.getpid()}))
+
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(cmd_in, selectors.EVENT_READ)
+    live: dict[int, Any] = {}
+    while True:
+        busy = bool(live) or pipe.has_non_finished_requests()
+        # commands: wait for one when idle, else only take what has arrived
+        while sel.select(timeout=None if not busy else 0):
+            msg = _read(cmd_in)
+            if msg is None or msg[0] == "stop":
+                for h in live.values():
+                    h.cancel()
+                for _ in range(100):  # let the scheduler drop what was cancelled and free its blocks
+                    if not pipe.has_non_finished_requests():
+                        break
+                    pipe.step()
+                return 0
+            if msg[0] == "cancel":
+                h = live.pop(msg[1], None)
+                if h is not None:
+                    h.cancel()
+                    send(("cancelled", msg[1]))
+            elif msg[0] == "add":
+                _, rid, prompt, params = msg
+                try:
+                    if "ids" in prompt:
+                        x = ov.Tensor(np.asarray([prompt["ids"]], dtype=np.int64))
+                    elif "messages" in prompt:
+                        text = tok.apply_chat_template([{"role": r, "content": c} for r, c in prompt["messages"]],
+                                                       add_generation_prompt=True)
+                        x = tok.encode(text, add_special_tokens=False).input_ids
+                    else:
+                        x = tok.encode(prompt["text"]).input_ids
+                    gc = ovg.GenerationConfig()
+                    for k, v in params.items():
+                        setattr(gc, k, v)
+                    n = int(x.shape[1])
+                    limit = config.get("max_model_len")
+                    if limit and n + gc.max_new_tokens > limit:
+                        send(("error", rid, "validation", f"prompt ({n}) + max_tokens ({gc.max_new_tokens}) "
+                              f"exceeds max_model_len {limit}"))
+                        continue
+                    live[rid] = pipe.add_request(rid, x, gc)
+                    send(("added", rid, n))
+                except Exception as e:
+                    send(("error", rid, "validation", f"{type(e).__name__}: {str(e)[:300]}"))
+            busy = bool(live) or pipe.has_non_finished_requests()
+        if not busy:
+            continue
+        pipe.step()
+        t = time.perf_counter_ns()
+        batch, ended = [], []
+        for rid, h in list(live.items()):
+            ids: list[int] = []
+            finish = None
+            while h.can_read():
+                for o in h.read().values():
+                    ids.extend(o.generated_ids)
+                    finish = _finish(o.finish_reason) or finish
+            if ids:
+                batch.append((rid, ids))
+            status = h.get_status().name
+            if status != "RUNNING":
+                ended.append((rid, finish, status))
+                del live[rid]
+        if batch:
+            send(("step", t, batch))
+        if ended:
+            m = pipe.get_metrics()
+            stats = {"kv_cache_size_in_bytes": int(m.kv_cache_size_in_bytes),
+                     "max_cache_usage": float(m.max_cache_usage)}
+            for rid, finish, status in ended:
+                send(("end", rid, t, finish, status, stats))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
