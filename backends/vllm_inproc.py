@@ -68,7 +68,7 @@ class VllmBackend:
         except Exception as e:  # engine start failures come in many types; report one line
             first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
             raise BackendStartError(f"vLLM engine failed to start: {type(e).__name__}: {first} "
-                                    f"(the engine log above has the root cause)") from e
+                                    f"(the engine's log has the root cause)") from e
         self._resolved = _resolved_config(self._engine)
         self._quant = await _quant_report(self._engine, self._resolved)
         return self

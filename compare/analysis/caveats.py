@@ -10,14 +10,14 @@ def caveats(run: RunResults | dict[str, Any]) -> list[str]:
     """Things the reader must know before trusting the table."""
     run = as_run(run)
     out = []
+    lagged = []  # one caveat for every lagging level: the same cause, said once
     for name, b in run.backends.items():
         if run.workload.ignore_eos and not b.forced_output_length:
             out.append(f"{name}: output length cannot be forced; compare length-matched tokens only")
         for label, s in b.levels.items():
             if s.client_lagged:
                 lag = s.loop_lag_ms.max if s.loop_lag_ms else float("nan")
-                out.append(f"{name} {label}: client event loop lagged {lag:.1f} ms "
-                           f"(result marked invalid: the client, not the engine, may be the bottleneck)")
+                lagged.append(f"{name} {label} {lag:.0f} ms")
             if s.short_outputs:
                 out.append(f"{name} {label}: {s.short_outputs} request(s) returned fewer tokens than asked")
             refused = (s.errors or {}).get("overloaded", 0)
@@ -30,6 +30,9 @@ def caveats(run: RunResults | dict[str, Any]) -> list[str]:
                            f"{ {k: v for k, v in s.errors.items() if k != 'overloaded'} }")
         if b.error:
             out.append(f"{name}: {b.error}")
+    if lagged:
+        out.insert(0, f"client event loop lagged ({', '.join(lagged)}): those results are marked invalid, "
+                      f"the client, not the engine, may be the bottleneck")
     for label, lv in (run.length_matched.levels if run.length_matched else {}).items():
         dropped = lv.excluded_failed + lv.excluded_empty
         if dropped:

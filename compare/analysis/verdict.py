@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from compare.analysis.length_match import match_run, matched_inputs, section
 from core.records import RequestRecord
@@ -156,8 +156,8 @@ def verdict_caveats(run: RunResults, samples: dict[tuple[str, str], LevelSample]
                    "quantization, and quality may differ")
     few = sorted({n for (n, _), s in samples.items() if s.n_repeats < MIN_REPEATS})
     if few:
-        out.append(f"{', '.join(few)}: fewer than {MIN_REPEATS} repeats, so no confidence intervals; "
-                   f"differences below are point estimates (re-run with --repeats 3)")
+        out.append(f"{', '.join(few)}: fewer than {MIN_REPEATS} repeats, so every difference is a point "
+                   f"estimate without a confidence interval (--repeats 3 gives them)")
     return list(dict.fromkeys(out))  # de-duplicated, order kept
 
 
@@ -170,12 +170,12 @@ def _fmt(v: float, unit: str) -> str:
     return f"{v:.1f}" if unit != "req/s" else f"{v:.2f}"
 
 
-def change_words(c: Comparison) -> str:
+def change_words(c: Comparison, label: Callable[[str], str] = str) -> str:
     """'vllm 35% lower' / 'vllm 2.4x higher': the better side, by how much, in the metric's sense."""
     r = c.ratio
     if not math.isfinite(r) or r <= 0:
         return "-"
-    better = c.b if c.b_better else c.a
+    better = label(c.b if c.b_better else c.a)
     if r == 1:
         return "identical"
     factor = max(r, 1 / r)
@@ -193,39 +193,41 @@ def _ci_words(c: Comparison) -> str:
     return f"{lo:+.0f}%..{hi:+.0f}%"
 
 
-def decision_cell(c: Comparison) -> str:
+def decision_cell(c: Comparison, label: Callable[[str], str] = str) -> str:
     if c.ci is None or c.p_value is None:
-        return f"{change_words(c)} (point estimate; {c.note})" if c.note else change_words(c)
+        # why there is no interval (too few repeats) is a caveat stated once, not in every row
+        return f"{change_words(c, label)} (point estimate)"
+
     if c.significant:
-        return f"{change_words(c)}"
+        return f"{change_words(c, label)}"
     text = "no significant difference"
     if c.equivalent:
         text += f"; equivalent within ±{c.margin * 100:.0f}%"
     elif c.noninferior:
-        text += f"; {c.b} not worse by more than {c.margin * 100:.0f}%"
+        text += f"; {label(c.b)} not worse by more than {c.margin * 100:.0f}%"
     return text
 
 
 DECISION_HEADERS = ["load", "metric", "A", "B", "B vs A", "95% CI (B/A-1)", "p (Holm)", "verdict"]
 
 
-def decision_rows(v: Verdict) -> list[list[str]]:
+def decision_rows(v: Verdict, label: Callable[[str], str] = str) -> list[list[str]]:
     rows = []
     for c in v.comparisons:
-        rows.append([c.level, c.label, f"{c.a}: {_fmt(c.a_value, c.unit)}", f"{c.b}: {_fmt(c.b_value, c.unit)}",
+        rows.append([c.level, c.label, f"{label(c.a)}: {_fmt(c.a_value, c.unit)}", f"{label(c.b)}: {_fmt(c.b_value, c.unit)}",
                      f"{c.change_pct:+.1f}%" if math.isfinite(c.ratio) else "-", _ci_words(c),
-                     "-" if c.p_holm is None else f"{c.p_holm:.3f}", decision_cell(c)])
+                     "-" if c.p_holm is None else f"{c.p_holm:.3f}", decision_cell(c, label)])
     return rows
 
 
-def header_line(v: Verdict) -> str:
+def header_line(v: Verdict, name: Callable[[str], str] = str) -> str:
     slo = SLO.from_json(v.slo).describe()
-    quant = ", ".join(f"{n}={q}" for n, q in v.quantization.items())
-    return f"Verdict (reference {v.reference}; SLO: {slo}; quantization: {quant})"
+    quant = ", ".join(f"{name(n)}={q}" for n, q in v.quantization.items())
+    return f"Verdict (reference {name(v.reference)}; SLO: {slo}; quantization: {quant})"
 
 
-def summary_lines(v: Verdict) -> list[str]:
-    """One plain sentence per (backend, level)."""
+def summary_lines(v: Verdict, name: Callable[[str], str] = str) -> list[str]:
+    """One plain sentence per (backend, level); ``name`` gives the label a backend is shown by."""
     out = []
     if len(v.backends) < 2:
         return ["only one backend measured: nothing to compare"]
@@ -235,19 +237,21 @@ def summary_lines(v: Verdict) -> list[str]:
             if not cs:
                 continue
             if all(c.ci is None for c in cs):
-                parts = [f"{c.label}: {change_words(c)}" for c in cs]
-                out.append(f"{label}: {other} vs {v.reference} (point estimates, no CI): " + "; ".join(parts))
+                parts = [f"{c.label}: {change_words(c, name)}" for c in cs]
+                out.append(f"{label}: {name(other)} vs {name(v.reference)} (point estimates, no CI): "
+                           + "; ".join(parts))
                 continue
             wins = [c for c in cs if c.significant]
             same = [c.label for c in cs if c.ci is not None and not c.significant]
-            text = f"{label}: " + ("; ".join(f"{c.label} {change_words(c)}" for c in wins)
-                                   if wins else f"no significant difference between {other} and {v.reference}")
+            text = f"{label}: " + ("; ".join(f"{c.label} {change_words(c, name)}" for c in wins)
+                                   if wins else f"no significant difference between {name(other)} and "
+                                                f"{name(v.reference)}")
             if wins and same:
                 text += f"; no significant difference in {', '.join(same)}"
             out.append(text)
     for n, per in v.costs.items():
         costs = ", ".join(f"{lb} ${c:.3g}" for lb, c in per.items())
-        out.append(f"cost per million output tokens at ${v.gpu_hour_price:g}/device-hour, {n}: {costs}")
+        out.append(f"cost per million output tokens at ${v.gpu_hour_price:g}/device-hour, {name(n)}: {costs}")
     return out
 
 
@@ -265,23 +269,3 @@ def verdict_from_results(results_dir: Any, price: float | None = None, margin: f
 
 def verdict_json(results_dir: Any, price: float | None = None, margin: float | None = None) -> dict[str, Any]:
     return verdict_from_results(results_dir, price, margin).as_dict()
-
-
-def print_verdict(console: Any, results_dir: Any, price: float | None = None, margin: float | None = None) -> None:
-    from rich.table import Table
-
-    v = verdict_from_results(results_dir, price, margin)
-    if v.comparisons:
-        t = Table(title=header_line(v), title_justify="left")
-        for h in DECISION_HEADERS:
-            t.add_column(h, justify="left" if h in ("load", "metric", "verdict") else "right")
-        for row in decision_rows(v):
-            t.add_row(*row)
-        # piped output (CI logs) would squeeze the table to 80 columns; keep it readable there
-        console.print(t, width=None if console.is_terminal else max(console.width, 160))
-    for line in summary_lines(v):
-        console.print(f"[bold]{line}[/bold]", highlight=False)
-    for line in v.quality:
-        console.print(f"quality: {line}", highlight=False)
-    for c in v.caveats:
-        console.print(f"[yellow]! {c}[/yellow]", highlight=False)

@@ -1,53 +1,132 @@
-"""Console output: live progress while running, a side-by-side table at the end."""
+"""Console output: one live status line while running, one summary line per finished level, and
+at the end the answer, a table that fits the terminal, the caveats once and the results path.
+
+Engines' own output never reaches the console: the runner files it under ``<results>/logs/``
+(backends/logs.py), and this console writes to a duplicate of the terminal taken before that.
+"""
 from __future__ import annotations
 
+import re
+import time
+from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
+from rich.live import Live
+from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
+from backends.logs import error_tail, tail
 from core.records import RequestRecord
 from core.results import Dist, LengthMatched, LevelSummary, MatchedSummary, RunResults, as_run
+from compare.report.labels import legend, short_labels
 from compare.running.runner import Progress
 from compare.workload.schedule import LoadLevel
 
+_SPIN = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
 
 class ConsoleProgress(Progress):
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self._bar: RichProgress | None = None
-        self._task: Any = None
+    """Live status (terminals only) covering every phase; persistent lines only for what finished.
+    A context manager: leaving it stops the live line."""
+
+    def __init__(self, console: Console, quiet: bool = False) -> None:
+        self.console, self.quiet = console, quiet
+        self._live: Live | None = None
+        self._name, self._what, self._log = "", "", None  # type: tuple[str, str, Path | None]
+        self._t0 = self._phase_t0 = time.monotonic()
+        self._done = self._total = 0
+
+    def __enter__(self) -> "ConsoleProgress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- runner callbacks
 
     def backend_start(self, name: str) -> None:
-        self.console.print(f"[bold]▶ {name}[/bold]: starting")
+        self._name, self._t0 = name, time.monotonic()
+        if self._live is None and self.console.is_terminal and not self.quiet:
+            self._live = Live(_Status(self), console=self.console, transient=True, refresh_per_second=8)
+            self._live.start()
+
+    def phase(self, name: str, what: str, log: Path | None = None) -> None:
+        if what == "warm-up" and self._what == "starting":
+            self._say(f"▶ {self._name}: started in {time.monotonic() - self._phase_t0:.1f} s")
+        self._what, self._log, self._phase_t0 = what, log, time.monotonic()
 
     def level_start(self, name: str, level: LoadLevel, n: int) -> None:
-        self._close()
-        self._bar = RichProgress(TextColumn(f"  {name} {level.label}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=self.console, transient=True)
-        self._bar.start()
-        self._task = self._bar.add_task("", total=n)
+        self._what, self._phase_t0 = level.label, time.monotonic()
+        self._done, self._total = 0, n
 
     def request_done(self, rec: RequestRecord) -> None:
-        if self._bar is not None:
-            self._bar.advance(self._task)
+        self._done += 1
 
     def level_done(self, name: str, level: LoadLevel, summary: LevelSummary) -> None:
-        self._close()
         ttft = summary.ttft_ms.p50 if summary.ttft_ms else None
-        self.console.print(f"  {name} {level.label}: {summary.ok}/{summary.requests} ok, "
-                           f"{summary.output_tok_s:.1f} out tok/s, TTFT p50 "
-                           f"{'-' if ttft is None else f'{ttft:.1f} ms'}")
+        self._say(f"  {self._name} {level.label}: {summary.ok}/{summary.requests} ok, "
+                  f"{summary.output_tok_s:.1f} tok/s, TTFT p50 {'-' if ttft is None else f'{ttft:.1f} ms'}, "
+                  f"{time.monotonic() - self._phase_t0:.1f} s")
+
+    def log_line(self, name: str, line: str) -> None:
+        self.console.print(Text(f"{name}| {line}", style="dim"), no_wrap=True, overflow="ellipsis")
 
     def message(self, text: str) -> None:
-        self._close()
-        self.console.print(f"[yellow]{text}[/yellow]")
+        if not self.quiet:
+            self.console.print(f"[yellow]{escape(text)}[/yellow]")
 
-    def _close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-            self._bar = None
+    def backend_failed(self, name: str, error: str, log: Path | None) -> None:
+        # shown even with --quiet: a backend missing from the verdict needs its reason next to it
+        self.console.print(f"[red]✗ {escape(name)} failed:[/red] {escape(error)}")
+        lines = error_tail(log, 6)
+        if lines:
+            self.console.print(f"  last lines of {log} (traceback frames left out):", highlight=False)
+            for ln in lines:  # the exception itself wraps; what led to it is cut at the width
+                wrap = bool(re.match(r"\w+(Error|Exception)\b", ln))
+                self.console.print(Text(f"  | {ln}"), no_wrap=not wrap, overflow="fold" if wrap else "ellipsis")
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    # ---------------------------------------------------------------- rendering
+
+    def _say(self, text: str) -> None:
+        if not self.quiet:
+            self.console.print(Text(text), no_wrap=True, overflow="ellipsis")
+
+    def status(self) -> Text:
+        now = time.monotonic()
+        spin = _SPIN[int(now * 8) % len(_SPIN)]
+        el = now - self._phase_t0
+        if self._what in ("starting", "stopping", "warm-up"):
+            text = f"{spin} {self._name}: {self._what} {el:.0f} s"
+            last = tail(self._log, 1) if self._what != "warm-up" else []
+            if last:
+                text += f" · {last[0].strip()}"
+        else:
+            n, d = max(self._total, 1), self._done
+            width = 20
+            bar = "━" * (width * d // n) + "╺" + " " * (width - width * d // n)
+            eta = f", ETA {el / d * (n - d):.0f} s" if 0 < d < n else ""
+            text = f"{spin} {self._name} {self._what}: {bar[:width]} {d}/{self._total} requests, {el:.0f} s{eta}"
+        return Text(text, no_wrap=True, overflow="ellipsis")
+
+
+class _Status:
+    def __init__(self, p: ConsoleProgress) -> None:
+        self.p = p
+
+    def __rich__(self) -> Text:
+        return self.p.status()
+
+
+# ---------------------------------------------------------------- the table
 
 
 def fmt_stat(d: Dist | None, stat: str) -> str:
@@ -65,43 +144,67 @@ def _latency_cells(s: LevelSummary | MatchedSummary) -> list[str]:
             fmt_stat(s.tpot_ms, "p95"), fmt_stat(s.itl_ms, "p99"), fmt_stat(s.e2e_ms, "p95")]
 
 
-def comparison_table(run: RunResults | dict[str, Any]) -> Table:
+# (key, header, always shown): optional columns are added while the table still fits
+_COLUMNS = [("backend", "backend", True), ("load", "load", True), ("ok", "ok", True),
+            ("tok_s", "out\ntok/s", True), ("req_s", "req/s", False),
+            ("ttft50", "TTFT\np50", True), ("ttft95", "TTFT\np95", True), ("tpot50", "TPOT\np50", True),
+            ("tpot95", "TPOT\np95", False), ("itl99", "ITL\np99", False), ("e2e95", "E2E\np95", True),
+            ("srv", "TTFT mean\nclnt/srv", False), ("goodput", "goodput\nreq/s", True), ("slo", "SLO", True)]
+
+
+def _cells(name: str, label: str, s: LevelSummary | MatchedSummary, requests: int,
+           matched: MatchedSummary | None = None) -> dict[str, str]:
+    lat = _latency_cells(s)
+    row = {"backend": name, "load": label, "ok": f"{s.ok}/{requests}", "tok_s": f"{s.output_tok_s:.1f}",
+           "req_s": f"{s.req_s:.2f}", "ttft50": lat[0], "ttft95": lat[1], "tpot50": lat[2], "tpot95": lat[3],
+           "itl99": lat[4], "e2e95": lat[5], "srv": "-"}
+    if isinstance(s, LevelSummary):
+        srv = _server_ttft(s)
+        mean = srv.get("mean") if isinstance(srv, dict) else None
+        row["srv"] = f"{fmt_stat(s.ttft_ms, 'mean')}/{'-' if mean is None else f'{mean:.1f}'}"
+    g = s if matched is None else matched
+    row["goodput"] = f"{g.goodput_req_s or 0:.2f}"
+    row["slo"] = "✓" if g.slo_met else "✗"
+    return row
+
+
+def comparison_table(run: RunResults | dict[str, Any], width: int | None = None,
+                     labels: dict[str, str] | None = None) -> Table:
+    """Every backend x level; ``width``: the columns that fit it (None: all of them)."""
     run = as_run(run)
-    has_slo = bool(run.slo)
-    t = Table(title=f"llm-compare {run.run_id} ({run.status})", show_lines=False)
-    for col in ("backend", "load", "ok", "out tok/s", "req/s", "TTFT p50", "TTFT p95", "TPOT p50",
-                "TPOT p95", "ITL p99", "E2E p95"):
-        t.add_column(col, justify="left" if col in ("backend", "load") else "right")
-    # server-side TTFT (engine histogram, /metrics) beside the client's: the gap is API-server
-    # queueing + HTTP/SSE + network overhead (backends/server_metrics.py)
+    labels = labels or {n: n for n in run.backends}
     has_srv = any(_server_ttft(s) for b in run.backends.values() for s in b.levels.values())
-    if has_srv:
-        t.add_column("TTFT mean client/server", justify="right")
-    if has_slo:
-        t.add_column("goodput req/s", justify="right")
-        t.add_column("SLO", justify="center")
+    rows: list[dict[str, str]] = []
     for name, b in run.backends.items():
         if not b.levels:
-            t.add_row(name, "-", b.status, *["-"] * 8, *(["-"] if has_srv else []),
-                      *(["-", "-"] if has_slo else []))
+            rows.append({"backend": labels[name], "load": "-", "ok": b.status})
         for label, s in b.levels.items():
-            row = [name, label, f"{s.ok}/{s.requests}", f"{s.output_tok_s:.1f}", f"{s.req_s:.2f}",
-                   *_latency_cells(s)]
-            if has_srv:
-                srv = _server_ttft(s)
-                mean = srv.get("mean") if isinstance(srv, dict) else None
-                row.append(f"{fmt_stat(s.ttft_ms, 'mean')}/{'-' if mean is None else f'{mean:.1f}'}")
-            if has_slo:
-                row += [f"{s.goodput_req_s or 0:.2f}", "✓" if s.slo_met else "✗"]
-            t.add_row(*row)
-            m = matched_row(run, name, label)  # length-matched numbers right under the raw ones
-            if m is not None:
-                ms = _matched(run.length_matched, name, label)
-                m += ["-"] if has_srv else []
-                if has_slo and ms is not None:
-                    m += [f"{ms.goodput_req_s or 0:.2f}", "✓" if ms.slo_met else "✗"]
-                t.add_row(*m)
-    t.caption = "latencies in ms; TTFT/TPOT/ITL measured at the client from per-event timestamps"
+            rows.append(_cells(labels[name], label, s, s.requests))
+            ms = _matched(run.length_matched, name, label)  # length-matched numbers under the raw ones
+            if ms is not None and run.length_matched is not None:
+                rows.append(_cells(labels[name], f"{label} @k", ms, run.length_matched.levels[label].requests, ms))
+    keys = [k for k, _, _ in _COLUMNS if (k not in ("goodput", "slo") or run.slo) and (k != "srv" or has_srv)]
+
+    def col_w(k: str) -> int:
+        head = max(len(x) for x in dict((c[0], c[1]) for c in _COLUMNS)[k].split("\n"))
+        return max([head] + [len(r.get(k, "-")) for r in rows])
+
+    if width is not None:  # optional columns only while everything fits (3 characters between columns)
+        always = [k for k in keys if dict((c[0], c[2]) for c in _COLUMNS)[k]]
+        used = sum(col_w(k) + 3 for k in always) - 3
+        for k in keys:
+            if k not in always and used + col_w(k) + 3 <= width:
+                always.append(k)
+                used += col_w(k) + 3
+        keys = [k for k in keys if k in always]
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), pad_edge=False)
+    heads = dict((c[0], c[1]) for c in _COLUMNS)
+    for k in keys:
+        t.add_column(heads[k], justify="left" if k in ("backend", "load") else "right", no_wrap=True)
+    for r in rows:
+        t.add_row(*[r.get(k, "-") for k in keys])
+    t.caption = "latencies in ms, measured at the client"
+    t.caption_justify = "left"
     if run.length_matched:
         t.caption += "\n" + matched_note(run.length_matched)
     return t
@@ -125,3 +228,34 @@ def matched_row(run: RunResults, name: str, label: str) -> list[str] | None:
     lv = run.length_matched.levels[label]
     return [name, f"{label} @k", f"{s.ok}/{lv.requests}", f"{s.output_tok_s:.1f}", f"{s.req_s:.2f}",
             *_latency_cells(s)]
+
+
+# ---------------------------------------------------------------- the end of `compare run`
+
+
+def print_summary(console: Console, results_dir: Path, price: float | None = None,
+                  margin: float | None = None, quiet: bool = False) -> None:
+    """The answer (3-5 lines), then the table, the legend, the caveats once, and where it all is."""
+    from compare.analysis.headline import headlines
+    from compare.analysis.verdict import verdict_from_results
+    from core.results import load_results
+
+    run, _ = load_results(results_dir)
+    v = verdict_from_results(results_dir, price, margin)
+    labels = short_labels(run.backends)
+    ref = f"reference {labels.get(v.reference, v.reference)}" if len(v.backends) > 1 else "one backend"
+    if not quiet:
+        console.print()
+    console.print(f"[bold]Verdict[/bold] ({ref}, run {run.status})", highlight=False)
+    for line in headlines(run, v, lambda n: labels.get(n, n)):
+        console.print(Padding(Text(line), (0, 0, 0, 2), expand=False))  # wrapped lines keep the indent
+    if not quiet:
+        console.print()
+        console.print(comparison_table(run, console.width, labels))
+        for line in legend(labels):
+            console.print(f"  {escape(line)}", highlight=False)
+        for c in v.caveats:
+            console.print(Text(f"! {c}", style="yellow"))
+    console.print(f"results: {results_dir}" + ("" if quiet else "  (engine logs in logs/)"), highlight=False)
+    if not quiet:
+        console.print(f"report with plots: compare report {results_dir} --html", highlight=False)

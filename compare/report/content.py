@@ -1,11 +1,18 @@
-"""The report's text content as neutral sections; markdown.py and html.py only format them."""
+"""The report's text content as neutral sections; markdown.py and html.py only format them.
+
+Order (the console follows it too): the answer (one headline per SLO, or throughput and latency),
+the plot that shows it, the caveats once, then the details. Long backend names appear as short
+labels with a legend (compare/report/labels.py).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from compare.analysis import length_match
+from compare.analysis.headline import headlines
 from compare.report.console import fmt_stat, matched_note, matched_row
 from compare.report.data import ReportData
+from compare.report.labels import legend
 from compare.report.plots import server_client_rows
 from compare.analysis.verdict import DECISION_HEADERS, decision_rows, header_line, summary_lines
 
@@ -17,6 +24,8 @@ class Section:
     bullets: list[str] = field(default_factory=list)
     headers: list[str] = field(default_factory=list)
     rows: list[list[str]] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)  # keys of compare/report/plots.py PLOTS, HTML only
+    kind: str = ""  # "answer", "caveats": a style hook for the HTML
 
 
 def _num(v: float | None, fmt: str = "{:.2f}") -> str:
@@ -26,49 +35,54 @@ def _num(v: float | None, fmt: str = "{:.2f}") -> str:
 def sections(d: ReportData) -> list[Section]:
     run, v = d.run, d.verdict
     wl = run.workload
-    out = [Section("Run", paragraphs=[
-        f"run {run.run_id} ({run.status}), started {run.started_at or '?'}; "
-        f"workload {wl.name} (seed {wl.seed}, {wl.num_requests} requests); "
-        f"load levels {', '.join(d.levels)}; {run.repeats} repeat(s) per backend; "
-        f"model {run.spec.model}"])]
-    out.append(Section("Verdict", paragraphs=[header_line(v)], bullets=summary_lines(v),
-                       headers=DECISION_HEADERS if v.comparisons else [], rows=decision_rows(v)))
-    out.append(Section("Caveats (apply to every number above)",
+    name = d.label
+    about = [f"{', '.join(name(n) for n in d.backends)} on {wl.num_requests} requests "
+             f"(workload {wl.name}, seed {wl.seed}) at load {', '.join(d.levels)}; {run.repeats} repeat(s); "
+             f"run {run.run_id} ({run.status})"]
+    if legend(d.labels):
+        about.append("labels: " + "; ".join(legend(d.labels)))
+    out = [Section("Answer", kind="answer", bullets=headlines(run, v, name), paragraphs=about)]
+    out.append(Section("Latency vs throughput", plots=["latency_vs_throughput"], kind="answer-plot"))
+    out.append(Section("Caveats (apply to every number in this report)", kind="caveats",
                        bullets=v.caveats or ["none detected (client kept up, lengths forced, no failures)"]))
-    out.append(Section("Quality", bullets=v.quality))
     rows = []
     # lengths not forced: '@k' rows (length-matched) under the raw ones; the verdict's cost is theirs
     lm = run.length_matched or length_match.section(run, d.records)
     lm_run = run.model_copy(update={"length_matched": lm})
-    for name in d.backends:
-        for label, s in run.backends[name].levels.items():
-            cost = v.costs.get(name, {}).get(label)
-            rows.append([name, label, f"{s.ok}/{s.requests}", f"{s.output_tok_s:.1f}",
+    for n in d.backends:
+        for label, s in run.backends[n].levels.items():
+            cost = v.costs.get(n, {}).get(label)
+            rows.append([name(n), label, f"{s.ok}/{s.requests}", f"{s.output_tok_s:.1f}",
                          fmt_stat(s.ttft_ms, "p50"), fmt_stat(s.ttft_ms, "p95"), fmt_stat(s.tpot_ms, "p50"),
                          fmt_stat(s.tpot_ms, "p95"), fmt_stat(s.itl_ms, "p99"), fmt_stat(s.e2e_ms, "p95"),
                          _num(s.goodput_req_s), "-" if cost is None or lm else f"${cost:.3g}"])
-            m = matched_row(lm_run, name, label) if lm else None
+            m = matched_row(lm_run, n, label) if lm else None
             if m is not None and lm is not None:
-                ms = lm.levels[label].backends[name]
-                rows.append(m[:4] + m[5:] + [_num(ms.goodput_req_s), "-" if cost is None else f"${cost:.3g}"])
+                ms = lm.levels[label].backends[n]
+                rows.append([name(n)] + m[1:4] + m[5:] + [_num(ms.goodput_req_s),
+                                                          "-" if cost is None else f"${cost:.3g}"])
     out.append(Section("Measurements (all repeats pooled; latencies in ms, client-side)",
                        paragraphs=[matched_note(lm)] if lm else [],
                        headers=["backend", "load", "ok", "out tok/s", "TTFT p50", "TTFT p95", "TPOT p50",
                                 "TPOT p95", "ITL p99", "E2E p95", "goodput req/s", "$/M out tok"], rows=rows))
+    out.append(Section("Verdict per metric", paragraphs=[header_line(v, name)], bullets=summary_lines(v, name),
+                       headers=DECISION_HEADERS if v.comparisons else [], rows=decision_rows(v, name)))
+    out.append(Section("Quality", bullets=v.quality))
     sc = server_client_rows(d)
     if sc:
         out.append(Section("Server-side vs client-side TTFT (mean, ms)",
                            paragraphs=["the difference is client/network/API overhead and queueing outside the engine"],
                            headers=["backend", "load", "client", "server", "difference"],
-                           rows=[[b, lv, f"{c:.1f}", f"{s:.1f}", f"{c - s:+.1f}"] for b, lv, c, s in sc]))
+                           rows=[[name(b), lv, f"{c:.1f}", f"{s:.1f}", f"{c - s:+.1f}"] for b, lv, c, s in sc]))
+    out.append(Section("Distributions", plots=["ttft_cdf", "itl_cdf", "bars_ci", "server_vs_client_ttft"]))
     env = []
     hw = run.hardware
     env.append(f"CPU {hw.cpu_model} x{hw.cpu_count}; GPUs: "
                + (", ".join(f"{g.get('name')} (driver {g.get('driver')})" for g in hw.gpus) or "none"))
     env.append("packages: " + ", ".join(f"{k} {val}" for k, val in hw.packages.items()))
-    for name in d.backends:
-        desc = run.backends[name].describe
-        env.append(f"{name}: {desc and desc.framework} {desc and desc.version}, "
-                   f"quantization {v.quantization.get(name)}")
+    for n in d.backends:
+        desc = run.backends[n].describe
+        env.append(f"{name(n)}: {desc and desc.framework} {desc and desc.version}, "
+                   f"quantization {v.quantization.get(n)}")
     out.append(Section("Environment", bullets=env))
     return out

@@ -28,6 +28,16 @@ class ReportData:
     def levels(self) -> list[str]:
         return self.run.level_labels
 
+    @property
+    def labels(self) -> dict[str, str]:
+        """Short labels for long backend names (compare/report/labels.py)."""
+        from compare.report.labels import short_labels
+
+        return short_labels(self.backends)
+
+    def label(self, name: str) -> str:
+        return self.labels.get(name, name)
+
 
 def load_report_data(path: Path, gpu_hour_price: float | None = None,
                      margin: float | None = None) -> ReportData:

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from compare.report.content import sections
 from compare.report.data import ReportData
+from compare.report.plots import PLOTS
+
+_TITLES = {key: title for key, title, _ in PLOTS}
 
 
 def _cell(text: str) -> str:
@@ -12,10 +15,16 @@ def _cell(text: str) -> str:
 def render_markdown(d: ReportData) -> str:
     lines = [f"# llm-compare report: {d.run.run_id}", ""]
     for s in sections(d):
+        if s.plots and not (s.paragraphs or s.bullets or s.headers):
+            if s.kind == "answer-plot":  # the plot that shows the answer: say where it is
+                lines += [f"## {s.title}", "", f"_plot in the HTML report: `compare report {d.path} --html`_", ""]
+            continue
         lines += [f"## {s.title}", ""]
+        if s.bullets and s.kind == "answer":
+            lines += [f"- **{b}**" for b in s.bullets] + [""]
         for p in s.paragraphs:
             lines += [p, ""]
-        if s.bullets:
+        if s.bullets and s.kind != "answer":
             lines += [f"- {b}" for b in s.bullets] + [""]
         if s.headers:
             lines.append("| " + " | ".join(_cell(h) for h in s.headers) + " |")

@@ -35,32 +35,49 @@ def _png(fig: Any) -> bytes:
 
 
 def latency_vs_throughput(d: ReportData) -> bytes | None:
-    """One line per backend through its load levels: what latency each throughput costs."""
+    """One line per backend through its load levels: what latency each throughput costs. With an
+    SLO on TTFT or TPOT, that axis shows the SLO's statistic and the limit as a red line, so the
+    answer (the most throughput under the line) is read off the plot."""
+    from core.slo import SLO
+
     plt = _plt()
+    terms = {t.metric: t for t in SLO.from_json([t.model_dump() for t in d.run.slo]).terms}
+    axes_def = [(m, terms[m].stat if m in terms else "p50") for m in ("ttft", "tpot")]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     drawn = False
     for name in d.backends:
-        levels = d.run.backends[name].levels
-        pts = [(lb, s.output_tok_s, s.ttft_ms.p50, s.tpot_ms.p50 if s.tpot_ms else None)
-               for lb, s in levels.items() if s.ttft_ms]
+        pts = []
+        for lb, s in d.run.backends[name].levels.items():
+            if s.ttft_ms is None:
+                continue
+            ys = [getattr(s, f"{m}_ms").stat(stat) if getattr(s, f"{m}_ms") else math.nan for m, stat in axes_def]
+            pts.append((lb, s.output_tok_s, ys))
         if not pts:
             continue
         drawn = True
-        for ax, idx in ((axes[0], 2), (axes[1], 3)):
+        for i, ax in enumerate(axes):
             xs = [p[1] for p in pts]
-            ys = [p[idx] if p[idx] is not None else math.nan for p in pts]
-            ax.plot(xs, ys, marker="o", label=name, color=_style(d, name, "")["color"])
+            ys = [p[2][i] for p in pts]
+            ax.plot(xs, ys, marker="o", label=d.label(name), color=_style(d, name, "")["color"])
             for p, y in zip(pts, ys):
                 ax.annotate(p[0], (p[1], y), textcoords="offset points", xytext=(4, 4), fontsize=8)
     if not drawn:
         plt.close(fig)
         return None
-    for ax, what in zip(axes, ("TTFT p50 (ms)", "TPOT p50 (ms)")):
+    for ax, (m, stat) in zip(axes, axes_def):
+        if m in terms:
+            limit, what = terms[m].limit_ms, f"SLO {m.upper()} {stat} <= {terms[m].limit_ms:g} ms"
+            top = max((y for ln in ax.get_lines() for y in ln.get_ydata() if math.isfinite(y)), default=0.0)
+            if limit <= 1.5 * top:
+                ax.axhline(limit, color="red", linestyle="--", linewidth=1.2, label=what)
+            else:  # a line far above every point would squash them flat: say where it is instead
+                ax.text(0.02, 0.96, f"{what}: above every point", transform=ax.transAxes, color="red",
+                        fontsize=8, va="top")
         ax.set_xlabel("output tokens/s")
-        ax.set_ylabel(what)
+        ax.set_ylabel(f"{m.upper()} {stat} (ms)")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle("latency vs throughput across load levels")
+    fig.suptitle("latency vs throughput across load levels" + (" (red: the SLO limit)" if terms else ""))
     return _png(fig)
 
 
@@ -93,7 +110,7 @@ def ttft_cdf(d: ReportData) -> bytes | None:
         s = d.samples.get((name, level))
         vals = s.per_request["ttft"].ravel() if s is not None else np.array([])
         if np.isfinite(vals).any():
-            _cdf(ax, vals, f"{name} {level}", _style(d, name, level))
+            _cdf(ax, vals, f"{d.label(name)} {level}", _style(d, name, level))
             n += 1
     if not n:
         plt.close(fig)
@@ -119,7 +136,7 @@ def itl_cdf(d: ReportData) -> bytes | None:
     hi = max(float(np.percentile(v, 99.5)) for v in groups.values()) / 1e6
     for name, level in _cells(d):
         if (name, level) in groups:
-            _cdf(ax, np.asarray(groups[(name, level)], dtype=float) / 1e6, f"{name} {level}",
+            _cdf(ax, np.asarray(groups[(name, level)], dtype=float) / 1e6, f"{d.label(name)} {level}",
                  _style(d, name, level))
     ax.set_xlim(0, hi * 1.05 if hi > 0 else 1)
     ax.set_xlabel("inter-token latency (ms; x axis cut at p99.5)")
@@ -152,7 +169,7 @@ def bars_with_ci(d: ReportData) -> bytes | None:
                 hi.append(ci[1] - v if ci else 0.0)
             if xs:
                 err = np.maximum(np.array([lo, hi], dtype=float), 0.0)
-                ax.bar(xs, ys, width, label=name)
+                ax.bar(xs, ys, width, label=d.label(name))
                 ax.errorbar(xs, ys, yerr=err, fmt="none", ecolor="black", capsize=3)
         ax.set_xticks([j + width * (len(d.backends) - 1) / 2 for j in range(len(d.levels))], d.levels)
         ax.set_title(f"{METRICS[metric].label} ({METRICS[metric].unit})")
@@ -173,7 +190,7 @@ def server_vs_client_ttft(d: ReportData) -> bytes | None:
     x = np.arange(len(rows))
     ax.bar(x - 0.2, [r[2] for r in rows], 0.4, label="client-side (measured here)")
     ax.bar(x + 0.2, [r[3] for r in rows], 0.4, label="server-side (scraped /metrics)")
-    ax.set_xticks(x, [f"{r[0]}\n{r[1]}" for r in rows])
+    ax.set_xticks(x, [f"{d.label(r[0])}\n{r[1]}" for r in rows])
     ax.set_ylabel("mean TTFT (ms)")
     ax.set_title("server-side vs client-side TTFT")
     ax.legend()

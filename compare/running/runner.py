@@ -13,15 +13,17 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from adapters.spec import ServingSpec
 from backends import registry
 from core.records import GenerationRequest
 from core.errors import BackendStartError
 from backends.base import Backend
+from backends.logs import capture, log_file
 from compare.running.executor import LevelOutcome, RunAborted, run_level, run_one
 from compare.running.aio import running_loop_name
 from compare.running.load import offered_load
@@ -50,6 +52,7 @@ class RunConfig:
     lag_threshold_ms: float = 50.0
     backend_specs: dict[str, ServingSpec] = field(default_factory=dict)  # per-backend overrides
     repeats: int = 1  # engine restarts per backend, interleaved A B A B
+    stream_logs: bool = False  # engine log lines also go to progress.log_line (`-v`)
 
     def spec_for(self, backend: str) -> ServingSpec:
         return self.backend_specs.get(backend, self.spec)
@@ -63,6 +66,11 @@ class Progress:
     def request_done(self, rec: RequestRecord) -> None: ...
     def level_done(self, name: str, level: LoadLevel, summary: LevelSummary) -> None: ...
     def message(self, text: str) -> None: ...
+    def phase(self, name: str, what: str, log: Path | None = None) -> None: ...  # starting, warm-up, stopping
+    def log_line(self, name: str, line: str) -> None: ...
+
+    def backend_failed(self, name: str, error: str, log: Path | None) -> None:
+        self.message(f"[{name}] {error}")
 
 
 async def run(cfg: RunConfig, progress: Progress | None = None,
@@ -139,11 +147,13 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
     if cfg.repeats > 1:
         entry.setdefault("repeats", []).append(this)
     progress.backend_start(name if cfg.repeats == 1 else f"{name} (repeat {rep + 1}/{cfg.repeats})")
+    log = log_file(writer.dir, name)  # everything the engine prints goes there (backends/logs.py)
     if hasattr(backend, "attach_results_dir"):
-        backend.attach_results_dir(writer.dir)  # server/container logs are kept with the results
+        backend.attach_results_dir(log.parent)  # server/container logs are kept with the results
+    progress.phase(name, "starting", log)
     t0 = time.perf_counter()
     try:
-        async with backend:
+        async with _engine(cfg, name, backend, log, progress):
             this["start_s"] = round(time.perf_counter() - t0, 3)
             entry.setdefault("start_s", this["start_s"])
             entry["describe"] = backend.describe().as_dict()
@@ -152,6 +162,7 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
             if rep == 0:  # loaded vs requested quantization + quality parity -> entry (compare/quality/parity.py)
                 from compare.quality.parity import record as record_quality
                 await record_quality(cfg, name, backend, entry)
+            progress.phase(name, "warm-up", log)
             await _warmup(cfg, backend)
             for level in cfg.levels:
                 # optional hooks: backends with server-side metrics sample them around each level
@@ -189,10 +200,23 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
     except (BackendStartError, RunAborted) as e:
         this["status"] = entry["status"] = "failed"
         entry["error"] = str(e) if cfg.repeats == 1 else f"repeat {rep + 1}: {e}"
-        progress.message(f"[{name}] {e}")
+        progress.backend_failed(name, str(e), log)
         return False
     finally:
         writer.flush()
+
+
+@asynccontextmanager
+async def _engine(cfg: RunConfig, name: str, backend: Backend, log: Path, progress: Progress) -> AsyncIterator[None]:
+    """The backend's whole life with fds 1/2 in its log file: engines' own output never reaches the
+    console, and child processes spawned at start keep writing there."""
+    on_line = (lambda line: progress.log_line(name, line)) if cfg.stream_logs else None
+    with capture(log, on_line):
+        async with backend:
+            try:
+                yield
+            finally:
+                progress.phase(name, "stopping", log)
 
 
 def _level_summary(cfg: RunConfig, records: list[RequestRecord], wall_ns: int,

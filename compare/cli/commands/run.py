@@ -44,6 +44,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--format", choices=["table", "json", "md", "html"], default="table",
                    help="table: console; json: run.json + verdict on stdout; md: Markdown report on "
                         "stdout; html: RESULTS/report.html (all rendered from the results files)")
+    o.add_argument("-q", "--quiet", action="store_true",
+                   help="print only the verdict and the results path")
+    o.add_argument("-v", "--verbose", action="store_true",
+                   help="stream the engines' own logs to the console (always kept in RESULTS/logs/)")
     o.add_argument("--gpu-hour-price", type=float, default=None,
                    help="price of one accelerator-hour: adds cost per million output tokens to the verdict")
     o.add_argument("--margin", type=float, default=None,
@@ -126,7 +130,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError("--max-errors must be >= 0")
     cfg = RunConfig(backends=backends, spec=spec, workload=workload, requests=requests, levels=levels,
                     slo=slo, warmup=args.warmup, timeout_s=args.timeout, max_errors=args.max_errors,
-                    out_root=args.out, repeats=args.repeats,
+                    out_root=args.out, repeats=args.repeats, stream_logs=args.verbose,
                     **({"run_id": args.run_id} if args.run_id else {}))
     if (args.out / cfg.run_id).exists():
         raise UserError(f"results directory {args.out / cfg.run_id} already exists; pick another --run-id")
@@ -141,29 +145,33 @@ def _run(args: argparse.Namespace) -> int:
     load = offered_load(levels, requests)  # TGI's admission limit follows the run's highest concurrency
     for b in backends:
         plan(b, cfg.spec_for(str(b)), load)
-    return _execute(cfg, args.format, args.gpu_hour_price, args.margin)
+    return _execute(cfg, args.format, args.gpu_hour_price, args.margin, quiet=args.quiet)
 
 
-def _execute(cfg, fmt: str, price: float | None = None, margin: float | None = None) -> int:
+def _execute(cfg, fmt: str, price: float | None = None, margin: float | None = None, quiet: bool = False) -> int:
     from rich.console import Console
 
-    from compare.report.console import ConsoleProgress, comparison_table
+    from backends.logs import terminal
+    from compare.report.console import ConsoleProgress, print_summary
     from compare.running.runner import run
 
-    console = Console(stderr=fmt in ("json", "md"))
+    # engines' output goes to RESULTS/logs/ (fd-level redirect while each runs); the console keeps
+    # a duplicate of the terminal taken before that
+    console = Console(file=terminal(2 if fmt in ("json", "md") else 1))
     if fmt in ("json", "md"):
         # stdout carries the machine-readable output; vLLM logs to stdout unless told otherwise
         # (read when vllm is first imported, i.e. at the first engine start, so setting it here works)
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     writer = None
     try:
-        writer = aio.run(run(cfg, ConsoleProgress(console), extra_header=(
-            {"gpu_hour_price": price} if price is not None else None)))
+        with ConsoleProgress(console, quiet=quiet) as progress:
+            writer = aio.run(run(cfg, progress, extra_header=(
+                {"gpu_hour_price": price} if price is not None else None)))
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted; partial results in {cfg.out_root / cfg.run_id}[/yellow]")
         raise
     run_data = writer.run
-    from compare.analysis.verdict import print_verdict, verdict_json
+    from compare.analysis.verdict import verdict_json
 
     if fmt == "json":
         print(json.dumps({**run_data, "verdict": verdict_json(writer.dir, price, margin)}, indent=2, default=str))
@@ -174,7 +182,5 @@ def _execute(cfg, fmt: str, price: float | None = None, margin: float | None = N
         if written:
             console.print(f"report: {written}")
     else:
-        console.print(comparison_table(run_data))
-        print_verdict(console, writer.dir, price, margin)
-        console.print(f"results: {writer.dir}")
+        print_summary(console, writer.dir, price, margin, quiet=quiet)
     return 0 if run_data["status"] == "complete" else 1

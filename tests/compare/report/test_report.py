@@ -33,7 +33,7 @@ def results_dir(tmp_path):
 
 def test_markdown_has_verdict_caveats_costs_and_server_ttft(results_dir):
     md = render_markdown(load_report_data(results_dir))
-    assert "## Verdict" in md and "| c1 | TTFT p50 | vllm:" in md
+    assert "## Verdict per metric" in md and "| c1 | TTFT p50 | vllm:" in md
     assert "## Caveats" in md and "$/M out tok" in md and "$2/device-hour" in md  # price from run.json
     assert "| vllm | c1 | " in md and "Server-side vs client-side TTFT" in md
     assert re.search(r"\| vllm \| c1 \| [0-9.]+ \| 10\.0 \|", md)  # 0.16 s / 16 = 10 ms server-side
@@ -77,5 +77,48 @@ def test_report_re_renders_schema_1_results(tmp_path):
     assert r.returncode == 0, r.stderr
     text = out.read_text()
     assert "# llm-compare report: topo-h200" in text
-    assert re.search(r"\| tp@2\*vllm-server \| r30 \| 512/512 \| 3428\.0 \|", text)
-    assert "replicas@2*vllm-server:lb=lor vs tp@2*vllm-server" in text
+    # long topology names become short labels, mapped once by a legend
+    assert "labels: A = tp@2*vllm-server; B = replicas@2*vllm-server:lb=lor" in text
+    assert re.search(r"\| A \| r30 \| 512/512 \| 3428\.0 \|", text)
+    assert "r30: B vs A" in text and "| B |" in text
+    assert text.count("tp@2*vllm-server") <= 3  # legend, caveat, nothing else spelled out
+
+
+def test_answer_first_then_its_plot_then_details_and_caveats_once(tmp_path):
+    """The page opens with one headline per SLO term, then the latency/throughput plot with the SLO
+    line, then caveats (each once), then the tables."""
+    from tests.conftest import FIXTURES
+
+    d = load_report_data(FIXTURES / "results-v1")
+    html = render_html(d)
+    pos = [html.index(x) for x in ("<h2>Answer</h2>", "TTFT p95 &lt;= 2.00 s: A and B both hold it up to r30",
+                                   'id="plot-latency_vs_throughput"', "<h2>Caveats", "<h2>Measurements",
+                                   "<h2>Verdict per metric")]
+    assert pos == sorted(pos)
+    assert html.count("fewer than 2 repeats") == 1  # the caveat once, not in every table row
+    assert "repeats: too few" not in html
+    md = render_markdown(d)
+    answer = md.split("## Answer")[1].split("##")[0]
+    assert answer.count("- **") == 2  # ttft_p95 and tpot_p95: one headline per SLO term
+    assert md.index("## Answer") < md.index("## Latency vs throughput") < md.index("## Measurements")
+
+
+def test_console_table_fits_80_columns_with_a_legend():
+    from rich.console import Console
+
+    from compare.report.console import comparison_table
+    from compare.report.labels import legend, short_labels
+    from core.results import load_results
+    from tests.conftest import FIXTURES
+
+    run, _ = load_results(FIXTURES / "results-v1")
+    labels = short_labels(run.backends)
+    assert legend(labels) == ["A = tp@2*vllm-server", "B = replicas@2*vllm-server:lb=lor"]
+    for width, wide_cols in ((80, False), (160, True)):
+        con = Console(file=io.StringIO(), width=width)
+        con.print(comparison_table(run, width, labels))
+        text = con.file.getvalue()
+        lines = text.splitlines()
+        assert max(len(ln) for ln in lines) <= width and len(lines) <= 7, text
+        assert any(ln.lstrip().startswith("A ") and "3428.0" in ln for ln in lines)
+        assert ("ITL" in text) == wide_cols  # wider terminals get more columns

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -12,12 +13,15 @@ import subprocess
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.engine
 
 # matplotlib's first two default colours: the first and second backend in every plot
 C0, C1 = (31, 119, 180), (255, 127, 14)
+# LLM_COMPARE_SAVE_SCREENSHOT=1: the top of the rendered page (the answer and its plot) is saved
+# as the README's picture of the report
+SCREENSHOT = ROOT / "docs" / "img" / "report.png"
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +56,14 @@ def test_markdown_report(results):
     d, _ = results
     r = run_cli("report", str(d))
     assert r.returncode == 0, r.stderr
-    assert "## Verdict" in r.stdout and "| c2 | TTFT p50 |" in r.stdout and "## Caveats" in r.stdout
+    md = r.stdout
+    assert "## Verdict per metric" in md and "| c2 | TTFT p50 |" in md and "## Caveats" in md
+    # the answer first: one headline per SLO term (ttft_p95, tpot_p95), each saying how sure it is
+    answer = md.split("## Answer")[1].split("\n## ")[0]
+    heads = [ln for ln in answer.splitlines() if ln.startswith("- **")]
+    assert len(heads) == 2 and heads[0].startswith("- **TTFT p95 <= 30.00 s:") and "TPOT p95" in heads[1]
+    assert all(re.search(r"significant, p=|point estimate", h) for h in heads)
+    assert md.index("## Answer") < md.index("## Caveats") < md.index("## Measurements")
 
 
 def _colour_pixels(img: np.ndarray, rgb: tuple[int, int, int], tol: int = 30) -> int:
@@ -87,3 +98,10 @@ def test_html_report_renders_with_plots_in_chromium(results, tmp_path):
     assert _colour_pixels(page, C0) > 2000 and _colour_pixels(page, C1) > 2000
     rows = np.nonzero((np.abs(page.astype(int) - C0).max(axis=2) <= 30).any(axis=1))[0]
     assert rows.max() - rows.min() > 1000  # plot colour spread down the page: several plots, not one
+    # the answer's plot (latency vs throughput, SLO line in red) comes right after the headlines:
+    # both backends' colours within the first 1,400 px of the page
+    top = page[:1400]
+    assert _colour_pixels(top, C0) > 300 and _colour_pixels(top, C1) > 300
+    if os.environ.get("LLM_COMPARE_SAVE_SCREENSHOT"):
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(page[:1250, :1340]).save(SCREENSHOT, optimize=True)
