@@ -63,7 +63,8 @@ def test_vllm_vs_tgi_double_run_is_length_matched(tgi_url, tmp_path):
     assert any("length-matched" in c for c in v["caveats"])
     report = run_cli("report", str(tmp_path / "lm"))
     assert report.returncode == 0, report.stderr
-    assert "| vllm | c2 @k |" in report.stdout and f"| {tgi} | c2 @k |" in report.stdout
+    # the double's long name (tgi@URL) is shown by a short label, mapped once in the legend
+    assert "| vllm | c2 @k |" in report.stdout and f"A = {tgi}" in report.stdout and "| A | c2 @k |" in report.stdout
     early = {rid: k for rid, k in level["k_by_request"].items() if k < 64}
     for rid in early:  # cut where the double stopped at EOS; vLLM ran on to 64
         assert by[(tgi, rid)].finish_reason == "stop"
