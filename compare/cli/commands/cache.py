@@ -1,4 +1,4 @@
-"""``compare cache ls|rm``: the engine cache (built TensorRT-LLM engines and quantized checkpoints)."""
+"""``compare cache ls|rm``: the engine cache (built TensorRT-LLM engines, OpenVINO IR exports)."""
 from __future__ import annotations
 
 import argparse
@@ -32,8 +32,16 @@ def _cache(args: argparse.Namespace):
 
 def _row(e) -> dict:
     m = e.meta
-    return {"key": e.key, "size_bytes": e.size_bytes(), "created": m.get("created"), "model": m.get("model"),
-            "flow": m.get("flow"), "quant": m.get("quant") or "none", "trtllm_version": m.get("version"),
+    if m.get("kind") == "openvino-ir":  # backends/models/openvino_export.py
+        export, exporter = m.get("export") or {}, m.get("exporter") or {}
+        return {"key": e.key, "size_bytes": e.size_bytes(), "created": m.get("created"), "kind": "openvino-ir",
+                "model": m.get("source"), "flow": "optimum-cli export openvino",
+                "quant": export.get("weight_format", "?"),
+                "built_by": f"optimum-intel {exporter.get('optimum-intel')}, nncf {exporter.get('nncf')}",
+                "gpu": None, "compute_capability": None, "path": str(e.path)}
+    return {"key": e.key, "size_bytes": e.size_bytes(), "created": m.get("created"), "kind": "trtllm-engine",
+            "model": m.get("model"), "flow": m.get("flow"), "quant": m.get("quant") or "none",
+            "trtllm_version": m.get("version"), "built_by": f"TensorRT-LLM {m.get('version')}",
             "image_id": m.get("image_id"), "gpu": m.get("gpu_name"),
             "compute_capability": m.get("compute_capability"), "path": str(e.path)}
 
@@ -50,12 +58,13 @@ def _ls(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     t = Table(title=f"engine cache {_cache(args).root}")
-    for c in ("key", "size", "created", "model", "flow", "quant", "trtllm", "gpu (cc)"):
+    for c in ("key", "kind", "size", "created", "model", "quant", "built by", "gpu (cc)"):
         t.add_column(c)
     for r in rows:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"])) if r["created"] else "?"
-        t.add_row(r["key"][:12], f"{r['size_bytes'] / 2**20:.1f} MiB", created, str(r["model"]), str(r["flow"]),
-                  r["quant"], str(r["trtllm_version"]), f"{r['gpu']} ({r['compute_capability']})")
+        gpu = f"{r['gpu']} ({r['compute_capability']})" if r["gpu"] else "-"
+        t.add_row(r["key"][:12], r["kind"], f"{r['size_bytes'] / 2**20:.1f} MiB", created,
+                  Path(str(r["model"])).name, r["quant"], r["built_by"], gpu)
     Console().print(t)
     return 0
 
