@@ -97,7 +97,8 @@ async def stream(base_url: str, req: GenerationRequest, headers: dict[str, str] 
         kw = client_kwargs(req)
     except ValueError as e:
         raise BackendRequestError(FailureKind.PROMPT, str(e)) from None
-    # the package POSTs to its base_url as given: point it at the streaming route
+    # the package POSTs to its base_url as given: the streaming route itself (TGI's compat route at
+    # the root runs the same handler; the calibration server speaks only /generate_stream)
     client = tg.AsyncClient(base_url.rstrip("/") + "/generate_stream", headers=headers, timeout=int(timeout_s))
     finish = prompt_tokens = completion_tokens = None
     done = False
@@ -126,9 +127,12 @@ async def stream(base_url: str, req: GenerationRequest, headers: dict[str, str] 
 
 async def generate_once(base_url: str, req: GenerationRequest, headers: dict[str, str] | None = None,
                         timeout_s: float = 600.0) -> dict[str, Any]:
-    """One non-streaming request (POST /generate): {"text", "token_ids", "logprobs", "finish_reason"}."""
+    """One non-streaming request: {"text", "token_ids", "logprobs", "top", "finish_reason"} ("top": per
+    token {id: logprob} of the top_n_tokens alternatives, empty when not asked for). The package
+    POSTs ``"stream": false`` to the server's root (TGI's compat route), whose answer is a
+    one-element array of /generate's response (what it reads); /generate itself answers one object."""
     tg = _package()
-    client = tg.AsyncClient(base_url.rstrip("/") + "/generate", headers=headers, timeout=int(timeout_s))
+    client = tg.AsyncClient(base_url.rstrip("/") + "/", headers=headers, timeout=int(timeout_s))
     kw = client_kwargs(req)
     try:
         r = await client.generate(**kw)
@@ -136,8 +140,10 @@ async def generate_once(base_url: str, req: GenerationRequest, headers: dict[str
         raise BackendRequestError(_kind(e), f"text-generation: {type(e).__name__}: {e}") from None
     tokens = r.details.tokens if r.details is not None else []
     reason = getattr(r.details.finish_reason, "value", None) if r.details is not None else None
+    tops = (r.details.top_tokens or []) if r.details is not None else []
     return {"text": r.generated_text, "token_ids": [int(t.id) for t in tokens],
-            "logprobs": [t.logprob for t in tokens], "finish_reason": FINISH.get(reason, reason)}
+            "logprobs": [t.logprob for t in tokens], "finish_reason": FINISH.get(reason, reason),
+            "top": [{int(x.id): float(x.logprob) for x in step if x.logprob is not None} for step in tops]}
 
 
 async def get_json(base_url: str, path: str, headers: dict[str, str] | None = None,

@@ -157,6 +157,13 @@ async def _probe(backend: Any, req: GenerationRequest, timeout_s: float) -> dict
     import asyncio
 
     s: dict[str, Any] = {"tokens": [], "logprobs": [], "top": []}
+    if getattr(backend, "client", None) == "text-generation":  # TGI via its own client: one request, no stream
+        async with asyncio.timeout(timeout_s):
+            r = await backend.generate_once(req)
+        s = {"tokens": r["token_ids"], "logprobs": r["logprobs"], "top": r["top"]}
+        if None in s["logprobs"] or len(s["logprobs"]) != len(s["tokens"]):
+            s["logprobs"], s["top"] = [], []
+        return s
     async with asyncio.timeout(timeout_s):
         async for ev in backend.stream(req):
             if isinstance(ev, TokenEvent):

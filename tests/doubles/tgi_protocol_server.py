@@ -1,7 +1,7 @@
 """TEST DOUBLE of text-generation-inference 3.3's native HTTP protocol, backed by a REAL engine.
 
 TGI itself cannot run on these machines. This server speaks TGI's wire protocol -- ``POST
-/generate_stream`` (SSE), ``POST /generate``, ``GET /info``, ``GET /health``, ``GET /metrics``
+/generate_stream`` (SSE), ``POST /generate``, ``POST /`` (compat), ``GET /info``, ``GET /health``, ``GET /metrics``
 (``tgi_*`` families) -- and generates with the real vLLM engine (in-process ``AsyncLLM``). It is a
 stand-in for the protocol only: its latencies are vLLM's, not TGI's. Never report its numbers as TGI.
 
@@ -16,6 +16,9 @@ OpenAPI spec (``--openapi``, default tests/fixtures/specs/tgi-3.3-openapi.json):
 - a body that is not JSON or lacks ``inputs`` gets 422 text/plain (axum's Json rejection);
 - no ``ignore_eos``: generation stops at EOS; beyond ``--max-concurrent-requests`` in flight, new
   requests are refused as overloaded.
+
+- ``POST /`` is TGI's compat route (``CompatGenerateRequest``: ``"stream"`` picks the event stream
+  or a one-element JSON array), the route Hugging Face's ``text-generation`` client posts to.
 
 Run: ``python tests/doubles/tgi_protocol_server.py --model DIR --port N [--host 127.0.0.1]``.
 """
@@ -259,9 +262,9 @@ def build_app(double: TgiDouble) -> Any:
 
     async def generate_stream(request: Request) -> Response:
         body = await body_of(request)
-        if isinstance(body, Response):
-            return body
+        return body if isinstance(body, Response) else stream_response(body)
 
+    def stream_response(body: dict[str, Any]) -> Response:
         async def events() -> AsyncIterator[bytes]:
             try:
                 async for ev in double.generate(body, stream=True):
@@ -275,8 +278,22 @@ def build_app(double: TgiDouble) -> Any:
 
     async def generate(request: Request) -> Response:
         body = await body_of(request)
+        return body if isinstance(body, Response) else await single_response(body)
+
+    async def compat_generate(request: Request) -> Response:
+        """``POST /`` (TGI's compat_generate, where the text-generation package posts): ``"stream":
+        true`` is /generate_stream's event stream, else /generate's answer wrapped in a one-element
+        array (TGI: "to match api-inference"; the package reads ``payload[0]``)."""
+        body = await body_of(request)
         if isinstance(body, Response):
             return body
+        stream = body.pop("stream", False)
+        if not isinstance(stream, bool):  # CompatGenerateRequest.stream: boolean (serde's rejection)
+            return PlainTextResponse("Failed to deserialize the JSON body into the target type: stream: "
+                                     f"invalid type: expected a boolean, got {stream!r}", status_code=422)
+        return stream_response(body) if stream else await single_response(body, as_array=True)
+
+    async def single_response(body: dict[str, Any], as_array: bool = False) -> Response:
         try:
             evs = [ev async for ev in double.generate(body, stream=False)]
         except TgiError as e:
@@ -286,7 +303,10 @@ def build_app(double: TgiDouble) -> Any:
         if last.get("details"):
             details = {**last["details"], "prefill": [], "tokens": [ev["token"] for ev in evs]}
             details.pop("input_length", None)
-        return JSONResponse({"generated_text": last["generated_text"], "details": details})
+            if any(ev.get("top_tokens") for ev in evs):  # TGI: skip_serializing_if Vec::is_empty
+                details["top_tokens"] = [ev.get("top_tokens") or [] for ev in evs]
+        answer = {"generated_text": last["generated_text"], "details": details}
+        return JSONResponse([answer] if as_array else answer)
 
     async def info(request: Request) -> Response:
         return JSONResponse(double.info())
@@ -301,7 +321,8 @@ def build_app(double: TgiDouble) -> Any:
     async def metrics(request: Request) -> Response:
         return PlainTextResponse(double.metrics.text(), media_type="text/plain; version=0.0.4")
 
-    return Starlette(routes=[Route("/generate_stream", generate_stream, methods=["POST"]),
+    return Starlette(routes=[Route("/", compat_generate, methods=["POST"]),
+                             Route("/generate_stream", generate_stream, methods=["POST"]),
                              Route("/generate", generate, methods=["POST"]),
                              Route("/info", info), Route("/health", health), Route("/metrics", metrics)])
 

@@ -1,8 +1,12 @@
-"""Helpers shared by subcommands: backend lists, the embedded default spec."""
+"""Helpers shared by subcommands: backend lists, the embedded default spec, served models."""
 from __future__ import annotations
 
 import argparse
 import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from core.errors import UserError
 
@@ -40,13 +44,29 @@ def has_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
+def _split_endpoints(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """(already running servers, engines started here) among ``--backends``."""
+    from backends.served_model import endpoint
+
+    names = [b.strip() for b in str(getattr(args, "backends", "") or "").split(",") if b.strip()]
+    remote = [n for n in names if endpoint(n) is not None]
+    return remote, [n for n in names if n not in remote]
+
+
 def apply_tiny_defaults(args: argparse.Namespace) -> str | None:
     """No --model and no --spec: use the embedded tiny model (built once) with its CPU spec
-    defaults for every flag the user left unset. Returns the model dir, or None."""
+    defaults for every flag the user left unset. Returns the model dir, or None. Never for a run
+    that talks to an already running server: that server's model is the run's model."""
     if args.spec_model is not None or args.spec:
         return None
-    import sys
-
+    remote, local = _split_endpoints(args)
+    if remote and local:
+        raise UserError(f"--backends mixes already running servers ({', '.join(_shown(remote))}) with engines "
+                        f"started here ({', '.join(local)}) and no --model: pass --model DIR, the model "
+                        f"the servers serve, so the engines here load the same one")
+    if remote:
+        raise UserError(f"{_shown(remote)[0]} serves its own model; pass --model NAME (this command does not ask "
+                        f"the server; `compare run` does)")
     from backends.models.tiny import ensure_tiny_model
 
     print("using the embedded tiny Qwen2 model (built once, cached)", file=sys.stderr)
@@ -54,3 +74,95 @@ def apply_tiny_defaults(args: argparse.Namespace) -> str | None:
         if getattr(args, f"spec_{k}") is None:
             setattr(args, f"spec_{k}", str(v))
     return str(ensure_tiny_model())
+
+
+def _shown(names: list[str]) -> list[str]:
+    from backends.http.urls import redact_url
+
+    return [redact_url(n) for n in names]
+
+
+@dataclass(frozen=True)
+class ServedRun:
+    """A run against already running servers only, without --model: what they serve is the run's model."""
+
+    endpoints: tuple[Any, ...]  # backends.served_model.ServedModel, one per server
+    tokenizer: str | None  # --tokenizer DIR, the served model's tokenizer on this machine
+
+    @property
+    def model(self) -> str:
+        return self.endpoints[0].model
+
+    def workload_defaults(self) -> dict[str, Any]:
+        # without the tokenizer, token ids mean nothing to the server: prompts are text
+        return {} if self.tokenizer else {"prompt_format": "text"}
+
+    def prompt_tokenizer(self, workload: Any) -> Any:
+        """What turns the workload's seeded ids into prompts: None for the spec's tokenizer."""
+        if self.tokenizer:
+            return None
+        if workload.prompt_format == "token_ids":
+            raise UserError("--prompt-format token_ids against a served model needs its tokenizer: pass "
+                            "--tokenizer DIR (a local copy) or use --prompt-format text")
+        chat_only = all(e.backend.partition("@")[0] == "openai-chat" for e in self.endpoints)
+        if workload.prompt_format == "chat" and not chat_only:
+            raise UserError("--prompt-format chat needs the served model's chat template here (only openai-chat@URL "
+                            "applies its own): pass --tokenizer DIR or use --prompt-format text")
+        if workload.sharegpt:
+            return None  # the dataset's own text; output lengths from the workload's output dist
+        from compare.workload.words import WordVocabulary
+
+        return WordVocabulary()
+
+    def confirm(self, requests: list[Any]) -> None:
+        """Refuse requests longer than a server allows (token-id prompts are exact; text is counted
+        by the server), then say once where the model and the prompts come from."""
+        limits = [e.max_model_len for e in self.endpoints if e.max_model_len]
+        sizes = [len(r.prompt_token_ids) + r.max_tokens for r in requests if r.prompt_token_ids is not None]
+        if limits and sizes and max(sizes) > min(limits):
+            raise UserError(f"the longest request is {max(sizes)} tokens (prompt + output) but the server allows "
+                            f"{min(limits)} (max_model_len); lower --input-len/--output-len")
+        first = self.endpoints[0]
+        limit = f" (max_model_len {first.max_model_len})" if first.max_model_len else ""
+        how = (f"prompts from the tokenizer in {self.tokenizer}" if self.tokenizer else
+               "no local tokenizer (--tokenizer DIR): prompts are text, token counts come from the server")
+        print(f"model {first.model!r} {first.source}{limit}; {how}", file=sys.stderr)
+        others = [f"{e.backend}: {e.model!r}" for e in self.endpoints[1:] if e.model != first.model]
+        if others:
+            print(f"note: the servers name different models ({'; '.join(others)}); run.json records each",
+                  file=sys.stderr)
+
+    def header(self, workload: Any) -> dict[str, Any]:
+        """run.json's ``model_source``: what the servers said they serve, and how prompts were made."""
+        if self.tokenizer:
+            prompts = f"{workload.prompt_format} (tokenizer {self.tokenizer})"
+        elif workload.sharegpt:
+            prompts = f"{workload.prompt_format} from {workload.sharegpt}; token counts from the server"
+        else:
+            prompts = (f"{workload.prompt_format}: seeded common words, about one token each "
+                       f"(compare/workload/words.py); token counts from the server")
+        return {"model_source": {"model": self.model, "source": self.endpoints[0].source,
+                                 "tokenizer": self.tokenizer, "prompts": prompts,
+                                 "endpoints": [e.as_dict() for e in self.endpoints]}}
+
+
+def apply_served_defaults(args: argparse.Namespace) -> ServedRun | None:
+    """No --model, no --spec, and every backend an already running server (``openai@URL``,
+    ``tgi@URL``...): ask each what it serves; the first one's name (and the smallest max model
+    length) become the spec's. ``ServedRun.confirm`` says where the model and the prompts come from."""
+    if args.spec_model is not None or args.spec:
+        return None
+    remote, local = _split_endpoints(args)
+    if not remote or local:
+        return None  # apply_tiny_defaults refuses a mix with one line
+    from backends.served_model import served_model
+
+    served = tuple(served_model(n, min(float(getattr(args, "timeout", 30.0) or 30.0), 30.0)) for n in remote)
+    tok = getattr(args, "spec_tokenizer", None)
+    if tok is not None and not Path(tok).is_dir():
+        raise UserError(f"--tokenizer {tok} is not a directory; pass the served model's local tokenizer directory")
+    args.spec_model = served[0].model
+    lens = [s.max_model_len for s in served if s.max_model_len]
+    if getattr(args, "spec_max_model_len", None) is None and lens:
+        args.spec_max_model_len = str(min(lens))
+    return ServedRun(served, tok)

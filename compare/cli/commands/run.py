@@ -12,7 +12,8 @@ from pathlib import Path
 
 from compare.running import aio
 from compare.cli.commands.common import (
-    DEFAULT_LEVELS, DEFAULT_WORKLOAD, add_backends_option, apply_tiny_defaults, has_gpu, parse_backends,
+    DEFAULT_LEVELS, DEFAULT_WORKLOAD, add_backends_option, apply_served_defaults, apply_tiny_defaults, has_gpu,
+    parse_backends,
 )
 from core.errors import UserError
 from compare.cli.options import (
@@ -78,7 +79,7 @@ def _validate_load(args: argparse.Namespace):
     return levels
 
 
-def _requests(args: argparse.Namespace, spec, workload):
+def _requests(args: argparse.Namespace, spec, workload, served=None):
     from compare.workload.build import build_requests, request_from_dict
 
     if args.replay:
@@ -86,8 +87,8 @@ def _requests(args: argparse.Namespace, spec, workload):
         if not path.exists():
             raise UserError(f"--replay {args.replay}: no workload.jsonl there; pass a results directory")
         return [request_from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
-    tokenizer = None
-    if workload.prompt_format != "token_ids" or workload.sharegpt:
+    tokenizer = served.prompt_tokenizer(workload) if served is not None else None
+    if (served is None or served.tokenizer) and (workload.prompt_format != "token_ids" or workload.sharegpt):
         try:
             from transformers import AutoTokenizer
 
@@ -109,20 +110,24 @@ def _run(args: argparse.Namespace) -> int:
     backends = apply_topology(args, parse_backends(args.backends))
     levels = _validate_load(args)
     slo = SLO.parse(args.slo)
+    # already running servers only, no --model: the model is what they serve (common.py)
+    served = apply_served_defaults(args)
     default_model = apply_tiny_defaults(args)
     tiny = default_model is not None
     spec = spec_from_args(args, default_model=default_model)
-    if not tiny and "://" not in spec.model and not Path(spec.model).exists() and spec.load_format != "dummy":
+    if served is None and not tiny and "://" not in spec.model and not Path(spec.model).exists() and spec.load_format != "dummy":
         raise UserError(f"model path {spec.model} does not exist; pass a local model directory "
                         f"(no hub downloads here)")
-    if not has_gpu() and spec.kv_cache_memory_bytes is None and spec.gpu_memory_utilization is None:
+    if served is None and not has_gpu() and spec.kv_cache_memory_bytes is None and spec.gpu_memory_utilization is None:
         # vLLM on CPU refuses to start without an explicit KV-cache size; only vLLM-based
         # backends get it (as a native vLLM option), other frameworks keep their defaults
         native = {k: dict(v) for k, v in spec.native.items()}
         native.setdefault("vllm", {}).setdefault("kv_cache_memory_bytes", 2**30)
         spec = spec.model_copy(update={"native": native})
-    workload = workload_from_args(args, DEFAULT_WORKLOAD if tiny else None)
-    requests = _requests(args, spec, workload)
+    workload = workload_from_args(args, DEFAULT_WORKLOAD if tiny else served.workload_defaults() if served else None)
+    requests = _requests(args, spec, workload, served)
+    if served is not None:
+        served.confirm(requests)  # too long for the server: one line; else says where the model comes from
 
     from compare.running.runner import RunConfig
 
@@ -145,10 +150,12 @@ def _run(args: argparse.Namespace) -> int:
     load = offered_load(levels, requests)  # TGI's admission limit follows the run's highest concurrency
     for b in backends:
         plan(b, cfg.spec_for(str(b)), load)
-    return _execute(cfg, args.format, args.gpu_hour_price, args.margin, quiet=args.quiet)
+    return _execute(cfg, args.format, args.gpu_hour_price, args.margin, quiet=args.quiet,
+                    header=served.header(workload) if served is not None else None)
 
 
-def _execute(cfg, fmt: str, price: float | None = None, margin: float | None = None, quiet: bool = False) -> int:
+def _execute(cfg, fmt: str, price: float | None = None, margin: float | None = None, quiet: bool = False,
+             header: dict | None = None) -> int:
     from rich.console import Console
 
     from backends.logs import terminal
@@ -165,8 +172,8 @@ def _execute(cfg, fmt: str, price: float | None = None, margin: float | None = N
     writer = None
     try:
         with ConsoleProgress(console, quiet=quiet) as progress:
-            writer = aio.run(run(cfg, progress, extra_header=(
-                {"gpu_hour_price": price} if price is not None else None)))
+            writer = aio.run(run(cfg, progress, extra_header={
+                **(header or {}), **({"gpu_hour_price": price} if price is not None else {})} or None))
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted; partial results in {cfg.out_root / cfg.run_id}[/yellow]")
         raise
