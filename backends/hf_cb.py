@@ -22,7 +22,7 @@ from adapters.spec import ServingSpec
 from backends.openvino_engine import decode, encode
 from backends.registry import BackendEntry, register
 from core.errors import BackendRequestError, BackendStartError, FailureKind
-from core.lazy import require
+from core.lazy import importable, require
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
 
 CAPS = Capabilities(forced_output_length=True, token_id_prompts=True, logprobs=False, continuous_batching=True,
@@ -66,8 +66,9 @@ class HFCBBackend:
         return CAPS
 
     async def __aenter__(self) -> "HFCBBackend":
-        require("transformers", "hf")
-        require("torch", "hf")
+        for module in ("transformers", "torch"):  # the engine process imports them, this one need not
+            if not importable(module):
+                require(module, "hf")
         self._proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "backends.hf_cb_engine", stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE)

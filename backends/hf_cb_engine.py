@@ -41,6 +41,8 @@ class _Engine:
 
         self.send = send
         self.plan = plan
+        if plan.get("num_threads"):
+            torch.set_num_threads(int(plan["num_threads"]))
         torch.manual_seed(plan["cb_config"].get("seed") or 0)
         self.tok = transformers.AutoTokenizer.from_pretrained(plan["tokenizer"])
         model = transformers.AutoModelForCausalLM.from_pretrained(
@@ -80,7 +82,7 @@ class _Engine:
                     "attn_implementation": self.model.config._attn_implementation,
                     "dtype": str(self.model.dtype).replace("torch.", ""), "device": str(self.model.device),
                     "use_async_batching": bool(cfg.use_async_batching),
-                    "use_cuda_graph": list(cfg.cuda_graph_booleans)}
+                    "use_cuda_graph": list(cfg.cuda_graph_booleans), "torch_num_threads": torch.get_num_threads()}
         return {"version": transformers.__version__, "torch": torch.__version__.split("+")[0],
                 "resolved": resolved, "pid": os.getpid()}
 

@@ -27,7 +27,7 @@ def test_golden_plan():
             "max_batch_tokens": 256, "allow_block_sharing": False, "use_cuda_graph": False,
             "default_compile_level": 0, "num_blocks": (64 << 20) // (TOKEN_BYTES * 32),
             "scheduler_type": "prefill_first"},
-        "kv_cache_bytes": 64 << 20, "max_model_len": 512,
+        "kv_cache_bytes": 64 << 20, "max_model_len": 512, "num_threads": None,
         "notes": ["max_model_len=512: enforced per request (transformers has no such limit)"],
     }
 
@@ -52,9 +52,10 @@ def test_gpu_leaves_sizing_to_the_engine_or_maps_memory_utilization():
 
 
 def test_native_num_blocks_overrides_the_byte_size():
-    p = hf_cb_plan(ServingSpec(model="/m", native={"hf-cb": {"num_blocks": 7, "attn_implementation": "paged|eager"}}),
-                   target())
+    p = hf_cb_plan(ServingSpec(model="/m", native={"hf-cb": {"num_blocks": 7, "attn_implementation": "paged|eager",
+                                                             "num_threads": 1}}), target())
     assert p.cb_config["num_blocks"] == 7 and p.attn_implementation == "paged|eager" and p.kv_cache_bytes is None
+    assert p.num_threads == 1
 
 
 @pytest.mark.parametrize("kw,option", [
@@ -66,6 +67,7 @@ def test_native_num_blocks_overrides_the_byte_size():
     (dict(gpu_memory_utilization=0.9), "gpu_memory_utilization"),
     (dict(native={"hf-cb": {"nonsense": 1}}), "native nonsense"),
     (dict(native={"hf-cb": {"num_blocks": None}}), "num_blocks"),
+    (dict(native={"hf-cb": {"num_threads": 0}}), "num_threads"),
 ])
 def test_refused_with_a_reason(kw, option):
     with pytest.raises(UnsupportedSpecError) as e:
