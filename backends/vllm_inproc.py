@@ -69,8 +69,12 @@ class VllmBackend:
             first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
             raise BackendStartError(f"vLLM engine failed to start: {type(e).__name__}: {first} "
                                     f"(the engine's log has the root cause)") from e
-        self._resolved = _resolved_config(self._engine)
-        self._quant = await _quant_report(self._engine, self._resolved)
+        try:
+            self._resolved = _resolved_config(self._engine)
+            self._quant = await _quant_report(self._engine, self._resolved)
+        except BaseException:  # e.g. a stop signal while asking the worker: the engine still goes
+            await self.__aexit__()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:

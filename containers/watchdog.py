@@ -1,13 +1,32 @@
-"""Removes a container when the process that owns it dies without cleaning up (e.g. SIGKILL).
+"""What a run leaves behind when it dies without cleaning up (SIGKILL, the OOM killer), removed.
 
-Started by ManagedContainer.start() in its own session: ``python -m containers.watchdog PID ID``.
-It exits by itself once the container is gone, and is terminated by ManagedContainer.stop().
+Two watchdogs, each a small process in its own session that outlives its owner:
+
+- ``python -m containers.watchdog PID ID``: started by ManagedContainer.start(); removes the
+  container when PID dies. It exits by itself once the container is gone, and is terminated by
+  ManagedContainer.stop().
+- ``python -m containers.watchdog --reap TAG``: started once per measuring process
+  (compare/running/aio.py). That process puts ``LLM_COMPARE_OWNER=TAG`` (its pid and start time)
+  into its environment, so every process it starts inherits it, however it is started (vLLM's
+  engine core and workers via multiprocessing, servers, their children). When the owner dies
+  this watchdog terminates (then kills) every process whose environment carries TAG.
+
+The tag names one process by pid AND start time, so a recycled pid never makes another
+process's children look like ours, and ``compare clean`` (``orphans``) removes exactly the
+tagged processes whose owner is gone, never anything else.
 """
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
+
+TAG_ENV = "LLM_COMPARE_OWNER"
+REAP_GRACE_S = 3.0
+_REAPER: subprocess.Popen | None = None
 
 
 def _alive(pid: int) -> bool:
@@ -25,8 +44,117 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def main(argv: list[str]) -> int:
-    owner, container_id = int(argv[0]), argv[1]
+# ---------------------------------------------------------------- tagged processes
+
+
+def owner_tag(pid: int | None = None) -> str:
+    import psutil
+
+    p = psutil.Process(pid)
+    return f"{p.pid}:{p.create_time():.2f}"
+
+
+def tag_alive(tag: str) -> bool:
+    """The process the tag names still runs (same pid, same start time, not a zombie)."""
+    import psutil
+
+    try:
+        pid_s, start_s = tag.split(":", 1)
+        p = psutil.Process(int(pid_s))
+        return abs(p.create_time() - float(start_s)) <= 1.0 and p.status() != psutil.STATUS_ZOMBIE
+    except (ValueError, psutil.NoSuchProcess):
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
+def _is_container_watchdog(p: Any) -> bool:
+    # it inherits the tag but must outlive the owner: it removes the owner's container
+    cmd = p.info.get("cmdline") or []
+    return "containers.watchdog" in cmd and "--reap" not in cmd
+
+
+def tagged(tag: str | None = None) -> list[tuple[Any, str]]:
+    """(process, its tag) for every process carrying a tag (``tag``: only that one)."""
+    import psutil
+
+    me = os.getpid()
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        if p.pid == me:
+            continue
+        try:
+            t = p.environ().get(TAG_ENV)
+            if not t or (tag is not None and t != tag) or p.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+        if not _is_container_watchdog(p):
+            out.append((p, t))
+    return out
+
+
+def orphans() -> list[tuple[Any, str]]:
+    """Processes started by an llm-compare process that is gone (``compare clean`` removes them)."""
+    return [(p, t) for p, t in tagged() if not tag_alive(t)]
+
+
+def terminate(procs: list[Any], grace_s: float = REAP_GRACE_S) -> list[Any]:
+    """SIGTERM, wait up to ``grace_s``, then SIGKILL (vLLM's engine core ignores SIGTERM once
+    orphaned); returns the processes that were still there to stop."""
+    import psutil
+
+    live = []
+    for p in procs:
+        try:
+            p.terminate()
+            live.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    _, left = psutil.wait_procs(live, timeout=grace_s)
+    for p in left:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(left, timeout=grace_s)
+    return live
+
+
+def start_reaper() -> None:
+    """Tag this process's future children and start the reaper for them (once per process)."""
+    global _REAPER
+    if _REAPER is not None or sys.platform != "linux":
+        return
+    try:
+        tag = owner_tag()
+    except ImportError:  # psutil is a dependency; without it there is no reaper
+        return
+    os.environ[TAG_ENV] = tag
+    # vLLM names its processes with setproctitle, which by default writes the title over the
+    # environment block that /proc/PID/environ shows: the tag would vanish from exactly the
+    # processes it is for. SPT_NOENV makes it keep the environment (titles are then cut to the
+    # length of the original command line, which is only cosmetic).
+    os.environ.setdefault("SPT_NOENV", "1")
+    env = {k: v for k, v in os.environ.items() if k != TAG_ENV}  # the reaper is not one of them
+    _REAPER = subprocess.Popen([sys.executable, "-m", "containers.watchdog", "--reap", tag],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True, env=env, cwd=str(Path(__file__).resolve().parent.parent))
+
+
+def _reap(tag: str) -> int:
+    owner = int(tag.split(":", 1)[0])
+    while _alive(owner):
+        time.sleep(0.25)
+    for _ in range(3):  # again: a process may have been forking while we stopped the others
+        procs = [p for p, _ in tagged(tag)]
+        if not procs:
+            break
+        terminate(procs)
+    return 0
+
+
+def _guard_container(owner: int, container_id: str) -> int:
     import docker
     from docker.errors import NotFound
 
@@ -47,6 +175,12 @@ def main(argv: list[str]) -> int:
             except NotFound:
                 return 0
         time.sleep(0.5)
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--reap":
+        return _reap(argv[1])
+    return _guard_container(int(argv[0]), argv[1])
 
 
 if __name__ == "__main__":

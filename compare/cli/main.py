@@ -3,13 +3,15 @@
 Each subcommand lives in its own module under compare/cli/commands/ and registers itself through
 ``add_parser(subparsers)``; this file only wires them and maps errors to exit codes:
 0 ok, 1 a run that measured but did not complete (or a regression, for ``check``),
-2 bad input (one line, no traceback), 130 interrupted.
+2 bad input (one line, no traceback), 128 + the signal when stopped by one: 130 SIGINT (Ctrl-C),
+143 SIGTERM, 129 SIGHUP (compare/running/aio.py: one policy for all three).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import os
+import signal
 import sys
 
 from compare import __version__
@@ -17,7 +19,7 @@ from core.errors import LLMCompareError
 
 # module names under compare.cli.commands; each defines add_parser(subparsers). Modules not
 # written yet are skipped, so features land independently.
-COMMANDS = ["run", "plan", "backends", "model", "calibrate", "containers", "cache", "report",
+COMMANDS = ["run", "plan", "backends", "model", "calibrate", "containers", "clean", "cache", "report",
             "baseline", "check", "quant", "quantize", "tune", "bundle"]
 
 
@@ -41,6 +43,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from compare.running.aio import exiting, install_signal_policy, uninstall_signal_policy
+
+    install_signal_policy()
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as e:  # SIGINT, SIGTERM, SIGHUP: one line, 128 + the signal
+        signum = getattr(e, "signum", signal.SIGINT)
+        note = getattr(e, "note", "") or "stopped"
+        print(f"interrupted by {signal.Signals(signum).name}: {note}", file=sys.stderr)
+        return 128 + signum
+    finally:
+        if argv is None:  # the program itself: its exit-time teardown (atexit) is not cut short
+            exiting()
+        else:  # called in-process (tests): the caller's own handlers come back
+            uninstall_signal_policy()
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -51,9 +71,6 @@ def main(argv: list[str] | None = None) -> int:
     except LLMCompareError as e:  # the program's own errors: one line, their exit code
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("interrupted: results measured so far were kept", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

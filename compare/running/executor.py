@@ -21,6 +21,10 @@ class RunAborted(RunFailed):
     """Too many failed requests (error policy) or the engine died; records so far are kept."""
 
 
+# how long requests in flight get to end once cancelled (a backend's stream may await its abort)
+CANCEL_GRACE_S = 5.0
+
+
 @dataclass
 class LevelOutcome:
     level: LoadLevel
@@ -30,6 +34,16 @@ class LevelOutcome:
     schedule_offsets_ns: list[int] | None
     loop_lag_ms: dict[str, float] = field(default_factory=dict)
     aborted: str | None = None
+    planned: int = 0  # requests the level was to send
+
+
+class LevelInterrupted(asyncio.CancelledError):
+    """The run was stopped (a signal) mid-level: ``outcome`` holds every finished request and
+    each one in flight as a cancelled record, for a summary of the part that was measured."""
+
+    def __init__(self, outcome: LevelOutcome) -> None:
+        super().__init__()
+        self.outcome = outcome
 
 
 class LoopLagMonitor:
@@ -155,6 +169,20 @@ async def _run_level(backend: Backend, requests: list[GenerationRequest], level:
 
     n_failed = 0
 
+    def keep_cancelled(rec: RequestRecord) -> None:
+        # a request the stop cut short: kept (and written) as a cancelled record, not a failure
+        records.append(rec)
+        if on_record:
+            on_record(rec)
+
+    async def one(r: GenerationRequest, t_scheduled_ns: int | None = None) -> None:
+        try:
+            rec = await run_one(backend, r, level.label, timeout_s, t_scheduled_ns=t_scheduled_ns)
+        except _CancelledWithRecord as c:
+            keep_cancelled(c.record)
+            raise
+        keep(rec)
+
     def keep(rec: RequestRecord) -> None:
         nonlocal n_failed
         records.append(rec)
@@ -184,7 +212,7 @@ async def _run_level(backend: Backend, requests: list[GenerationRequest], level:
                         r = queue.get_nowait()
                     except asyncio.QueueEmpty:
                         return
-                    keep(await run_one(backend, r, level.label, timeout_s))
+                    await one(r)
 
             tasks = [asyncio.create_task(worker()) for _ in range(min(int(level.value), len(requests)))]
         else:
@@ -196,7 +224,7 @@ async def _run_level(backend: Backend, requests: list[GenerationRequest], level:
                 while (delay := t0 + off - time.perf_counter_ns()) > 0:
                     await asyncio.sleep(delay / 1e9)
                 if not stop.is_set():
-                    keep(await run_one(backend, r, level.label, timeout_s, t_scheduled_ns=t0 + off))
+                    await one(r, t0 + off)
 
             tasks = [asyncio.create_task(timed(r, o)) for r, o in zip(requests, offsets)]
         stopper = asyncio.create_task(stop.wait())
@@ -219,25 +247,33 @@ async def _run_level(backend: Backend, requests: list[GenerationRequest], level:
             t.add_done_callback(on_done)
         if not tasks:
             all_done.set_result(None)
+        interrupted = False
         try:
             await asyncio.wait({all_done, stopper}, return_when=asyncio.FIRST_COMPLETED)
             if all_done.done():
                 all_done.result()
+        except asyncio.CancelledError:
+            interrupted = True  # the run is being stopped: stop sending, keep what was measured
+            stop.set()
         finally:
             stopper.cancel()
-            await _cancel_all(tasks, keep_partial=records.append)
-    return LevelOutcome(level=level, records=records, t_start_ns=t0, t_end_ns=time.perf_counter_ns(),
-                        schedule_offsets_ns=offsets, loop_lag_ms=lag.summary(),
-                        aborted=aborted[0] if aborted else None)
+            await _cancel_all(tasks)
+    outcome = LevelOutcome(level=level, records=records, t_start_ns=t0, t_end_ns=time.perf_counter_ns(),
+                           schedule_offsets_ns=offsets, loop_lag_ms=lag.summary(),
+                           aborted=aborted[0] if aborted else None, planned=len(requests))
+    if interrupted:
+        raise LevelInterrupted(outcome)
+    return outcome
 
 
-async def _cancel_all(tasks: list[asyncio.Task], keep_partial: Callable[[RequestRecord], None]) -> None:
+async def _cancel_all(tasks: list[asyncio.Task], grace_s: float = CANCEL_GRACE_S) -> None:
+    """Cancel what is in flight (each keeps its partial record as it unwinds), waiting at most
+    ``grace_s`` for them to end: a stop must not hang on a backend that does not answer."""
     live = [t for t in tasks if not t.done()]
     for t in live:
         t.cancel()
-    for res in await asyncio.gather(*live, return_exceptions=True):
-        if isinstance(res, _CancelledWithRecord):
-            keep_partial(res.record)
+    if live:
+        await asyncio.wait(live, timeout=grace_s)
 
 
 def default_max_errors(n: int) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -24,7 +25,8 @@ from core.records import GenerationRequest
 from core.errors import BackendStartError
 from backends.base import Backend
 from backends.logs import capture, log_file
-from compare.running.executor import LevelOutcome, RunAborted, run_level, run_one
+from compare.running import aio
+from compare.running.executor import LevelInterrupted, LevelOutcome, RunAborted, run_level, run_one
 from compare.running.aio import running_loop_name
 from compare.running.load import offered_load
 from core.hardware import fingerprint
@@ -106,13 +108,17 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
                 name = str(target)
                 if name in failed:
                     continue
+                aio.check_stop()  # a signal held back by the previous backend's teardown
                 # a fresh backend object per repeat: the engine restarts, nothing is reused
                 backend = built.pop(name, None) or factory(target, cfg.spec_for(name))
                 if not await _run_backend(cfg, name, backend, writer, progress, rep, pool):
                     status = "partial"
                     failed.add(name)
     except (KeyboardInterrupt, asyncio.CancelledError):
-        writer.finish("interrupted", "interrupted by the user; results so far are kept")
+        sig = aio.stop_signal()
+        by = f"stopped by {signal.Signals(sig).name}" if sig else "interrupted"
+        writer.finish("interrupted", f"{by}; every finished request is kept and the completed part "
+                                     f"of each level summarised (a level cut short is marked aborted)")
         raise
     except BaseException as e:
         writer.finish("failed", f"{type(e).__name__}: {e}")
@@ -120,6 +126,9 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
     from compare.analysis.length_match import attach  # '@k' rows when some backend could not force lengths
 
     attach(writer.run, writer.dir)
+    if aio.stop_signal() is not None:  # arrived during the last teardown, which was finished
+        error = (f"{signal.Signals(aio.stop_signal()).name} arrived during the final teardown; "
+                 f"the results are complete")
     writer.finish(status, error)
     return writer
 
@@ -152,6 +161,7 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
         backend.attach_results_dir(log.parent)  # server/container logs are kept with the results
     progress.phase(name, "starting", log)
     t0 = time.perf_counter()
+    stopped_in: list[str] = []  # where a stop signal found the backend
     try:
         async with _engine(cfg, name, backend, log, progress):
             this["start_s"] = round(time.perf_counter() - t0, 3)
@@ -168,7 +178,12 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
                 # optional hooks: backends with server-side metrics sample them around each level
                 if hasattr(backend, "on_level_start"):
                     await backend.on_level_start(level.label)
-                outcome = await _run_level(cfg, backend, level, writer, progress, rep)
+                try:
+                    outcome = await _run_level(cfg, backend, level, writer, progress, rep)
+                except LevelInterrupted as stopped:
+                    summary = _keep_interrupted_level(cfg, stopped.outcome, this, entry, rep)
+                    stopped_in.append(f"in level {level.label} ({summary['aborted']})")
+                    raise
                 records = [replace(r, repeat=rep) for r in outcome.records]
                 summary = _level_summary(cfg, records, outcome.t_end_ns - outcome.t_start_ns,
                                          outcome.loop_lag_ms.get("max", 0.0))
@@ -202,8 +217,29 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
         entry["error"] = str(e) if cfg.repeats == 1 else f"repeat {rep + 1}: {e}"
         progress.backend_failed(name, str(e), log)
         return False
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        this["status"] = entry["status"] = "interrupted"
+        sig = aio.stop_signal()
+        by = f"stopped by {signal.Signals(sig).name}" if sig else "interrupted"
+        where = stopped_in.pop() if stopped_in else "before its levels ran"
+        entry["error"] = f"{by} {where}" if cfg.repeats == 1 else f"repeat {rep + 1}: {by} {where}"
+        raise
     finally:
         writer.flush()
+
+
+def _keep_interrupted_level(cfg: RunConfig, o: LevelOutcome, this: dict[str, Any], entry: dict[str, Any],
+                            rep: int) -> dict[str, Any]:
+    """A level a stop signal cut short: its completed part is summarised, marked as aborted."""
+    summary = _level_summary(cfg, [replace(r, repeat=rep) for r in o.records], o.t_end_ns - o.t_start_ns,
+                             o.loop_lag_ms.get("max", 0.0))
+    done = sum(1 for r in o.records if r.error_kind != "cancelled")
+    summary["aborted"] = (f"interrupted: {done} of {o.planned} requests finished, "
+                          f"{len(o.records) - done} cancelled in flight")
+    this["levels"][o.level.label] = summary
+    if cfg.repeats == 1:  # pooled rows only pool whole levels
+        entry["levels"][o.level.label] = summary
+    return summary
 
 
 @asynccontextmanager
@@ -212,11 +248,13 @@ async def _engine(cfg: RunConfig, name: str, backend: Backend, log: Path, progre
     console, and child processes spawned at start keep writing there."""
     on_line = (lambda line: progress.log_line(name, line)) if cfg.stream_logs else None
     with capture(log, on_line):
-        async with backend:
-            try:
-                yield
-            finally:
-                progress.phase(name, "stopping", log)
+        await backend.__aenter__()  # a backend whose start fails (or is cancelled) cleans up itself
+        try:
+            yield
+        finally:
+            progress.phase(name, "stopping", log)
+            with aio.signals_deferred():  # a stop signal never cuts a teardown short
+                await backend.__aexit__(None, None, None)
 
 
 def _level_summary(cfg: RunConfig, records: list[RequestRecord], wall_ns: int,

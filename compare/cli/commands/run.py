@@ -169,13 +169,14 @@ def _execute(cfg, fmt: str, price: float | None = None, margin: float | None = N
         # stdout carries the machine-readable output; vLLM logs to stdout unless told otherwise
         # (read when vllm is first imported, i.e. at the first engine start, so setting it here works)
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    _remove_orphans(console)
     writer = None
     try:
         with ConsoleProgress(console, quiet=quiet) as progress:
             writer = aio.run(run(cfg, progress, extra_header={
                 **(header or {}), **({"gpu_hour_price": price} if price is not None else {})} or None))
-    except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted; partial results in {cfg.out_root / cfg.run_id}[/yellow]")
+    except aio.SignalInterrupt as e:  # one line: what the stop left, and where (compare/running/aio.py)
+        e.note = _stopped_note(cfg.out_root / cfg.run_id, e.note)
         raise
     run_data = writer.run
     from compare.analysis.verdict import verdict_json
@@ -191,3 +192,28 @@ def _execute(cfg, fmt: str, price: float | None = None, margin: float | None = N
     else:
         print_summary(console, writer.dir, price, margin, quiet=quiet)
     return 0 if run_data["status"] == "complete" else 1
+
+
+def _stopped_note(d: Path, note: str) -> str:
+    """e.g. ``12 requests kept (2 cancelled in flight), run status interrupted; results in DIR``."""
+    try:
+        status = json.loads((d / "run.json").read_text()).get("status", "?")
+        lines = [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines() if x.strip()]
+    except (OSError, ValueError):
+        return note or f"nothing was written to {d}"
+    cancelled = sum(1 for x in lines if x.get("error_kind") == "cancelled")
+    head = f"{note}; " if note else ""
+    return (f"{head}{len(lines)} requests kept ({cancelled} cancelled in flight), run status {status}; "
+            f"results in {d} (`compare report {d}`)")
+
+
+def _remove_orphans(console) -> None:
+    """Engines or servers that a killed earlier run left behind would skew this run's numbers."""
+    from containers.watchdog import orphans, terminate
+
+    found = orphans()
+    if found:
+        gone = terminate([p for p, _ in found])
+        owners = sorted({t for _, t in found})
+        console.print(f"removed {len(gone)} process(es) left by dead llm-compare run(s) "
+                      f"(owner pid:start {', '.join(owners)})")
