@@ -31,6 +31,8 @@ GROUPS = {
 WEIGHTS = {
     "shared-runs": 205,
     "test_containers_e2e.py": 175,
+    # six real runs stopped by signals (vLLM x4, vllm-server, hf), measured serially on a loaded machine
+    "test_signals_e2e.py": 420,
     "test_tune_live.py": 127,
     "test_quant_engine.py": 85,
     "test_trtllm_pipeline.py": 75,
