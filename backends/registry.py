@@ -196,6 +196,7 @@ PLUGINS = (
     "backends.trtllm",          # TensorRT-LLM (container flows and in-process)
     "backends.topology",        # replicas behind a client-side load balancer
     "backends.openvino",        # OpenVINO GenAI in-process (CPU)
+    "backends.hf_cb",           # transformers continuous batching in its own engine process
 )
 _plugins_loaded = False
 
