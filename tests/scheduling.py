@@ -49,6 +49,7 @@ WEIGHTS = {
     "test_two_engines_e2e.py": 45,
     # transformers continuous batching: three engine starts (~20 s each on a loaded box) and their streams
     "test_hf_cb.py": 110,
+    "test_hf_cb_openvino_e2e.py": 40,
     "test_console_e2e.py": 160,  # a vllm+hf run, an hf run and a vLLM start that fails
     "test_containers.py": 12,
 }
