@@ -72,8 +72,13 @@ class OpenVINOBackend:
 
         require("openvino_genai", "openvino")
         loop = asyncio.get_running_loop()
-        entry, hit = await loop.run_in_executor(None, export_model, self.spec.model, dict(self.plan.export))
+        # start-up lines go to stderr: the run files them in the backend's log and the console's
+        # status line shows the latest (an export of a large model takes minutes)
+        entry, hit = await loop.run_in_executor(None, lambda: export_model(
+            self.spec.model, dict(self.plan.export), log=lambda line: print(line, file=sys.stderr, flush=True)))
         ir = entry.path / "model"
+        print(f"OpenVINO IR {'from the cache' if hit else 'exported'}: {ir} (exporter log: {entry.path / 'export.log'})",
+              file=sys.stderr, flush=True)
         types = await loop.run_in_executor(None, weight_types, ir / MODEL_XML)
         self._export = {"cache_key": entry.key, "cache_hit": hit, "exporter": entry.meta.get("exporter"),
                         "argv": entry.meta.get("argv"), "weight_types": types,

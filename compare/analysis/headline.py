@@ -41,6 +41,15 @@ def _sure(v: Verdict, a: str, b: str, level: str, metric: str) -> str:
     return "point estimate"
 
 
+def _joined(parts: list[tuple[str, str]]) -> str:
+    """'17.9x vllm, 302.2x hf (point estimates)': how sure, said once when it is the same for all."""
+    sure = {s for _, s in parts}
+    if len(sure) == 1 and len(parts) > 1:
+        (s,) = sure
+        return ", ".join(t for t, _ in parts) + f" ({s.replace('point estimate', 'point estimates')})"
+    return ", ".join(f"{t} ({s})" for t, s in parts)
+
+
 def _levels(run: RunResults, name: str) -> dict[str, LevelSummary]:
     return {lb: s for lb, s in run.backends[name].levels.items() if s.ok}
 
@@ -86,8 +95,10 @@ def _slo_line(run: RunResults, v: Verdict, term: SLOTerm, label: Label) -> str:
             else:
                 text += f", level with {label(o)} ({otps:.1f})"
         else:
-            sure = _sure(v, w, o, lb, "output_tok_s") if lb == olb else "point estimate"
-            text += f", {_times(tps, otps)} {label(o)}'s {otps:.1f} at {olb} ({sure})"
+            # a paired test exists only at one load: the winner's, where both were measured
+            sure = _sure(v, w, o, lb, "output_tok_s") if lb in _levels(run, o) else "point estimate"
+            text += f", {_times(tps, otps)} {label(o)}'s {otps:.1f} at {olb} ("
+            text += f"{sure})" if lb == olb or sure == "point estimate" else f"throughput at {lb}: {sure})"
     missing = [label(n) for n in v.backends if n not in best]
     if missing:
         text += f"; {', '.join(missing)} never meet{'s' if len(missing) == 1 else ''} it"
@@ -109,8 +120,8 @@ def _peak_line(run: RunResults, v: Verdict, label: Label) -> str | None:
     others = []
     for o, (otps, olb) in ranked[1:]:
         sure = _sure(v, w, o, lb, "output_tok_s") if lb == olb else "point estimate"
-        others.append(f"{_times(tps, otps)} {label(o)} ({sure})")
-    return text + (": " + ", ".join(others) if others else "")
+        others.append((f"{_times(tps, otps)} {label(o)}", sure))
+    return text + (": " + _joined(others) if others else "")
 
 
 def _latency_line(run: RunResults, v: Verdict, label: Label, metric: str, what: str) -> str | None:
@@ -123,13 +134,13 @@ def _latency_line(run: RunResults, v: Verdict, label: Label, metric: str, what: 
         return None
     ranked = sorted(vals.items(), key=lambda kv: kv[1])
     w, best = ranked[0]
-    text = f"{what} at {lb}: {label(w)} fastest, {metric.upper()} p50 {_ms(best)}"
+    text = f"{what} at {lb}: {label(w)}{' fastest,' if len(ranked) > 1 else ''} {metric.upper()} p50 {_ms(best)}"
     others = []
     for o, val in ranked[1:]:
         r = val / best if best > 0 else math.inf
         by = f"{r:.1f}x" if r >= 1.95 else f"{(1 - best / val) * 100:.0f}%"
-        others.append(f"{by} lower than {label(o)} ({_sure(v, w, o, lb, f'{metric}_p50')})")
-    return text + (": " + ", ".join(others) if others else "")
+        others.append((f"{by} lower than {label(o)}", _sure(v, w, o, lb, f"{metric}_p50")))
+    return text + (": " + _joined(others) if others else "")
 
 
 def headlines(run: RunResults, v: Verdict, label: Label = str) -> list[str]:

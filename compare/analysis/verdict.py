@@ -140,16 +140,19 @@ def verdict_caveats(run: RunResults, samples: dict[tuple[str, str], LevelSample]
     from compare.analysis.caveats import caveats
 
     out = list(caveats(run))
+    lagged = []  # every lagging repeat in one caveat: one cause, said once
     for n, entry in run.backends.items():
         for k, levels in repeat_summaries(entry) if entry.repeats else []:
             for label, s in levels.items():
                 if s.client_lagged:
                     lag = s.loop_lag_ms.max if s.loop_lag_ms else math.nan
-                    out.append(f"{n} {label} repeat {k + 1}: client event loop lagged "
-                               f"{lag:.1f} ms (that repeat's latencies are suspect)")
+                    lagged.append(f"{n} {label} repeat {k + 1} {lag:.0f} ms")
         extra = entry.describe.extra if entry.describe else {}
         if extra.get("quantization_verified") is False:
             out.append(f"{n}: the loaded quantization was not verified to be the requested one")
+    if lagged:
+        out.append(f"client event loop lagged in single repeats ({', '.join(lagged)}): "
+                   f"those repeats' latencies are suspect")
     quants = {_quantization(run, n) for n in run.backends}
     if len(quants) > 1:
         out.append("backends run different quantizations: speed differences include the "

@@ -7,6 +7,7 @@ Engines' own output never reaches the console: the runner files it under ``<resu
 from __future__ import annotations
 
 import re
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,6 @@ from rich import box
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -248,7 +248,8 @@ def print_summary(console: Console, results_dir: Path, price: float | None = Non
         console.print()
     console.print(f"[bold]Verdict[/bold] ({ref}, run {run.status})", highlight=False)
     for line in headlines(run, v, lambda n: labels.get(n, n)):
-        console.print(Padding(Text(line), (0, 0, 0, 2), expand=False))  # wrapped lines keep the indent
+        for part in textwrap.wrap(line, max(20, console.width - 2)):  # wrapped lines keep the indent
+            console.print(Text(f"  {part}"))
     if not quiet:
         console.print()
         console.print(comparison_table(run, console.width, labels))

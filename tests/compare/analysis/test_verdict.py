@@ -65,7 +65,7 @@ def test_caveats_travel_into_the_verdict():
 
     _, v = _verdict(mutate=[lag, not_forced, failures, quant])
     text = "\n".join(v.caveats)
-    assert "lagged 120.0 ms" in text
+    assert "client event loop lagged (hf c1 120 ms)" in text and "hf c1 repeat 2 120 ms" in text
     assert "output length cannot be forced" in text
     assert "2 failed request(s)" in text
     assert "different quantizations" in text
