@@ -22,6 +22,8 @@ GROUPS = {
     # tgi_url: the TGI-protocol test double on a real vLLM engine
     "test_tgi_double_protocol.py": "tgi-double",
     "test_length_match_e2e.py": "tgi-double",
+    "test_tgi_client_double.py": "tgi-double",
+    "test_served_model_e2e.py": "tgi-double",  # also starts its own `vllm serve` (~60 s)
 }
 
 # group (or file) -> seconds with two workers, 2026-11-30 16:37 run (vLLM's worker inside its
@@ -29,10 +31,12 @@ GROUPS = {
 WEIGHTS = {
     "shared-runs": 205,
     "test_containers_e2e.py": 175,
+    # six real runs stopped by signals (vLLM x4, vllm-server, hf), measured serially on a loaded machine
+    "test_signals_e2e.py": 420,
     "test_tune_live.py": 127,
     "test_quant_engine.py": 85,
     "test_trtllm_pipeline.py": 75,
-    "tgi-double": 73,
+    "tgi-double": 200,  # 73 s, plus the text-generation client (~30 s) and served-model runs (~95 s)
     "test_topology.py": 47,
     "test_trtllm_serve_http.py": 32,
     "test_http_vllm_server_tmp.py": 44,
@@ -43,6 +47,10 @@ WEIGHTS = {
     # OpenVINO: the three exports (fp32, int8, int4; ~35 s each, cached after) plus short runs
     "test_openvino.py": 90,
     "test_two_engines_e2e.py": 45,
+    # transformers continuous batching: three engine starts (~20 s each on a loaded box) and their streams
+    "test_hf_cb.py": 110,
+    "test_hf_cb_openvino_e2e.py": 40,
+    "test_console_e2e.py": 160,  # a vllm+hf run, an hf run and a vLLM start that fails
     "test_console_e2e.py": 160,  # a vllm+hf run, an hf run and a vLLM start that fails
     "test_containers.py": 12,
 }
