@@ -51,7 +51,6 @@ WEIGHTS = {
     "test_hf_cb.py": 110,
     "test_hf_cb_openvino_e2e.py": 40,
     "test_console_e2e.py": 160,  # a vllm+hf run, an hf run and a vLLM start that fails
-    "test_console_e2e.py": 160,  # a vllm+hf run, an hf run and a vLLM start that fails
     "test_containers.py": 12,
 }
 
