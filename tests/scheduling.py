@@ -47,8 +47,9 @@ WEIGHTS = {
     # OpenVINO: the three exports (fp32, int8, int4; ~35 s each, cached after) plus short runs
     "test_openvino.py": 90,
     "test_two_engines_e2e.py": 45,
-    # transformers continuous batching: three engine starts (~20 s each on a loaded box) and their streams
-    "test_hf_cb.py": 110,
+    # transformers continuous batching: three engine starts (~20 s each on a loaded box), their streams
+    # and a compare run killed with its engine running
+    "test_hf_cb.py": 170,
     "test_hf_cb_openvino_e2e.py": 40,
     "test_console_e2e.py": 160,  # a vllm+hf run, an hf run and a vLLM start that fails
     "test_containers.py": 12,

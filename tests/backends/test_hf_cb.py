@@ -113,3 +113,40 @@ def test_engine_process_crash_fails_its_requests_and_later_ones(tiny_model):
     assert during.kind is FailureKind.ENGINE_DEAD and "exited" in during.message
     assert after.kind is FailureKind.ENGINE_DEAD
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_engine_process_dies_with_the_tool(tiny_model, tmp_path):
+    """SIGKILL of `compare run` (no handler can run) must not orphan the engine process."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    from tests.conftest import TINY_SPEC_ARGS, VENV_BIN
+
+    p = subprocess.Popen([str(VENV_BIN / "compare"), "run", "--backends", "hf-cb", "--model", str(tiny_model),
+                          *TINY_SPEC_ARGS, "--num-requests", "64", "--concurrency", "1", "--output-len", "400",
+                          "--out", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        engine = None
+        for _ in range(1200):
+            kids = psutil.Process(p.pid).children(recursive=True)
+            engine = next((k for k in kids if "backends.hf_cb_engine" in " ".join(k.cmdline())), None)
+            if engine is not None and any(f.stat().st_size for f in tmp_path.glob("*/requests.jsonl")):
+                break
+            time.sleep(0.1)
+        assert engine is not None, "the engine process never started"
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+        gone = False
+        for _ in range(100):
+            if not engine.is_running() or engine.status() == psutil.STATUS_ZOMBIE:
+                gone = True
+                break
+            time.sleep(0.05)
+        assert gone, f"engine process {engine.pid} outlived the tool"
+    finally:
+        if p.poll() is None:
+            p.kill()
