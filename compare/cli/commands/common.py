@@ -117,6 +117,9 @@ class ServedRun:
     def confirm(self, requests: list[Any]) -> None:
         """Refuse requests longer than a server allows (token-id prompts are exact; text is counted
         by the server), then say once where the model and the prompts come from."""
+        if not self.tokenizer and any(r.prompt_token_ids is not None for r in requests):  # e.g. --replay
+            raise UserError("the requests have token-id prompts, which mean nothing to a served model without its "
+                            "tokenizer: pass --tokenizer DIR (a local copy) or replay a text-prompt run")
         limits = [e.max_model_len for e in self.endpoints if e.max_model_len]
         sizes = [len(r.prompt_token_ids) + r.max_tokens for r in requests if r.prompt_token_ids is not None]
         if limits and sizes and max(sizes) > min(limits):

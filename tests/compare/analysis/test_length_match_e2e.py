@@ -14,16 +14,18 @@ import pytest
 
 from compare.analysis.length_match import stream_tokens
 from core.records import RequestRecord
-from tests.conftest import run_cli
+from tests.conftest import TINY_SPEC_ARGS, run_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1500)]
 
 
-def test_vllm_vs_tgi_double_run_is_length_matched(tgi_url, tmp_path):
+def test_vllm_vs_tgi_double_run_is_length_matched(tgi_url, tiny_model, tmp_path):
     tgi = f"tgi@{tgi_url}"
     # workload seed 8: on the tiny model one request's greedy output reaches EOS after ~21 tokens
     # (found with transformers; vLLM's numerics may differ, so the checks below hold either way)
-    proc = run_cli("run", "--backends", f"vllm,{tgi}", "--prompt-format", "text", "--num-requests", "6",
+    # a local engine beside a running server: --model names the model both serve (required)
+    proc = run_cli("run", "--backends", f"vllm,{tgi}", "--model", str(tiny_model), *TINY_SPEC_ARGS,
+                   "--prompt-format", "text", "--num-requests", "6",
                    "--workload-seed", "8", "--output-len", "64", "--concurrency", "2", "--warmup", "1", "--out", str(tmp_path),
                    "--run-id", "lm", "--format", "json", timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]

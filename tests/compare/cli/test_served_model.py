@@ -69,6 +69,12 @@ def test_served_run_refuses_what_it_cannot_do(tmp_path):
         assert_one_line_error(p, "chat template", "--tokenizer DIR")
         p = run_cli("run", "--backends", f"openai@{s.url}", "--tokenizer", str(tmp_path / "nope"), "--out", str(tmp_path / "o"))
         assert_one_line_error(p, "--tokenizer", "not a directory")
+        # a replayed run of token-id prompts (e.g. one of the tiny model) is refused too
+        old = tmp_path / "old"
+        old.mkdir()
+        (old / "workload.jsonl").write_text(json.dumps({"request_id": "x", "max_tokens": 4, "prompt_token_ids": [11, 12]}) + "\n")
+        p = run_cli("run", "--backends", f"openai@{s.url}", "--replay", str(old), "--out", str(tmp_path / "o"))
+        assert_one_line_error(p, "token-id prompts", "--tokenizer DIR")
     assert not (tmp_path / "o").exists()
     # nobody listening: one line, nothing written
     p = run_cli("run", "--backends", f"openai@{s.url}", "--out", str(tmp_path / "o"))
