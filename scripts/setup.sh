@@ -36,4 +36,8 @@ done
 
 log "tiny model"
 .venv/bin/compare model tiny >/dev/null
+# the trained tiny model (quality numbers: compare quant quality); ~2-5 min of training on
+# 2 idle cores, once (cached), single-threaded for determinism
+log "trained tiny model"
+.venv/bin/compare model tiny --trained >/dev/null
 log "done"

@@ -13,6 +13,7 @@ import shutil
 import sysconfig
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 TINY_VERSION = "qwen2-tiny-v1"
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -34,13 +35,18 @@ def default_tiny_dir() -> Path:
 
 def ensure_tiny_model(out: Path | None = None, vocab: int = 4096) -> Path:
     """Build once; later calls return the cached directory. Built in a temp dir, then renamed."""
-    out = Path(out) if out else default_tiny_dir()
+    return build_atomically(Path(out) if out else default_tiny_dir(), lambda tmp: _build(tmp, vocab))
+
+
+def build_atomically(out: Path, build: Callable[[Path], None]) -> Path:
+    """``build(tmp)`` in a temporary sibling directory, renamed to ``out`` when complete: an
+    interrupted build leaves nothing that looks like a model. A complete ``out`` is returned as is."""
     if (out / "config.json").exists() and (out / "model.safetensors").exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        _build(tmp, vocab)
+        build(tmp)
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
@@ -51,10 +57,37 @@ def ensure_tiny_model(out: Path | None = None, vocab: int = 4096) -> Path:
 
 
 def _build(out: Path, vocab: int) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    import torch
+    from transformers import Qwen2ForCausalLM
 
+    hf_tok, files = build_tokenizer(out, vocab)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(tiny_config(hf_tok, vocab))
+    # a larger init std than the default keeps greedy outputs from collapsing into repetition
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.1)
+    model = model.to(torch.float32)
+    model.save_pretrained(out, safe_serialization=True)
+    model.generation_config.save_pretrained(out)
+    (out / "llm_compare_tiny.json").write_text(json.dumps(
+        {"version": TINY_VERSION, "vocab": vocab, "tokenizer_corpus": f"{len(files)} stdlib .py files"}))
+
+
+def tokenizer_files() -> list[str]:
+    """The tokenizer's training text: the top-level .py files of this interpreter's stdlib."""
     stdlib = sysconfig.get_paths()["stdlib"]
-    files = sorted(glob.glob(os.path.join(stdlib, "*.py")))[:200]
+    return sorted(glob.glob(os.path.join(stdlib, "*.py")))[:200]
+
+
+def build_tokenizer(out: Path, vocab: int = 4096) -> tuple[Any, list[str]]:
+    """Train the byte-level BPE tokenizer and save it into ``out``: (HF tokenizer, corpus files).
+    Shared by the random-weight model and the trained one (backends/models/train.py)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    files = tokenizer_files()
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -64,9 +97,6 @@ def _build(out: Path, vocab: int) -> None:
                                   show_progress=False)
     tok.train(files, trainer)
     tok.add_special_tokens(SPECIAL)
-
-    import torch
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
     hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>",
                                      pad_token="<|endoftext|>", unk_token=None, model_max_length=2048)
@@ -78,9 +108,14 @@ def _build(out: Path, vocab: int) -> None:
     tc["tokenizer_class"] = "PreTrainedTokenizerFast"
     tc["chat_template"] = CHAT_TEMPLATE
     tc_path.write_text(json.dumps(tc, indent=2))
+    return hf_tok, files
 
-    torch.manual_seed(0)
-    cfg = Qwen2Config(
+
+def tiny_config(hf_tok: Any, vocab: int = 4096) -> Any:
+    """The one Qwen2 shape of the tiny models (random and trained)."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
         vocab_size=vocab, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=2048,
         rope_theta=10000.0, tie_word_embeddings=True,
@@ -88,14 +123,3 @@ def _build(out: Path, vocab: int) -> None:
         eos_token_id=hf_tok.convert_tokens_to_ids("<|im_end|>"),
         pad_token_id=hf_tok.convert_tokens_to_ids("<|endoftext|>"),
     )
-    model = Qwen2ForCausalLM(cfg)
-    # a larger init std than the default keeps greedy outputs from collapsing into repetition
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.1)
-    model = model.to(torch.float32)
-    model.save_pretrained(out, safe_serialization=True)
-    model.generation_config.save_pretrained(out)
-    (out / "llm_compare_tiny.json").write_text(json.dumps(
-        {"version": TINY_VERSION, "vocab": vocab, "tokenizer_corpus": f"{len(files)} stdlib .py files"}))

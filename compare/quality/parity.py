@@ -98,6 +98,41 @@ def parity(samples: list[dict[str, Any]], scores: list[list[dict[str, Any]]]) ->
     return out
 
 
+def heldout_parity(rows: list[dict[str, Any]], ref: list[dict[str, Any]]) -> dict[str, Any]:
+    """Teacher-forced held-out metrics of one engine vs the reference (compare/quality/heldout.py
+    rows: per position the true next token's log-prob ``lp``, the ``argmax``, and the engine's
+    ``top`` {id: lp} or ``full`` log-prob vector). Perplexity of each; token agreement: share of
+    positions where both argmaxes agree (what greedy decoding would pick given the same prefix);
+    mean (abs) log-prob difference on the true tokens; KL(engine || reference) over the full
+    vocabulary where the engine exposes it, else truncated to its top-k (a lower-mass estimate)."""
+    lp_e = [x for r in rows for x in r["lp"]]
+    lp_r = [x for r in ref for x in r["lp"]]
+    if not lp_e or len(lp_e) != len(lp_r):
+        raise ValueError(f"{len(lp_e)} engine positions vs {len(lp_r)} reference positions")
+    am_e = [x for r in rows for x in r["argmax"]]
+    am_r = [x for r in ref for x in r["argmax"]]
+    n = len(lp_e)
+    nll, nll_r = -sum(lp_e) / n, -sum(lp_r) / n
+    diffs = [a - b for a, b in zip(lp_e, lp_r)]
+    out: dict[str, Any] = {
+        "positions": n, "perplexity": round(math.exp(nll), 4), "reference_perplexity": round(math.exp(nll_r), 4),
+        "perplexity_delta_pct": round(100 * (math.exp(nll - nll_r) - 1), 3), "nll_delta": round(nll - nll_r, 5),
+        "token_agreement": round(sum(a == b for a, b in zip(am_e, am_r)) / n, 4),
+        "mean_logprob_diff": round(sum(diffs) / n, 5), "mean_abs_logprob_diff": round(sum(map(abs, diffs)) / n, 5),
+    }
+    if all(r.get("full") is not None for r in rows):
+        import numpy as np
+
+        kl = [float((np.exp(e) * (e.astype(np.float64) - f)).sum(axis=1).mean()) for e, f in
+              ((r["full"], g["full"]) for r, g in zip(rows, ref))]
+        out["kl"], out["kl_kind"] = round(sum(kl) / len(kl), 6), "full vocabulary"
+    elif all(r.get("top") for r in rows):
+        kls = [sum(math.exp(lc) * (lc - float(full[t])) for t, lc in top.items())
+               for r, g in zip(rows, ref) for top, full in zip(r["top"], g["full"])]
+        out["kl"], out["kl_kind"] = round(sum(kls) / len(kls), 6), f"top-{max(len(t) for r in rows for t in r['top'])}"
+    return out
+
+
 def mcnemar_exact(b: int, c: int) -> float:
     """Two-sided exact McNemar p-value from the discordant pairs (b: only A right, c: only B)."""
     n = b + c

@@ -8,6 +8,9 @@
   workload on vLLM once per scheme, then a table with speed, what was actually loaded, and
   quality parity vs the fp32 transformers reference side by side. ``--dummy`` measures every
   scheme's speed with random weights (config injection), and refuses quality numbers.
+* ``compare quant quality``: held-out perplexity, token agreement and divergence per engine (vLLM,
+  OpenVINO) and scheme vs the fp32 transformers reference, on the trained tiny model by default
+  (compare/cli/commands/quant_quality.py).
 """
 from __future__ import annotations
 
@@ -54,6 +57,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_spec_options(r)
     add_workload_options(r)
     r.set_defaults(func=_run)
+    from compare.cli.commands.quant_quality import add_quality_parser
+
+    add_quality_parser(qs)
 
 
 def _device(arg: str | None) -> str:

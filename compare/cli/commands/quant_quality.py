@@ -1,0 +1,220 @@
+"""``compare quant quality``: every scheme's quality cost on held-out text, per engine.
+
+    compare quant quality [--model DIR] [--vllm-schemes fp32,w8a8-int8,w4a16]
+        [--openvino-schemes fp32,w8a16-int8,w4a16] [--checkpoint SCHEME=DIR ...]
+        [--windows 16 --window-len 256 --top-k 5] [--format table|json] [--out FILE]
+
+The model defaults to the trained tiny model (backends/models/train.py; built on first use): a
+random-weight model's flat logits make quality deltas meaningless. The held-out text is the
+trained model's held-out split. vLLM's quantized checkpoints are made by ``compare quantize`` from
+the model (cached under the cache root, keyed by the model's digest) unless ``--checkpoint``
+names one; OpenVINO's are NNCF exports (cached in the engine cache). Each engine scores the same
+windows teacher-forced (compare/quality/heldout.py) and is compared with the float32
+transformers reference (compare/quality/parity.py: perplexity, token agreement, log-prob
+difference, KL). Exit 1 when an engine failed (its row says why), 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from core.errors import UserError
+
+ENGINES = ("vllm", "openvino")
+DEFAULTS = {"vllm": "fp32,w8a8-int8,w4a16", "openvino": "fp32,w8a16-int8,w4a16"}
+
+
+def add_quality_parser(qs: argparse._SubParsersAction) -> None:
+    q = qs.add_parser("quality", help="held-out perplexity and parity per engine and scheme vs fp32 transformers")
+    q.add_argument("--model", type=Path, default=None, help="default: the trained tiny model (built if missing)")
+    for e in ENGINES:
+        q.add_argument(f"--{e}-schemes", default=DEFAULTS[e], help=f"comma-separated (default {DEFAULTS[e]}; '' skips {e})")
+    q.add_argument("--checkpoint", action="append", default=[], metavar="SCHEME=DIR",
+                   help="a vLLM checkpoint for a scheme (default: made by `compare quantize`, cached)")
+    q.add_argument("--windows", type=int, default=16, help="held-out windows (default 16)")
+    q.add_argument("--window-len", type=int, default=256, help="tokens per window (default 256)")
+    q.add_argument("--top-k", type=int, default=5, help="vLLM prompt logprobs per position (default 5)")
+    q.add_argument("--format", choices=["table", "json"], default="table")
+    q.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    q.set_defaults(func=_quality)
+
+
+def _schemes(engine: str, arg: str, device: str) -> list[str]:
+    from adapters.quant import SCHEMES, cell
+
+    out = []
+    for s in [x.strip() for x in arg.split(",") if x.strip()]:
+        if s not in SCHEMES or s == "auto":
+            raise UserError(f"--{engine}-schemes: unknown scheme {s!r}; see `compare quant matrix`")
+        c = cell(engine, s, device)
+        if not c.supported:
+            raise UserError(f"--{engine}-schemes: {engine} cannot run {s} on {device}: {c.reason} "
+                            f"(nearest supported: {c.alternative or 'none'})")
+        out.append(s)
+    return out
+
+
+def _checkpoints(args: argparse.Namespace, model: Path, schemes: list[str]) -> dict[str, Path]:
+    """scheme -> vLLM checkpoint for every weight-quantized scheme (made and cached if missing)."""
+    from adapters.quant import SCHEMES
+    from backends.models.tiny import cache_root
+    from compare.cli.commands.quantize import source_hash
+
+    given: dict[str, Path] = {}
+    for item in args.checkpoint:
+        s, eq, d = item.partition("=")
+        if not eq or s not in SCHEMES or not Path(d, "config.json").is_file():
+            raise UserError(f"--checkpoint {item!r}: expected SCHEME=DIR, DIR a checkpoint made by "
+                            f"compare quantize --model {model} --scheme SCHEME --out DIR")
+        given[s] = Path(d)
+    out: dict[str, Path] = {}
+    digest = None
+    for s in schemes:
+        if SCHEMES[s].kind != "weights":
+            continue
+        if s in given:
+            out[s] = given[s]
+            continue
+        digest = digest or source_hash(model)
+        d = cache_root() / "quant-ckpt" / digest[:16] / s
+        prov = d / "llm_compare_quant.json"
+        if not (prov.is_file() and json.loads(prov.read_text()).get("source_sha256") == digest):
+            print(f"making the {s} checkpoint with compare quantize -> {d}", file=sys.stderr, flush=True)
+            # the same interpreter as this command; `-m compare.cli.main` would re-import a loaded module
+            code = "import sys; from compare.cli.main import main; sys.exit(main())"
+            r = subprocess.run([sys.executable, "-c", code, "quantize", "--model", str(model), "--scheme", s,
+                                "--out", str(d)], stdout=subprocess.PIPE, text=True)
+            if r.returncode != 0:
+                raise UserError(f"compare quantize --scheme {s} failed (exit {r.returncode}); pass "
+                                f"--checkpoint {s}=DIR or drop {s} from --vllm-schemes")
+        out[s] = d
+    return out
+
+
+def _spec(model: Path, scheme: str, window_len: int, ckpt: Path | None) -> Any:
+    from adapters.quant import SCHEMES
+    from adapters.spec import ServingSpec
+
+    base = {"model": str(ckpt or model), "dtype": "float32", "max_model_len": window_len + 16,
+            "kv_cache_memory_bytes": 64 << 20, "enforce_eager": True, "prefix_caching": False}
+    upd = dict(SCHEMES[scheme].spec_update)
+    upd.pop("dtype", None)  # every variant computes its unquantized parts in float32
+    return ServingSpec(**{**base, **upd})
+
+
+def _row(engine: str, scheme: str, fn: Any, ref: list[Any]) -> dict[str, Any]:
+    from compare.quality.parity import heldout_parity
+
+    t0 = time.monotonic()
+    try:
+        rows, loaded = fn()
+        return {"engine": engine, "scheme": scheme, "status": "measured", "seconds": round(time.monotonic() - t0, 1),
+                "loaded": loaded, **heldout_parity(rows, ref)}
+    except UserError:
+        raise
+    except Exception as e:  # one engine failing must not lose the others' numbers
+        return {"engine": engine, "scheme": scheme, "status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}
+
+
+def _vllm_loaded(spec: Any, desc: dict[str, Any]) -> dict[str, Any]:
+    from compare.quality.verify import verify
+
+    rep = (desc.get("extra") or {}).get("quantization")
+    v = verify(spec, rep, resolved=(desc.get("native_config") or {}).get("resolved"), framework="vllm")
+    lo = v.get("loaded", {})
+    return {"valid": v.get("valid"), "problems": v.get("problems", []), "method": lo.get("method"),
+            "kernels": lo.get("kernels", []), "linear_ratio": lo.get("linear_ratio")}
+
+
+def _quality(args: argparse.Namespace) -> int:
+    from backends.models.probe import probe_machine
+    from backends.models.train import default_trained_dir, ensure_trained_model, heldout_windows, provenance
+    from compare.quality import heldout
+
+    if args.windows < 1 or args.window_len < 8 or args.top_k < 1:
+        raise UserError("--windows >= 1, --window-len >= 8 and --top-k >= 1, please")
+    device = probe_machine().device
+    plan = {e: _schemes(e, getattr(args, f"{e}_schemes"), device) for e in ENGINES}
+    if not any(plan.values()):
+        raise UserError("no schemes: name at least one in --vllm-schemes or --openvino-schemes")
+    if args.model is None:
+        print(f"trained tiny model: {default_trained_dir()} (built on first use, minutes)", file=sys.stderr)
+        model = ensure_trained_model(log=lambda s: print(s, file=sys.stderr, flush=True))
+    elif not Path(args.model, "config.json").is_file():
+        raise UserError(f"--model {args.model}: no config.json there; pass a local model directory")
+    else:
+        model = Path(args.model).resolve()
+    ckpts = _checkpoints(args, model, plan["vllm"])
+    from transformers import AutoTokenizer
+
+    windows = heldout_windows(AutoTokenizer.from_pretrained(str(model)), args.windows, args.window_len)
+    if not windows:
+        raise UserError(f"the held-out text is shorter than --window-len {args.window_len}")
+    if args.format == "json":  # vLLM logs to stdout by default; keep stdout pure JSON
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    ref = heldout.score_reference(str(model), windows)
+    from compare.quality.parity import heldout_parity
+
+    rows = [{"engine": "transformers", "scheme": "fp32", "status": "measured", "loaded": {"reference": True},
+             **heldout_parity(ref, ref)}]
+    from compare.running import aio
+
+    for s in plan["vllm"]:
+        spec = _spec(model, s, args.window_len, ckpts.get(s))
+
+        def run_vllm(spec: Any = spec) -> tuple[Any, Any]:
+            r, desc = aio.run(heldout.score_vllm(spec, windows, args.top_k))
+            gc.collect()  # the stopped engine's object now, not in a half-torn-down interpreter at exit
+            return r, _vllm_loaded(spec, desc)
+
+        rows.append(_row("vllm", s, run_vllm, ref))
+    for s in plan["openvino"]:
+        spec = _spec(model, s, args.window_len, None)
+        rows.append(_row("openvino", s, lambda spec=spec: heldout.score_openvino(spec, windows), ref))
+    result = {"model": str(model), "model_provenance": provenance(model), "device": device,
+              "date": time.strftime("%Y-%m-%d %H:%M %Z"), "windows": len(windows), "window_len": args.window_len,
+              "top_k": args.top_k, "reference": "transformers float32 on the unquantized model",
+              "checkpoints": {s: str(d) for s, d in ckpts.items()}, "rows": rows}
+    if args.out:
+        from core.fsutil import write_json_atomic
+
+        write_json_atomic(args.out, result)
+    if args.format == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        _print(result)
+    return 0 if all(r["status"] == "measured" for r in rows) else 1
+
+
+def _f(x: Any, nd: int) -> str:
+    return "-" if x is None else f"{round(x, nd) + 0.0:.{nd}f}"  # no "-0.000"
+
+
+def _print(res: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"held-out quality per engine and scheme ({res['windows']} x {res['window_len']} tokens; "
+                    "vs float32 transformers, teacher-forced)")
+    for c in ("engine", "scheme", "loaded", "perplexity", "vs ref", "agree", "|dlogp|", "KL", "KL over"):
+        t.add_column(c)
+    for r in res["rows"]:
+        if r["status"] != "measured":
+            t.add_row(r["engine"], r["scheme"], "FAILED: " + r.get("reason", ""), *["-"] * 6)
+            continue
+        lo = r.get("loaded") or {}
+        what = ", ".join(lo.get("kernels") or []) or (
+            ", ".join(f"{k}:{v}" for k, v in sorted((lo.get("weight_types") or {}).items())) or "-")
+        if lo.get("valid") is False:
+            what = "INVALID: " + "; ".join(lo.get("problems", []))
+        t.add_row(r["engine"], r["scheme"], what, _f(r["perplexity"], 3), f"{r['perplexity_delta_pct']:+.2f}%",
+                  _f(r["token_agreement"], 4), _f(r["mean_abs_logprob_diff"], 4), _f(r.get("kl"), 5),
+                  r.get("kl_kind", "-"))
+    Console(width=200).print(t)
