@@ -6,7 +6,7 @@ entry (its capabilities declared once, there); :func:`prepare` resolves a backen
 once per run, and build, every repeat and describe reuse it.
 
 A backend name may carry a target after ``@``: ``openai@http://127.0.0.1:8000``. Where the CLI
-builds a typed target instead (a :class:`Target`, e.g. backends.topology_target.Topology), build and
+builds a typed target instead (a :class:`BackendTarget`, e.g. backends.topology_target.Topology), build and
 plan take that value as is: its ``entry`` picks the registry entry, its ``name`` is the display name.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ class BackendEntry:
 
 
 @runtime_checkable
-class Target(Protocol):
+class BackendTarget(Protocol):
     """A typed backend target: the entry that builds it and the name its results are filed under
     (``str(target)`` is that name too)."""
 
@@ -88,7 +88,7 @@ def entry_for(full: str) -> tuple[BackendEntry, str | None]:
     return e, target
 
 
-def _resolve(full: str | Target) -> tuple[BackendEntry, str | Target | None, str]:
+def _resolve(full: str | BackendTarget) -> tuple[BackendEntry, str | BackendTarget | None, str]:
     """(entry, target handed to the backend, display name) of a name or a typed target."""
     if isinstance(full, str):
         e, target = entry_for(full)
@@ -111,7 +111,7 @@ class Prepared:
 
     name: str  # display name (results are filed under it)
     entry: BackendEntry
-    target: Any  # str after '@', a typed Target, or None
+    target: Any  # str after '@', a typed BackendTarget, or None
     spec: ServingSpec
     native: Any = None  # entry.resolve's result; None for targets and entries without one
 
@@ -130,7 +130,7 @@ class Prepared:
         return cls(self.spec, name=self.name, **kw)
 
 
-def prepare(full: str | Target, spec: ServingSpec, machine: Machine | None = None,
+def prepare(full: str | BackendTarget, spec: ServingSpec, machine: Machine | None = None,
             load: Load | None = None) -> Prepared:
     """Resolve once: probes the model (and the machine, unless given) and runs the adapter.
     ``load``: the run's offered load, for adapters whose limits follow it (TGI)."""
@@ -154,7 +154,7 @@ class Builder:
         self._machine: Machine | None = None
         self.load = load
 
-    def prepare(self, full: str | Target, spec: ServingSpec) -> Prepared:
+    def prepare(self, full: str | BackendTarget, spec: ServingSpec) -> Prepared:
         key = (str(full) if isinstance(full, str) else repr(full), spec.model_dump_json())
         if key not in self._prepared:
             if self._machine is None:
@@ -164,15 +164,15 @@ class Builder:
             self._prepared[key] = prepare(full, spec, self._machine, self.load)
         return self._prepared[key]
 
-    def __call__(self, full: str | Target, spec: ServingSpec, **kw: Any) -> Backend:
+    def __call__(self, full: str | BackendTarget, spec: ServingSpec, **kw: Any) -> Backend:
         return self.prepare(full, spec).build(**kw)
 
 
-def plan(full: str | Target, spec: ServingSpec, load: Load | None = None) -> dict[str, Any]:
+def plan(full: str | BackendTarget, spec: ServingSpec, load: Load | None = None) -> dict[str, Any]:
     return prepare(full, spec, load=load).plan()
 
 
-def build(full: str | Target, spec: ServingSpec, **kw: Any) -> Backend:
+def build(full: str | BackendTarget, spec: ServingSpec, **kw: Any) -> Backend:
     return prepare(full, spec).build(**kw)
 
 

@@ -30,6 +30,7 @@ from compare.running.executor import LevelInterrupted, LevelOutcome, RunAborted,
 from compare.running.aio import running_loop_name
 from compare.running.load import offered_load
 from core.hardware import fingerprint
+from backends.http.urls import redact_url
 from compare.analysis.metrics import summarize
 from core.slo import SLO
 from core.records import RequestRecord
@@ -40,7 +41,7 @@ from compare.workload.build import WorkloadSpec, request_to_dict
 
 @dataclass
 class RunConfig:
-    backends: list[str | registry.Target]  # names, or typed targets (str() is the display name)
+    backends: list[str | registry.BackendTarget]  # names, or typed targets (str() is the display name)
     spec: ServingSpec
     workload: WorkloadSpec
     requests: list[GenerationRequest]
@@ -76,14 +77,14 @@ class Progress:
 
 
 async def run(cfg: RunConfig, progress: Progress | None = None,
-              backend_factory: Callable[[str | registry.Target, ServingSpec], Backend] | None = None,
+              backend_factory: Callable[[str | registry.BackendTarget, ServingSpec], Backend] | None = None,
               extra_header: dict[str, Any] | None = None) -> ResultsWriter:
     progress = progress or Progress()
     # each backend's native plan is resolved once and reused by every repeat and describe()
     factory = backend_factory or registry.Builder(offered_load(cfg.levels, cfg.requests))  # TGI's limits follow it
     # Validate every backend's spec before starting anything: a bad option fails the whole run
     # up front instead of after the first backend has spent minutes.
-    built = {str(b): factory(b, cfg.spec_for(str(b))) for b in cfg.backends}
+    built = {redact_url(str(b)): factory(b, cfg.spec_for(str(b))) for b in cfg.backends}
     # container labels carry the results' run id (unless the caller set its own label id)
     os.environ.setdefault("LLM_COMPARE_RUN_ID", cfg.run_id)
     writer = ResultsWriter(cfg.out_root, cfg.run_id, {
@@ -105,12 +106,12 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
     try:
         for rep in range(cfg.repeats):
             for target in cfg.backends:
-                name = str(target)
+                name = redact_url(str(target))  # credentials in a URL are never shown or stored
                 if name in failed:
                     continue
                 aio.check_stop()  # a signal held back by the previous backend's teardown
                 # a fresh backend object per repeat: the engine restarts, nothing is reused
-                backend = built.pop(name, None) or factory(target, cfg.spec_for(name))
+                backend = built.pop(name, None) or factory(target, cfg.spec_for(str(target)))
                 if not await _run_backend(cfg, name, backend, writer, progress, rep, pool):
                     status = "partial"
                     failed.add(name)
@@ -159,6 +160,8 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
     log = log_file(writer.dir, name)  # everything the engine prints goes there (backends/logs.py)
     if hasattr(backend, "attach_results_dir"):
         backend.attach_results_dir(log.parent)  # server/container logs are kept with the results
+    if hasattr(backend, "set_request_timeout"):
+        backend.set_request_timeout(cfg.timeout_s)  # HTTP servers: how long the start-up probe waits
     progress.phase(name, "starting", log)
     t0 = time.perf_counter()
     stopped_in: list[str] = []  # where a stop signal found the backend
@@ -265,13 +268,18 @@ def _level_summary(cfg: RunConfig, records: list[RequestRecord], wall_ns: int,
     return summary
 
 
+WARMUP_TIMEOUT_S = 120.0  # per warm-up request (at most 8 tokens), capped by --timeout
+
+
 async def _warmup(cfg: RunConfig, backend: Backend) -> None:
     """A few requests before measuring (first-call compilation, caches); never recorded."""
     for r in cfg.requests[: cfg.warmup]:
         warm = GenerationRequest(request_id=f"warmup-{r.request_id}", max_tokens=min(r.max_tokens, 8),
                                  prompt_token_ids=r.prompt_token_ids, prompt_text=r.prompt_text,
                                  messages=r.messages, ignore_eos=r.ignore_eos)
-        await run_one(backend, warm, "warmup", cfg.timeout_s)
+        rec = await run_one(backend, warm, "warmup", min(cfg.timeout_s, WARMUP_TIMEOUT_S))
+        if not rec.ok:  # a backend that cannot serve 8 tokens is not measured (a hung one fails here, fast)
+            raise BackendStartError(f"warm-up request failed ({rec.error_kind}: {rec.error})")
 
 
 async def _run_level(cfg: RunConfig, backend: Backend, level: LoadLevel, writer: ResultsWriter,
