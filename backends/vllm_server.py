@@ -5,7 +5,7 @@ Same spec -> same engine config as the in-process ``vllm`` backend (adapters.vll
 ``compare run --backends vllm,vllm-server`` isolates the API-server + HTTP overhead.
 
 Lifecycle: binds 127.0.0.1 on a free port, its own process group (``start_new_session``), stdout
-and stderr captured to ``<results>/vllm-server.log`` (or a temp file when no results directory
+and stderr captured to ``<results>/logs/vllm-server.log`` (or a temp file when no results directory
 is attached), health polled until ready or the process dies. On exit, Ctrl-C or a crash of the
 benchmark, the whole group gets SIGTERM, then SIGKILL after a grace period. The server runs under a small guard process
 (``python -m backends.vllm_server --guard CMD...``) that kills the group when this process
