@@ -99,6 +99,7 @@ def _run_with_fault(name: str, out: Path, backend_args: list[str], fault: Callab
     tag = f"{me.pid}:{me.create_time():.2f}"
     deadline = time.time() + 900
     note = ""
+    tree: list[psutil.Process] = []
     try:
         while len(_lines(d / "requests.jsonl")) < min_records and proc.poll() is None and time.time() < deadline:
             time.sleep(0.2)
@@ -155,13 +156,18 @@ def _cmd(p: psutil.Process) -> list[str]:
 def _http_fault(name: str, out: Path, handler, *extra: str, n: int = 4) -> Row:
     with ThreadedServer(handler, openai_routes()) as s:
         t0 = time.time()
-        r = subprocess.run([COMPARE, "run", "--backends", f"openai@{s.url}", "--num-requests", str(n),
-                            "--input-len", "8", "--output-len", "4", "--concurrency", "4", "--warmup", "0",
-                            "--out", str(out), "--run-id", name, *extra], cwd=ROOT, capture_output=True,
-                           text=True, timeout=600)
+        proc = subprocess.Popen([COMPARE, "run", "--backends", f"openai@{s.url}", "--num-requests", str(n),
+                                 "--input-len", "8", "--output-len", "4", "--concurrency", "4", "--warmup", "0",
+                                 "--out", str(out), "--run-id", name, *extra], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        me = psutil.Process(proc.pid)
+        tag = f"{me.pid}:{me.create_time():.2f}"
+        _, err = proc.communicate(timeout=600)
     d = out / name
-    last = [ln for ln in r.stderr.splitlines() if ln.startswith(("interrupted", "error"))]
-    return Row(name, r.returncode, "0 proc, 0 ctr", _records(d), _status(d), f"{time.time() - t0:.1f}",
+    time.sleep(2)
+    left = f"{len(tagged(tag))} proc, {len(_containers(proc.pid))} ctr"
+    last = [ln for ln in err.splitlines() if ln.startswith(("interrupted", "error"))]
+    return Row(name, proc.returncode, left, _records(d), _status(d), f"{time.time() - t0:.1f}",
                (last[-1] if last else "")[:110])
 
 
@@ -186,7 +192,7 @@ def _same_run_id(out: Path) -> Row:
         res = [p.communicate(timeout=600) for p in procs]
     codes = sorted(p.returncode for p in procs)
     loser = next((e for (_, e), p in zip(res, procs) if p.returncode == 2), "")
-    return Row("same-run-id x2", "/".join(map(str, codes)), "0 proc, 0 ctr", _records(out / "same"),
+    return Row("same-run-id x2", "/".join(map(str, codes)), "-", _records(out / "same"),
                _status(out / "same"), "-", (loser.strip().splitlines() or [""])[-1][:110])
 
 
@@ -225,7 +231,8 @@ def main() -> int:
             print(f"done: {rows[-1]}", file=sys.stderr)
     print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}; "
           f"date {time.strftime('%Y-%m-%d %H:%M %Z')}")
-    print("| fault | exit | left running | records kept | run status | stop s | message |")
+    # s: from the fault to the tool's exit (signals, a killed server); the whole run (the others)
+    print("| fault | exit | left running | records kept | run status | s | message |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r.fault} | {r.exit_code} | {r.leftovers} | {r.records} | {r.status} | {r.stop_s} | "

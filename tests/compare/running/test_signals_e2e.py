@@ -191,3 +191,44 @@ def test_compare_clean_removes_only_what_dead_runs_left(tmp_path):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_signal_during_the_final_teardown_leaves_complete_results(tmp_path):
+    """Every request finished: Ctrl-C (twice) while the engine shuts down must neither cut the
+    teardown short nor call the results partial."""
+    from backends.models.tiny import ensure_tiny_model
+
+    d = tmp_path / "t"
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "compare"), "run", "--backends", "vllm", "--model", str(ensure_tiny_model()), *TINY_SPEC_ARGS,
+         "--num-requests", "4", "--output-len", "16", "--concurrency", "4", "--warmup", "1",
+         "--out", str(tmp_path), "--run-id", "t"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=_env())
+    me = psutil.Process(proc.pid)
+    try:
+        deadline = time.time() + 900
+        while len(_lines(d / "requests.jsonl")) < 4:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.time() < deadline
+            time.sleep(0.05)
+        tree = me.children(recursive=True)
+        time.sleep(1.0)  # the level is summarised; vLLM's shutdown takes seconds
+        assert proc.poll() is None
+        os.kill(proc.pid, signal.SIGINT)
+        time.sleep(0.3)
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-2000:]
+    last = [ln for ln in err.splitlines() if ln.startswith("interrupted")]
+    assert len(last) == 1 and "the run had finished; its teardown was completed" in last[0], err[-2000:]
+    assert "run status complete" in last[0]
+    run = json.loads((d / "run.json").read_text())
+    assert run["status"] == "complete" and "during the final teardown" in run["error"]
+    assert run["backends"]["vllm"]["status"] == "complete"
+    assert "aborted" not in run["backends"]["vllm"]["levels"]["c4"]
+    assert all(x["error_kind"] is None for x in _lines(d / "requests.jsonl"))
+    time.sleep(2)
+    assert not [p.pid for p in tree if _running(p)]
