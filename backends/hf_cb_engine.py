@@ -3,32 +3,22 @@
 ``python -m backends.hf_cb_engine`` is started by backends/hf_cb.py. The manager schedules and
 runs the model in a Python thread of its own; in the measuring process that thread would compete
 with the client's event loop for the GIL (a forward pass of the model holds it for most of a step),
-so it gets a process of its own, as the openvino engine does, with the same length-prefixed
-msgpack frames on stdin/stdout. Tokens carry the manager's own per-token stamps
-(``record_timestamps``: ``time.perf_counter()`` when the generation thread appends the token,
-CLOCK_MONOTONIC on Linux, the parent's ``perf_counter_ns`` clock too).
-
-The process dies with its parent (PR_SET_PDEATHSIG), ignores the terminal's SIGINT and exits when
-stdin closes; a fatal error of the generation thread is reported and ends the process, so the
-parent fails what is in flight as ``engine_dead``.
-
-Frames in: ("config", plan) first; ("add", rid, prompt, params) with prompt {"ids": [...]} |
-{"text": s} | {"messages": [[role, content], ...]} and params {"max_new_tokens", "ignore_eos",
-"temperature"}; ("cancel", rid); ("stop",).
-Frames out: ("ready", info) | ("fatal", message); ("added", rid, n_prompt) | ("error", rid, kind,
-message); ("tokens", [[rid, ids, t_first_ns, t_last_ns], ...]); ("end", rid, finish_reason);
-("cancelled", rid) when a cancel reached a request still in the engine.
+so it gets a process of its own (backends/engine_process.py: the frames, the process set-up, the
+parent side). Tokens carry the manager's own per-token stamps (``record_timestamps``:
+``time.perf_counter()`` when the generation thread appends the token, CLOCK_MONOTONIC on Linux, the
+parent's ``perf_counter_ns`` clock too). A fatal error of the generation thread is reported and ends
+the process, so the parent fails what is in flight as ``engine_dead``. Generation parameters:
+{"max_new_tokens", "ignore_eos", "temperature"}.
 """
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 import time
 from typing import Any
 
-from backends.openvino_engine import _die_with_parent, _read, encode
+from backends.engine_process import encode, engine_process_setup, fatal_line, read_frame
 
 READY_TIMEOUT_S = 300.0
 
@@ -174,7 +164,7 @@ class _Engine:
 
 def _commands(engine: _Engine, fd: int, done: threading.Event) -> None:
     try:
-        while (msg := _read(fd)) is not None and msg[0] != "stop":
+        while (msg := read_frame(fd)) is not None and msg[0] != "stop":
             if msg[0] == "add":
                 engine.add(msg[1], msg[2], msg[3])
             elif msg[0] == "cancel":
@@ -184,10 +174,7 @@ def _commands(engine: _Engine, fd: int, done: threading.Event) -> None:
 
 
 def main() -> int:
-    _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    cmd_in, out = sys.stdin.fileno(), sys.stdout.buffer
-    sys.stdout = sys.stderr  # anything the libraries print goes to the log, never into the frames
+    cmd_in, out = engine_process_setup()
     out_lock = threading.Lock()
 
     def send(msg: Any) -> None:
@@ -195,14 +182,14 @@ def main() -> int:
             out.write(encode(msg))
             out.flush()
 
-    first = _read(cmd_in)
+    first = read_frame(cmd_in)
     if not first or first[0] != "config":
         return 2
     try:
         engine = _Engine(first[1], send)
         info = engine.start()
     except Exception as e:
-        send(("fatal", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'}"))
+        send(("fatal", fatal_line(e)))
         return 1
     send(("ready", info))
     done = threading.Event()

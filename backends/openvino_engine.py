@@ -8,66 +8,18 @@ of its own, as vLLM's engine core does: commands arrive on stdin, events leave o
 length-prefixed msgpack frames. Tokens are stamped with ``perf_counter_ns()`` when ``step()`` hands
 them over; on Linux that clock (CLOCK_MONOTONIC) is the parent's too.
 
-The process dies with its parent (PR_SET_PDEATHSIG), ignores the terminal's SIGINT (the parent
-decides when it stops) and exits when stdin closes.
-
-Frames in: ("add", rid, prompt, params) with prompt {"ids": [...]} | {"text": s} |
-{"messages": [[role, content], ...]}; ("cancel", rid); ("stop",).
-Frames out: ("ready", info) | ("fatal", message); ("added", rid, n_prompt) | ("error", rid, kind,
-message); ("step", t_ns, [[rid, ids], ...]); ("end", rid, t_ns, finish_reason, status, stats);
-("cancelled", rid) when a cancel reached a request still in the engine.
+The frames and the process set-up are backends/engine_process.py's; ("end", ...) carries the
+pipeline's KV-cache statistics, and a request the scheduler ignores (it cannot fit the KV cache)
+comes back as an ``engine`` error.
 """
 from __future__ import annotations
 
 import os
-import signal
-import struct
 import sys
 import time
 from typing import Any
 
-_LEN = struct.Struct("<I")
-
-
-def encode(msg: Any) -> bytes:
-    import msgspec
-
-    body = msgspec.msgpack.encode(msg)
-    return _LEN.pack(len(body)) + body
-
-
-def decode(body: bytes) -> Any:
-    import msgspec
-
-    return msgspec.msgpack.decode(body)
-
-
-def _read_exact(fd: int, n: int) -> bytes | None:
-    buf = b""
-    while len(buf) < n:
-        chunk = os.read(fd, n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return buf
-
-
-def _read(fd: int) -> Any | None:
-    """One frame from an unbuffered fd (so select() sees every frame that has not been read)."""
-    head = _read_exact(fd, _LEN.size)
-    body = _read_exact(fd, _LEN.unpack(head)[0]) if head else None
-    return None if body is None else decode(body)
-
-
-def _die_with_parent() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-    if os.getppid() == 1:  # the parent died before prctl took effect
-        os._exit(1)
+from backends.engine_process import encode, engine_process_setup, fatal_line, read_frame
 
 
 def _finish(reason: Any) -> str | None:
@@ -76,16 +28,13 @@ def _finish(reason: Any) -> str | None:
 
 
 def main() -> int:
-    _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    cmd_in, out = sys.stdin.fileno(), sys.stdout.buffer
-    sys.stdout = sys.stderr  # anything the libraries print goes to the log, never into the frames
+    cmd_in, out = engine_process_setup()
 
     def send(msg: Any) -> None:
         out.write(encode(msg))
         out.flush()
 
-    first = _read(cmd_in)
+    first = read_frame(cmd_in)
     if not first or first[0] != "config":
         return 2
     config = first[1]
@@ -100,7 +49,7 @@ def main() -> int:
         pipe = ovg.ContinuousBatchingPipeline(config["model"], sc, config["device"], config["properties"])
         tok = pipe.get_tokenizer()
     except Exception as e:
-        send(("fatal", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'}"))
+        send(("fatal", fatal_line(e)))
         return 1
     resolved = {k: getattr(sc, k) for k in ("max_num_seqs", "max_num_batched_tokens", "cache_size",
                                             "num_kv_blocks", "dynamic_split_fuse", "enable_prefix_caching")}
@@ -116,7 +65,7 @@ def main() -> int:
         busy = bool(live) or pipe.has_non_finished_requests()
         # commands: wait for one when idle, else only take what has arrived
         while sel.select(timeout=None if not busy else 0):
-            msg = _read(cmd_in)
+            msg = read_frame(cmd_in)
             if msg is None or msg[0] == "stop":
                 for h in live.values():
                     h.cancel()
@@ -159,7 +108,7 @@ def main() -> int:
             continue
         pipe.step()
         t = time.perf_counter_ns()
-        batch, ended = [], []
+        batch, ended, ignored = [], [], []
         for rid, h in list(live.items()):
             ids: list[int] = []
             finish = None
@@ -168,19 +117,24 @@ def main() -> int:
                     ids.extend(o.generated_ids)
                     finish = _finish(o.finish_reason) or finish
             if ids:
-                batch.append((rid, ids))
+                batch.append((rid, ids, t, t))
             status = h.get_status().name
-            if status != "RUNNING":
-                ended.append((rid, finish, status))
+            if status == "IGNORED":  # the scheduler dropped it: it can never fit the KV cache
+                ignored.append(rid)
+                del live[rid]
+            elif status != "RUNNING":
+                ended.append((rid, finish))
                 del live[rid]
         if batch:
-            send(("step", t, batch))
+            send(("tokens", batch))
+        for rid in ignored:
+            send(("error", rid, "engine", "the engine ignored the request: prompt + output do not fit its KV cache"))
         if ended:
             m = pipe.get_metrics()
             stats = {"kv_cache_size_in_bytes": int(m.kv_cache_size_in_bytes),
                      "max_cache_usage": float(m.max_cache_usage)}
-            for rid, finish, status in ended:
-                send(("end", rid, t, finish, status, stats))
+            for rid, finish in ended:
+                send(("end", rid, finish, stats))
 
 
 if __name__ == "__main__":
