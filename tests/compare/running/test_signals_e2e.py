@@ -163,6 +163,12 @@ def test_hf_stopped_by_sigint(tmp_path):
     _assert_interrupted(s, signal.SIGINT, "hf")
 
 
+def test_openvino_stopped_by_sigterm(tmp_path):
+    pytest.importorskip("openvino_genai")
+    s = Stopped(tmp_path, "openvino", signal.SIGTERM)
+    _assert_interrupted(s, signal.SIGTERM, "openvino")
+
+
 def test_compare_clean_removes_only_what_dead_runs_left(tmp_path):
     sleeper = [sys.executable, "-c", "import time; time.sleep(300)"]
     # an owner that has exited: its tag names a dead process
