@@ -99,9 +99,14 @@ def _slo_line(run: RunResults, v: Verdict, term: SLOTerm, label: Label) -> str:
             sure = _sure(v, w, o, lb, "output_tok_s") if lb in _levels(run, o) else "point estimate"
             text += f", {_times(tps, otps)} {label(o)}'s {otps:.1f} at {olb} ("
             text += f"{sure})" if lb == olb or sure == "point estimate" else f"throughput at {lb}: {sure})"
-    missing = [label(n) for n in v.backends if n not in best]
+    missing = []
+    for n in v.backends:
+        if n not in best:  # how far off it stays: its closest value at any load
+            vals = [(x, lb) for lb in _levels(run, n) if (x := _value(run, n, lb, term)) is not None]
+            near = f" (closest {_ms(min(vals)[0])} at {min(vals)[1]})" if vals else ""
+            missing.append(f"{label(n)} never meets it{near}")
     if missing:
-        text += f"; {', '.join(missing)} never meet{'s' if len(missing) == 1 else ''} it"
+        text += "; " + "; ".join(missing)
     return text
 
 

@@ -62,7 +62,9 @@ def test_markdown_report(results):
     answer = md.split("## Answer")[1].split("\n## ")[0]
     heads = [ln for ln in answer.splitlines() if ln.startswith("- **")]
     assert len(heads) == 2 and heads[0].startswith("- **TTFT p95 <= 30.00 s:") and "TPOT p95" in heads[1]
-    assert all(re.search(r"significant, p=|point estimate", h) for h in heads)
+    # each says how sure it is, or (on a machine too loaded for hf to meet an SLO) how far off it stays
+    assert all(re.search(r"significant, p=|point estimate|hf never meets it \(closest [0-9.]+ m?s at ", h)
+               for h in heads), heads
     assert md.index("## Answer") < md.index("## Caveats") < md.index("## Measurements")
 
 
