@@ -45,7 +45,7 @@ WEIGHTS = {
     "test_engine_cache.py": 15,
     "test_quality.py": 12,
     # compare quant quality: 2 vLLM starts, 2 OpenVINO exports + compiles, one llmcompressor run
-    "test_heldout.py": 240,
+    "test_heldout.py": 150,
     # two 3-step trainings (tokenizer + corpus each); the full trained model is cached by setup
     "test_train.py": 60,
     # OpenVINO: the three exports (fp32, int8, int4; ~35 s each, cached after) plus short runs

@@ -78,6 +78,7 @@ async def score_vllm(spec: ServingSpec, windows: list[list[int]], top_k: int = 5
                 top.append({t: float(v.logprob) for t, v in d.items() if v.rank is not None and v.rank <= top_k})
             rows.append({"lp": lp, "argmax": am, "top": top, "full": None})
         desc = b.describe().as_dict()
+        engine = None  # the backend stops the engine; hold no reference past that
     return rows, desc
 
 

@@ -10,7 +10,12 @@ list) and teacher-force the reference on the exact tokens the backend produced:
   free-running greedy outputs would part), None when all agree;
 * mean per-token logprob difference (backend - reference, on the backend's tokens) and a
   truncated KL(backend || reference) over the backend's top-k tokens, where the backend streams
-  logprobs (vLLM does; our hf backend does not);
+  logprobs (vLLM does; our hf and openvino backends do not);
+* for every backend, logprobs streamed or not: the reference's perplexity of the backend's output
+  and the mean reference regret (the reference's log-prob of its own argmax minus that of the
+  backend's token, 0 where they agree): a perplexity-based divergence for OpenVINO GenAI;
+* held-out text, teacher-forced (``heldout_parity``; rows from compare/quality/heldout.py):
+  perplexity per engine and scheme, argmax agreement, log-prob difference and KL;
 * optionally, exact-match accuracy on a user JSONL of {"prompt", "answer"} pairs, with an exact
   McNemar test of the paired difference against the reference's own answers.
 
@@ -68,6 +73,8 @@ def parity(samples: list[dict[str, Any]], scores: list[list[dict[str, Any]]]) ->
     first_div: list[int] = []
     diffs: list[float] = []
     kls: list[float] = []
+    ref_lp: list[float] = []
+    regret: list[float] = []
     per = []
     for s, rows in zip(samples, scores):
         toks = s["tokens"]
@@ -79,6 +86,10 @@ def parity(samples: list[dict[str, Any]], scores: list[list[dict[str, Any]]]) ->
         first_div.append(len(toks) if fd is None else fd)
         if s.get("logprobs"):
             diffs += [c - r["logprob"] for c, r in zip(s["logprobs"], rows)]
+        # needs no engine logprobs (OpenVINO GenAI streams none): the reference's judgement of
+        # the engine's tokens, and what they cost it vs its own greedy choice at each prefix
+        ref_lp += [r["logprob"] for r in rows if "logprob" in r]
+        regret += [r["argmax_logprob"] - r["logprob"] for r in rows if "argmax_logprob" in r and "logprob" in r]
         for top, r in zip(s.get("top") or [], rows):
             ref = r.get("want") or {}
             kls.append(sum(math.exp(lc) * (lc - ref[t]) for t, lc in top.items() if t in ref))
@@ -95,6 +106,10 @@ def parity(samples: list[dict[str, Any]], scores: list[list[dict[str, Any]]]) ->
         out["mean_abs_logprob_diff"] = round(sum(abs(d) for d in diffs) / len(diffs), 5)
     if kls:
         out["kl_topk"] = round(sum(kls) / len(kls), 6)
+    if ref_lp:
+        out["reference_perplexity_of_output"] = round(math.exp(-sum(ref_lp) / len(ref_lp)), 4)
+    if regret:
+        out["mean_reference_regret"] = round(sum(regret) / len(regret), 5)
     return out
 
 
@@ -104,7 +119,8 @@ def heldout_parity(rows: list[dict[str, Any]], ref: list[dict[str, Any]]) -> dic
     ``top`` {id: lp} or ``full`` log-prob vector). Perplexity of each; token agreement: share of
     positions where both argmaxes agree (what greedy decoding would pick given the same prefix);
     mean (abs) log-prob difference on the true tokens; KL(engine || reference) over the full
-    vocabulary where the engine exposes it, else truncated to its top-k (a lower-mass estimate)."""
+    vocabulary where the engine exposes it, else over its top-k, renormalized (a lower bound
+    of the part of the divergence that those tokens carry, not of the full KL)."""
     lp_e = [x for r in rows for x in r["lp"]]
     lp_r = [x for r in ref for x in r["lp"]]
     if not lp_e or len(lp_e) != len(lp_r):
@@ -127,10 +143,25 @@ def heldout_parity(rows: list[dict[str, Any]], ref: list[dict[str, Any]]) -> dic
               ((r["full"], g["full"]) for r, g in zip(rows, ref))]
         out["kl"], out["kl_kind"] = round(sum(kl) / len(kl), 6), "full vocabulary"
     elif all(r.get("top") for r in rows):
-        kls = [sum(math.exp(lc) * (lc - float(full[t])) for t, lc in top.items())
-               for r, g in zip(rows, ref) for top, full in zip(r["top"], g["full"])]
-        out["kl"], out["kl_kind"] = round(sum(kls) / len(kls), 6), f"top-{max(len(t) for r in rows for t in r['top'])}"
+        kls = [_kl_renormalized(top, full) for r, g in zip(rows, ref) for top, full in zip(r["top"], g["full"])]
+        k = max(len(t) for r in rows for t in r["top"])
+        out["kl"], out["kl_kind"] = round(sum(kls) / len(kls), 6), f"top-{k}, renormalized"
     return out
+
+
+def _kl_renormalized(top: dict[int, float], ref_logp: Any) -> float:
+    """KL(engine || reference) over the engine's top-k tokens, both distributions renormalized to
+    that set: never negative (the plain truncated sum can be), 0 when both agree in shape there."""
+    ids = list(top)
+    e = [top[t] for t in ids]
+    r = [float(ref_logp[t]) for t in ids]
+    le, lr = _logsumexp(e), _logsumexp(r)
+    return max(0.0, sum(math.exp(a - le) * ((a - le) - (b - lr)) for a, b in zip(e, r)))
+
+
+def _logsumexp(xs: list[float]) -> float:
+    m = max(xs)
+    return m + math.log(sum(math.exp(x - m) for x in xs))
 
 
 def mcnemar_exact(b: int, c: int) -> float:

@@ -1,6 +1,6 @@
 """``compare quant quality``: every scheme's quality cost on held-out text, per engine.
 
-    compare quant quality [--model DIR] [--vllm-schemes fp32,w8a8-int8,w4a16]
+    compare quant quality [--model DIR] [--vllm-schemes fp32,bf16,w8a8-int8,w4a16]
         [--openvino-schemes fp32,w8a16-int8,w4a16] [--checkpoint SCHEME=DIR ...]
         [--windows 16 --window-len 256 --top-k 5] [--format table|json] [--out FILE]
 
@@ -28,7 +28,7 @@ from typing import Any
 from core.errors import UserError
 
 ENGINES = ("vllm", "openvino")
-DEFAULTS = {"vllm": "fp32,w8a8-int8,w4a16", "openvino": "fp32,w8a16-int8,w4a16"}
+DEFAULTS = {"vllm": "fp32,bf16,w8a8-int8,w4a16", "openvino": "fp32,w8a16-int8,w4a16"}
 
 
 def add_quality_parser(qs: argparse._SubParsersAction) -> None:
@@ -98,15 +98,23 @@ def _checkpoints(args: argparse.Namespace, model: Path, schemes: list[str]) -> d
     return out
 
 
-def _spec(model: Path, scheme: str, window_len: int, ckpt: Path | None) -> Any:
+def _spec(engine: str, model: Path, scheme: str, window_len: int, ckpt: Path | None) -> Any:
+    """The engine's spec for a scheme. Unquantized parts compute in float32, except vLLM's
+    quantized kernels, which take bfloat16 / float16 activations only (on CPU too): those rows
+    compute in bfloat16 (a `bf16` row shows what bfloat16 alone costs). The plan is resolved here,
+    so a combination the engine refuses exits 2 before any engine starts."""
+    from adapters.openvino import openvino_plan
     from adapters.quant import SCHEMES
     from adapters.spec import ServingSpec
+    from adapters.vllm import vllm_plan
+    from backends.models.probe import probe
 
-    base = {"model": str(ckpt or model), "dtype": "float32", "max_model_len": window_len + 16,
-            "kv_cache_memory_bytes": 64 << 20, "enforce_eager": True, "prefix_caching": False}
     upd = dict(SCHEMES[scheme].spec_update)
-    upd.pop("dtype", None)  # every variant computes its unquantized parts in float32
-    return ServingSpec(**{**base, **upd})
+    dtype = upd.pop("dtype", None) or ("bfloat16" if engine == "vllm" else "float32")
+    spec = ServingSpec(**{"model": str(ckpt or model), "dtype": dtype, "max_model_len": window_len + 16,
+                          "kv_cache_memory_bytes": 64 << 20, "enforce_eager": True, "prefix_caching": False, **upd})
+    (vllm_plan if engine == "vllm" else openvino_plan)(spec, probe(spec.model))
+    return spec
 
 
 def _row(engine: str, scheme: str, fn: Any, ref: list[Any]) -> dict[str, Any]:
@@ -152,13 +160,15 @@ def _quality(args: argparse.Namespace) -> int:
     else:
         model = Path(args.model).resolve()
     ckpts = _checkpoints(args, model, plan["vllm"])
+    specs = {(e, s): _spec(e, model, s, args.window_len, ckpts.get(s) if e == "vllm" else None)
+             for e in ENGINES for s in plan[e]}
     from transformers import AutoTokenizer
 
     windows = heldout_windows(AutoTokenizer.from_pretrained(str(model)), args.windows, args.window_len)
     if not windows:
         raise UserError(f"the held-out text is shorter than --window-len {args.window_len}")
-    if args.format == "json":  # vLLM logs to stdout by default; keep stdout pure JSON
-        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    # vLLM logs to stdout by default: keep stdout for the table or the JSON
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     ref = heldout.score_reference(str(model), windows)
     from compare.quality.parity import heldout_parity
 
@@ -167,16 +177,16 @@ def _quality(args: argparse.Namespace) -> int:
     from compare.running import aio
 
     for s in plan["vllm"]:
-        spec = _spec(model, s, args.window_len, ckpts.get(s))
+        spec = specs["vllm", s]
 
         def run_vllm(spec: Any = spec) -> tuple[Any, Any]:
             r, desc = aio.run(heldout.score_vllm(spec, windows, args.top_k))
             gc.collect()  # the stopped engine's object now, not in a half-torn-down interpreter at exit
-            return r, _vllm_loaded(spec, desc)
+            return r, {**_vllm_loaded(spec, desc), "dtype": spec.dtype}
 
         rows.append(_row("vllm", s, run_vllm, ref))
     for s in plan["openvino"]:
-        spec = _spec(model, s, args.window_len, None)
+        spec = specs["openvino", s]
         rows.append(_row("openvino", s, lambda spec=spec: heldout.score_openvino(spec, windows), ref))
     result = {"model": str(model), "model_provenance": provenance(model), "device": device,
               "date": time.strftime("%Y-%m-%d %H:%M %Z"), "windows": len(windows), "window_len": args.window_len,
@@ -212,6 +222,8 @@ def _print(res: dict[str, Any]) -> None:
         lo = r.get("loaded") or {}
         what = ", ".join(lo.get("kernels") or []) or (
             ", ".join(f"{k}:{v}" for k, v in sorted((lo.get("weight_types") or {}).items())) or "-")
+        if lo.get("dtype") and lo["dtype"] != "float32":
+            what = f"{lo['dtype']}; {what}"
         if lo.get("valid") is False:
             what = "INVALID: " + "; ".join(lo.get("problems", []))
         t.add_row(r["engine"], r["scheme"], what, _f(r["perplexity"], 3), f"{r['perplexity_delta_pct']:+.2f}%",

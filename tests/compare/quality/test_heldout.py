@@ -31,8 +31,13 @@ def test_heldout_parity_math():
     assert d["token_agreement"] == 0.5 and d["kl"] > 0 and d["kl_kind"] == "full vocabulary"
     nll = -(math.log(0.3) + math.log(0.3)) / 2
     assert d["perplexity"] == pytest.approx(math.exp(nll), rel=1e-4)
-    top = [{"lp": eng[0]["lp"], "argmax": [0, 1], "top": [{0: math.log(0.6)}, {1: math.log(0.6)}], "full": None}]
-    assert heldout_parity(top, ref)["kl_kind"] == "top-1"
+    top = [{"lp": eng[0]["lp"], "argmax": [0, 1], "full": None,
+            "top": [{0: math.log(0.6), 1: math.log(0.3)}, {1: math.log(0.6), 0: math.log(0.3)}]}]
+    t = heldout_parity(top, ref)
+    assert t["kl_kind"] == "top-2, renormalized" and t["kl"] > 0
+    # renormalized over the engine's top-k: never negative, 0 where the shapes agree there
+    assert heldout_parity([{**top[0], "top": [{0: math.log(0.7), 1: math.log(0.2)}] * 2}],
+                          [{**ref[0], "full": np.log(np.array([[0.7, 0.2, 0.1]] * 2))}])["kl"] == 0
     with pytest.raises(ValueError):
         heldout_parity([{"lp": [0.0], "argmax": [0]}], ref)
 
@@ -72,7 +77,7 @@ def test_every_engine_and_scheme_is_measured(quality):
         assert r["positions"] == 2 * 127
         for k in ("perplexity", "perplexity_delta_pct", "token_agreement", "mean_abs_logprob_diff", "kl"):
             assert math.isfinite(r[k]), (k, r)
-    assert rows["vllm", "fp32"]["kl_kind"] == "top-5" and rows["openvino", "fp32"]["kl_kind"] == "full vocabulary"
+    assert rows["vllm", "fp32"]["kl_kind"] == "top-5, renormalized" and rows["openvino", "fp32"]["kl_kind"] == "full vocabulary"
     # a trained model: perplexity far below the vocabulary size (a random one is in the thousands)
     assert rows["transformers", "fp32"]["perplexity"] < 300
 
@@ -89,9 +94,39 @@ def test_int8_schemes_loaded_and_cost_something(quality):
     rows = {(r["engine"], r["scheme"]): r for r in quality["rows"]}
     v = rows["vllm", "w8a8-int8"]
     assert v["loaded"]["valid"] is True and v["loaded"]["kernels"] == ["CPUInt8ScaledMMLinearKernel"]
+    assert v["loaded"]["dtype"] == "bfloat16"  # the CPU int8 kernel takes 16-bit activations only
     o = rows["openvino", "w8a16-int8"]
     assert {"u8", "i8"} & set(o["loaded"]["weight_types"]), o["loaded"]
     for r in (v, o):
         # quantized numerics differ from the reference, but int8 keeps most greedy choices
         assert r["mean_abs_logprob_diff"] > rows[r["engine"], "fp32"]["mean_abs_logprob_diff"]
         assert r["token_agreement"] > 0.8 and abs(r["perplexity_delta_pct"]) < 25, r
+
+
+def test_openvino_backend_takes_part_in_greedy_parity():
+    """`compare run`'s quality step on the OpenVINO GenAI pipeline (no streamed logprobs): token
+    agreement plus the reference-based divergence, against the fp32 transformers reference."""
+    from transformers import AutoTokenizer
+
+    from adapters.spec import ServingSpec
+    from backends.models.train import ensure_trained_model, heldout_windows
+    from backends.openvino import OpenVINOBackend
+    from compare.quality.parity import QualityOptions, measure
+    from compare.running import aio
+    from core.records import GenerationRequest
+
+    model = ensure_trained_model()
+    spec = ServingSpec(model=str(model), dtype="float32", quantization="w8a16-int8", max_model_len=256,
+                       kv_cache_memory_bytes=32 << 20)
+    windows = heldout_windows(AutoTokenizer.from_pretrained(str(model)), 2, 48)
+    reqs = [GenerationRequest(request_id=f"p{i}", max_tokens=16, prompt_token_ids=tuple(w)) for i, w in enumerate(windows)]
+
+    async def go() -> dict:
+        async with OpenVINOBackend(spec) as b:
+            return await measure(b, spec, reqs, QualityOptions(mode="auto", num_prompts=2, max_tokens=16))
+
+    q = aio.run(go())
+    assert q["status"] == "measured", q
+    assert q["top_k"] is None and "mean_abs_logprob_diff" not in q  # nothing streamed to compare
+    assert q["tokens"] == 32 and 0.5 <= q["token_agreement"] <= 1
+    assert q["mean_reference_regret"] >= 0 and math.isfinite(q["reference_perplexity_of_output"])
