@@ -36,8 +36,8 @@ done
 
 log "tiny model"
 .venv/bin/compare model tiny >/dev/null
-# the trained tiny model (quality numbers: compare quant quality); ~2-5 min of training on
-# 2 idle cores, once (cached), single-threaded for determinism
+# the trained tiny model (quality numbers: compare quant quality): minutes of single-threaded,
+# deterministic training, once (cached): ~3 min with a free core, 9 min on a heavily loaded one
 log "trained tiny model"
 .venv/bin/compare model tiny --trained >/dev/null
 log "done"
