@@ -47,7 +47,7 @@ WEIGHTS = {
     # compare quant quality: 2 vLLM starts, 2 OpenVINO exports + compiles, one llmcompressor run
     "test_heldout.py": 150,
     # two 3-step trainings (tokenizer + corpus each); the full trained model is cached by setup
-    "test_train.py": 60,
+    "test_train.py": 85,
     # OpenVINO: the three exports (fp32, int8, int4; ~35 s each, cached after) plus short runs
     "test_openvino.py": 90,
     "test_two_engines_e2e.py": 45,
