@@ -15,7 +15,7 @@ Two engine defaults a fair comparison must not hide (both measured on the embedd
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -50,6 +50,8 @@ class OpenVINOPlan:
     device: str = "CPU"
     seed: int = 0
     max_model_len: int | None = None  # enforced per request by the backend (the engine has none)
+    # compile the IR once more at start to read back the linear layers' runtime precision
+    verify: bool = True
     notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -59,7 +61,7 @@ class OpenVINOPlan:
     def as_dict(self) -> dict[str, Any]:
         return {"device": self.device, "scheduler_config": dict(self.scheduler),
                 "properties": dict(self.properties), "export": dict(self.export), "seed": self.seed,
-                "max_model_len": self.max_model_len, "notes": list(self.notes)}
+                "max_model_len": self.max_model_len, "verify": self.verify, "notes": list(self.notes)}
 
 
 def _refuse(option: str, reason: str, alternative: str | None = None) -> UnsupportedSpecError:
@@ -149,7 +151,7 @@ def openvino_plan(spec: ServingSpec, target: Target) -> OpenVINOPlan:
     elif spec.chunked_prefill is not None:
         scheduler["dynamic_split_fuse"] = spec.chunked_prefill
 
-    device = "CPU"
+    device, verify = "CPU", True
     for key, value in spec.native_for(NAME).items():
         if key in SCHEDULER_FIELDS:
             scheduler[key] = value
@@ -157,6 +159,8 @@ def openvino_plan(spec: ServingSpec, target: Target) -> OpenVINOPlan:
             export[key] = value
         elif key == "device":
             device = str(value)
+        elif key == "verify":
+            verify = bool(value)
         elif key.isupper():  # OpenVINO property names are upper case (KV_CACHE_PRECISION, ...)
             properties[key] = value
         else:
@@ -165,4 +169,4 @@ def openvino_plan(spec: ServingSpec, target: Target) -> OpenVINOPlan:
     if scheduler.get("dynamic_split_fuse", True) and "max_num_seqs" in scheduler and spec.max_num_seqs is None:
         notes.append("max_num_seqs has no effect while dynamic_split_fuse is on")
     return OpenVINOPlan(scheduler=scheduler, properties=properties, export=export, device=device,
-                        seed=spec.seed, max_model_len=spec.max_model_len, notes=tuple(notes))
+                        seed=spec.seed, max_model_len=spec.max_model_len, verify=verify, notes=tuple(notes))

@@ -60,8 +60,12 @@ class OpenVINOBackend(EngineProcessBackend):
         if "cache_size" not in scheduler and "num_kv_blocks" not in scheduler:
             scheduler["cache_size"] = 1  # GiB; the engine's default (0) sizes the cache from free memory
         await self._start({"model": str(ir), "scheduler": scheduler, "device": self.plan.device,
-                           "properties": dict(self.plan.properties), "max_model_len": self.plan.max_model_len},
-                          env={"OPENVINO_TELEMETRY_OPT_OUT": "1"})
+                           "properties": dict(self.plan.properties), "max_model_len": self.plan.max_model_len,
+                           "verify": self.plan.verify}, env={"OPENVINO_TELEMETRY_OPT_OUT": "1"})
+        compiled = self._info.get("compiled_linear_precisions")
+        self._export["compiled_linear_precisions"] = compiled
+        if compiled is not None:  # what the plugin compiled, not what the IR or the request says
+            self._export["loaded_compression"] = _compression(compiled)
         return self
 
     def _params(self, req: GenerationRequest) -> dict[str, Any]:
@@ -82,12 +86,13 @@ class OpenVINOBackend(EngineProcessBackend):
 
 
 def _compression(types: dict[str, int]) -> str | None:
-    """What the exported weights are: int4/int8 when NNCF compressed them, else None."""
-    if types.get("u4") or types.get("i4"):
+    """int4 / int8 when weights are compressed that way, else None (unquantized). ``types``: element
+    types counted, of the IR's weight matrices or of the compiled linear layers (NNCF keeps a layer
+    or two, e.g. the output projection, at 8 bits in an int4 model)."""
+    int4, int8 = types.get("u4", 0) + types.get("i4", 0), types.get("u8", 0) + types.get("i8", 0)
+    if int4 and int4 >= int8:
         return "int4"
-    if types.get("u8") or types.get("i8"):
-        return "int8"
-    return None
+    return "int8" if int8 else None
 
 
 def plan(spec: ServingSpec, native: OpenVINOPlan) -> dict[str, Any]:

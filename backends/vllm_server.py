@@ -189,7 +189,8 @@ class VllmServerBackend(HttpStreamBackend):
         log_dir = self.results_dir or Path(tempfile.mkdtemp(prefix="llm-compare-server-"))
         # the server's own temp dir, removed at stop: vLLM leaves files there (its file-store
         # rendezvous, /tmp/vllm_dist_*, one per start)
-        self._tmp = tempfile.mkdtemp(prefix="llm-compare-vllm-server-tmp-")
+        # a short name: vLLM puts ZMQ IPC sockets in TMPDIR, whose paths must stay under 107 bytes
+        self._tmp = tempfile.mkdtemp(prefix="lc-vs-")
         self._server = ServerProcess(self._argv, log_dir / f"{safe}.log", env={"TMPDIR": self._tmp})
         self._server.start()
         self.base_url = f"http://{HOST}:{port}"

@@ -31,9 +31,8 @@ GROUPS = {
 WEIGHTS = {
     "shared-runs": 205,
     "test_containers_e2e.py": 175,
-    # eight real runs stopped by signals (vLLM x5, vllm-server, hf, openvino): 600 s measured
-    # serially with other work on the machine
-    "test_signals_e2e.py": 600,
+    # six real runs stopped by signals (vLLM x3, vllm-server, hf, openvino)
+    "test_signals_e2e.py": 420,
     "test_tune_live.py": 127,
     "test_quant_engine.py": 85,
     "test_trtllm_pipeline.py": 75,

@@ -257,6 +257,8 @@ def print_summary(console: Console, results_dir: Path, price: float | None = Non
             console.print(f"  {escape(line)}", highlight=False)
         for c in v.caveats:
             console.print(Text(f"! {c}", style="yellow"))
-    console.print(f"results: {results_dir}" + ("" if quiet else "  (engine logs in logs/)"), highlight=False)
+    # paths are never broken across lines (a terminal wraps them; a copied path must stay whole)
+    console.print(f"results: {results_dir}" + ("" if quiet else "  (engine logs in logs/)"), highlight=False,
+                  soft_wrap=True)
     if not quiet:
-        console.print(f"report with plots: compare report {results_dir} --html", highlight=False)
+        console.print(f"report with plots: compare report {results_dir} --html", highlight=False, soft_wrap=True)

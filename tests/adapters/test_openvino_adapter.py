@@ -28,7 +28,7 @@ def test_golden_plan():
                              "num_kv_blocks": 64 * 2**20 // (2048 * CPU_BLOCK_TOKENS), "max_num_seqs": 8,
                              "dynamic_split_fuse": False, "use_cache_eviction": False},
         "properties": {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "NUM_STREAMS": 1},
-        "export": {"weight_format": "fp32"}, "seed": 3, "max_model_len": 512,
+        "export": {"weight_format": "fp32"}, "seed": 3, "max_model_len": 512, "verify": True,
         "notes": ["max_num_seqs set: dynamic_split_fuse off (with it on, max_num_seqs has no effect)"],
     }
 

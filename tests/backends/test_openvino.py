@@ -63,6 +63,8 @@ def test_streams_concurrent_requests_with_the_reference_greedy_tokens(tiny_model
     assert desc.native_config["resolved"]["max_num_seqs"] > 0
     export = desc.extra["export"]
     assert set(export["weight_types"]) == {"f32"} and export["loaded_compression"] is None
+    # the compiled model's linear layers run in f32 (the plugin's bf16 default is pinned away)
+    assert set(export["compiled_linear_precisions"]) == {"f32"}
 
 
 def test_cancelling_a_stream_frees_the_engine(tiny_model):
@@ -118,10 +120,13 @@ def test_quantized_runs_load_the_compressed_weights(tiny_model, tmp_path, scheme
     assert r.returncode == 0, r.stderr[-2000:]
     run = json.loads((tmp_path / "q" / "run.json").read_text())
     extra = run["backends"]["openvino"]["describe"]["extra"]
-    # read back from the exported model's weight constants, not from what was asked
+    # read back from the compiled model (and the exported weights), not from what was asked
     assert extra["quantization"]["method"] == compressed and extra["quantization"]["requested"] == scheme
     types = extra["export"]["weight_types"]
     assert sum(types.get(t, 0) for t in wtype) >= 4 * 7  # 4 layers x 7 linear layers
+    # and what the plugin compiled: the linear layers run on compressed weights
+    compiled = extra["export"]["compiled_linear_precisions"]
+    assert sum(compiled.get(t, 0) for t in wtype) >= 4 * 7 and "f32" not in compiled
     assert run["backends"]["openvino"]["levels"]["c2"]["ok"] == 4
 
 

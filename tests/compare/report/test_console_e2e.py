@@ -31,7 +31,11 @@ def test_two_engines_print_a_short_readable_console_and_file_their_logs(tmp_path
     noisy = [ln for ln in lines if ENGINE_LINE.search(ln)]
     assert not noisy, noisy
     assert len(lines) <= 40, "\n".join(lines)
-    assert max(len(ln) for ln in lines) <= 80, "\n".join(ln for ln in lines if len(ln) > 80)
+    # every line fits 80 columns; a results path is never broken (it stays copyable), so a line
+    # holding it counts the path as 10 columns, what a short --out would take
+    out_dir = str(tmp_path / "r")
+    wide = [ln for ln in lines if len(ln) - (len(out_dir) - 10 if out_dir in ln else 0) > 80]
+    assert not wide, "\n".join(wide)
     out = p.stdout
     # one line per finished level, then the answer before the table
     assert re.search(r"^  vllm c1: 4/4 ok, [0-9.]+ tok/s", out, re.M) and re.search(r"^  hf c2: 4/4 ok", out, re.M)

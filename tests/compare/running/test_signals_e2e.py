@@ -126,11 +126,12 @@ def _assert_interrupted(s: Stopped, sig: int, backend: str) -> None:
     s.assert_nothing_left()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
-def test_inprocess_vllm_stopped_by_a_signal(tmp_path, sig):
-    s = Stopped(tmp_path, "vllm", sig)
+# One signal per backend keeps the suite short: the policy is the same code path for every signal
+# (SIGINT with hf, SIGHUP with openvino below); SIGTERM is what CI runners and schedulers send.
+def test_inprocess_vllm_stopped_by_sigterm(tmp_path):
+    s = Stopped(tmp_path, "vllm", signal.SIGTERM)
     assert any("EngineCore" in n for n in s.names), s.names
-    _assert_interrupted(s, sig, "vllm")
+    _assert_interrupted(s, signal.SIGTERM, "vllm")
     assert s.stopped_s < 60  # bounded: cancel, summarise, engine shutdown
 
 
@@ -163,10 +164,10 @@ def test_hf_stopped_by_sigint(tmp_path):
     _assert_interrupted(s, signal.SIGINT, "hf")
 
 
-def test_openvino_stopped_by_sigterm(tmp_path):
-    pytest.importorskip("openvino_genai")
-    s = Stopped(tmp_path, "openvino", signal.SIGTERM)
-    _assert_interrupted(s, signal.SIGTERM, "openvino")
+def test_openvino_stopped_by_sighup(tmp_path):
+    s = Stopped(tmp_path, "openvino", signal.SIGHUP)
+    assert any("backends.openvino_engine" in n for n in s.names), s.names
+    _assert_interrupted(s, signal.SIGHUP, "openvino")
 
 
 def test_compare_clean_removes_only_what_dead_runs_left(tmp_path):
