@@ -31,7 +31,12 @@ def _plan(args: argparse.Namespace) -> int:
     from compare.workload.schedule import parse_levels
     from core.errors import UserError
 
-    spec = spec_from_args(args, default_model="<tiny model>")
+    from backends.models.tiny import default_tiny_dir
+
+    # no --model: the embedded tiny model, probed like any checkpoint where it is built already
+    # (adapters that size caches from the model's shape need its config.json)
+    tiny = default_tiny_dir()
+    spec = spec_from_args(args, default_model=str(tiny) if (tiny / "config.json").is_file() else "<tiny model>")
     try:
         levels = parse_levels(args.concurrency if (args.concurrency or args.rate) else DEFAULT_LEVELS, args.rate)
     except ValueError as e:
