@@ -29,7 +29,7 @@ REAP_GRACE_S = 3.0
 _REAPER: subprocess.Popen | None = None
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -144,7 +144,7 @@ def start_reaper() -> None:
 
 def _reap(tag: str) -> int:
     owner = int(tag.split(":", 1)[0])
-    while _alive(owner):
+    while pid_alive(owner):
         time.sleep(0.25)
     for _ in range(3):  # again: a process may have been forking while we stopped the others
         procs = [p for p, _ in tagged(tag)]
@@ -161,7 +161,7 @@ def _guard_container(owner: int, container_id: str) -> int:
     client = docker.from_env(timeout=30)
     next_check = 0.0
     while True:
-        if not _alive(owner):
+        if not pid_alive(owner):
             try:
                 client.containers.get(container_id).remove(force=True, v=True)
             except NotFound:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from containers.watchdog import pid_alive
 from core.errors import BackendStartError
 from core.errors import UserError
 from core.fsutil import write_json_atomic
@@ -186,7 +187,7 @@ class EngineCache:
                 pid = int(p.name.split("-")[1])
             except (IndexError, ValueError):
                 continue
-            if pid != os.getpid() and not _pid_alive(pid):
+            if pid != os.getpid() and not pid_alive(pid):
                 _rmtree(p)
 
     def get_or_build(self, key: str, meta: dict[str, Any], build: Callable[[Path], None],
@@ -224,16 +225,6 @@ class EngineCache:
             trash.parent.mkdir(parents=True, exist_ok=True)
             os.rename(path, trash)
             _rmtree(trash)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _fsync_dir(path: Path) -> None:
