@@ -204,8 +204,13 @@ def _w(bits: int, typ: str, strategy: str, group: int | None = None) -> dict[str
 _DYN_TOKEN_INT8 = {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "token", "dynamic": True}
 DUMMY_QUANT_CONFIGS: dict[str, dict[str, Any]] = {
     "w4a16-awq": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"},
+    # modules_in_block_to_quantize is named because vLLM (AutoGPTQConfig.maybe_update_config, 0.26)
+    # otherwise infers the quantized layers from the checkpoint's safetensors dtypes: a dummy-weight
+    # copy has no safetensors, the inferred list is empty and every layer loads unquantized.
     "w4a16-gptq": {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True,
-                   "damp_percent": 0.01},
+                   "damp_percent": 0.01, "modules_in_block_to_quantize": [
+                       ["self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj"], ["self_attn.o_proj"],
+                       ["mlp.up_proj", "mlp.gate_proj"], ["mlp.down_proj"]]},
     "w4a16": _ct(_w(4, "int", "group", 128), None, "pack-quantized"),
     "w8a16-int8": _ct(_w(8, "int", "channel"), None, "pack-quantized"),
     "w8a8-int8": _ct(_w(8, "int", "channel"), _DYN_TOKEN_INT8, "int-quantized"),
