@@ -5,6 +5,9 @@
                                               least-outstanding-requests balancer; replica 1 is
                                               SIGKILLed 5 s into load level c8 (default: the first);
                                               kill=16r@c8: when the 16th request of c8 is routed
+    --backends replicas@2*vllm-server:per_device=2  two engines sharing one device, each with half
+                                              of its memory (gpu_memory_utilization, or the CPU
+                                              KV-cache bytes, divided by 2)
     compare run --topology tp=2,replicas=2 --lb rr --kill-replica-after 5 ...  (builds those targets)
 
 A topology is a typed, frozen :class:`Topology` (kind, count, inner backend, balancing policy,
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import time
@@ -96,6 +100,26 @@ def device_env(dev_kind: str, devices: list[str], tp: int) -> Iterator[None]:
                 os.environ[k] = v
 
 
+def replica_devices(t: Topology, tp: int) -> list[list[str]]:
+    """Each replica's devices: ``per_device`` replicas take turns on each device (group)."""
+    groups = assign_devices("replicas", math.ceil(t.count / t.per_device), tp)
+    return [groups[i // t.per_device] for i in range(t.count)]
+
+
+def replica_spec(spec: ServingSpec, per_device: int) -> ServingSpec:
+    """The spec of one of ``per_device`` replicas sharing a device: its share of the memory.
+
+    On a GPU, vLLM's gpu_memory_utilization is the fraction of the whole device one engine may
+    take (0.9 by default), so K engines take 1/K of it each; on CPU the KV cache is sized in bytes."""
+    if per_device == 1:
+        return spec
+    if devices_present()[0] == "gpu":
+        return spec.model_copy(update={"gpu_memory_utilization": round((spec.gpu_memory_utilization or 0.9) / per_device, 4)})
+    if spec.kv_cache_memory_bytes:
+        return spec.model_copy(update={"kv_cache_memory_bytes": spec.kv_cache_memory_bytes // per_device})
+    return spec
+
+
 def _log_dir(results: Path, name: str) -> Path:
     d = Path(results) / "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
     d.mkdir(parents=True, exist_ok=True)
@@ -161,9 +185,11 @@ class ReplicaSet:
         self.kill_after_requests = k.after_requests if k else None
         self.kill_level = k.level if k else None  # None: the first load level
         self._kill_armed = False
-        self.devices = assign_devices("replicas", t.count, spec.tensor_parallel)
+        self.devices = replica_devices(t, spec.tensor_parallel)
         self.tp = spec.tensor_parallel
-        self.replicas: list[Backend] = [registry.build(t.inner, spec) for _ in range(self.n)]
+        self.per_device = t.per_device
+        rspec = replica_spec(spec, t.per_device)
+        self.replicas: list[Backend] = [registry.build(t.inner, rspec) for _ in range(self.n)]
         self.pids: list[set[int]] = [set() for _ in range(self.n)]
         self.alive = [False] * self.n
         self.outstanding = [0] * self.n
@@ -281,7 +307,8 @@ class ReplicaSet:
         return BackendDescription(name=self.name, framework=d.framework, version=d.version,
                                   native_config=d.native_config,
                                   extra={**d.extra, "topology": {"replicas": self.n, "lb": self.lb,
-                                                                 "devices": self.devices}})
+                                                                 "devices": self.devices,
+                                                                 "per_device": self.per_device}})
 
 
 def failure_cost(token_times: list[tuple[int, int]], t0: int, t_kill: int, n: int,
@@ -308,8 +335,8 @@ def _plan(kind: str):
             devs = assign_devices("tp", 1, t.count)
             inner_spec = spec.model_copy(update={"tensor_parallel": t.count})
         else:
-            devs = assign_devices("replicas", t.count, spec.tensor_parallel)
-            inner_spec = spec
+            devs = replica_devices(t, spec.tensor_parallel)
+            inner_spec = replica_spec(spec, t.per_device)
         return {"topology": kind, **t.as_dict(), "devices": devs, "engine": registry.plan(t.inner, inner_spec)}
     return plan
 
@@ -320,5 +347,5 @@ registry.register(registry.BackendEntry(
     name="tp", summary="one engine, tensor parallel over N devices: tp@N*BACKEND",
     factory="backends.topology:TensorParallel", plan="backends.topology:_tp_plan", needs_target=True))
 registry.register(registry.BackendEntry(
-    name="replicas", summary="N engines behind a client-side balancer: replicas@N*BACKEND[:lb=rr|lor][:kill=S]",
+    name="replicas", summary="N engines behind a client-side balancer: replicas@N*BACKEND[:lb=rr|lor][:kill=S][:per_device=K]",
     factory="backends.topology:ReplicaSet", plan="backends.topology:_replicas_plan", needs_target=True))

@@ -15,7 +15,7 @@ from backends import registry
 
 LB_POLICIES = {"rr": "round-robin", "lor": "least outstanding requests"}
 KINDS = ("tp", "replicas")
-_OPTIONS = "known: lb=rr|lor, kill=SECONDS[@LEVEL] or kill=Nr[@LEVEL] (replicas only)"
+_OPTIONS = ("known: lb=rr|lor, kill=SECONDS[@LEVEL] or kill=Nr[@LEVEL], per_device=K (replicas only)")
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,9 @@ class Topology:
     inner: str  # the backend each engine runs, e.g. "vllm"
     lb: str | None = None
     kill: KillPlan | None = None
+    # replicas sharing one device (small models on big GPUs are served so), each with 1/K of the
+    # device's memory; 1: one device (or tensor-parallel group) per replica
+    per_device: int = 1
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -75,6 +78,12 @@ class Topology:
         if self.kind == "tp" and (self.lb is not None or self.kill is not None):
             raise UnsupportedSpecError("tp", "lb/kill", "balancing and replica kills apply to replicas only",
                                        f"replicas@{self.count}*{self.inner}")
+        if not isinstance(self.per_device, int) or self.per_device < 1:
+            raise UnsupportedSpecError(self.kind, f"per_device={self.per_device!r}", "K must be a whole number >= 1")
+        if self.per_device > 1 and (self.kind != "replicas" or self.per_device > self.count):
+            raise UnsupportedSpecError(self.kind, f"per_device={self.per_device}",
+                                       "shares a device between replicas: replicas only, K <= N",
+                                       f"replicas@{self.count}*{self.inner}:per_device={min(self.count, self.per_device)}")
         if self.lb is not None and self.lb not in LB_POLICIES:
             raise UnsupportedSpecError(self.kind, f"lb={self.lb}", f"known: lb={'|'.join(LB_POLICIES)}")
         if registry.split_name(self.inner)[0] in KINDS:
@@ -93,7 +102,8 @@ class Topology:
     @property
     def name(self) -> str:
         """The display name results are filed under: ``replicas@2*vllm:lb=lor:kill=16r@c8``."""
-        opts = ([f"lb={self.lb}"] if self.lb else []) + ([f"kill={self.kill}"] if self.kill else [])
+        opts = ([f"lb={self.lb}"] if self.lb else []) + ([f"kill={self.kill}"] if self.kill else []) \
+            + ([f"per_device={self.per_device}"] if self.per_device > 1 else [])
         return f"{self.kind}@{self.count}*{self.inner}" + "".join(f":{o}" for o in opts)
 
     def __str__(self) -> str:
@@ -110,16 +120,22 @@ class Topology:
             n = int(n_text)
         except ValueError:
             raise UnsupportedSpecError(kind, f"N={n_text!r}", "N must be a whole number >= 1") from None
-        lb, kill = None, None
+        lb, kill, per_device = None, None, 1
         for opt in opts:
             k, _, v = opt.partition("=")
             if kind == "replicas" and k == "lb":
                 lb = v
+            elif kind == "replicas" and k == "per_device":
+                try:
+                    per_device = int(v)
+                except ValueError:
+                    raise UnsupportedSpecError(kind, f"option {opt!r}", "K must be a whole number >= 1",
+                                               "per_device=2") from None
             elif kind == "replicas" and k == "kill":
                 kill = KillPlan.parse(v)
             else:
                 raise UnsupportedSpecError(kind, f"option {opt!r}", _OPTIONS)
-        return cls(kind, n, inner, lb, kill)
+        return cls(kind, n, inner, lb, kill, per_device)
 
     @classmethod
     def from_name(cls, full: str) -> "Topology":
@@ -131,4 +147,4 @@ class Topology:
         k = self.kill
         return {"n": self.count, "inner": self.inner, "lb": self.policy,
                 "kill_after_s": k.after_s if k else None, "kill_after_requests": k.after_requests if k else None,
-                "kill_level": k.level if k else None}
+                "kill_level": k.level if k else None, "per_device": self.per_device}

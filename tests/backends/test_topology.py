@@ -26,11 +26,12 @@ def test_target_grammar():
     t = Topology.parse("replicas", "2*vllm:lb=lor:kill=1.5@c8")
     assert t == Topology("replicas", 2, "vllm", lb="lor", kill=KillPlan(after_s=1.5, level="c8"))
     assert t.as_dict() == {"n": 2, "inner": "vllm", "lb": "lor", "kill_after_s": 1.5, "kill_after_requests": None,
-                           "kill_level": "c8"}
+                           "kill_level": "c8", "per_device": 1}
     assert Topology.parse("replicas", "2*vllm:kill=16r").kill == KillPlan(after_requests=16)
     for bad, needle in [("vllm", "N*BACKEND"), ("0*vllm", ">= 1"), ("x*vllm", ">= 1"), ("2*vllm:lb=random", "lb=rr|lor"),
                         ("2*replicas", "do not nest"), ("2*nosuch", "unknown backend"), ("2*vllm:kill=soon", "SECONDS or Nr"),
-                        ("2*vllm:kill=0", "> 0"), ("2*vllm:kill=0r", ">= 1"), ("2*vllm:color=red", "known: lb=")]:
+                        ("2*vllm:kill=0", "> 0"), ("2*vllm:kill=0r", ">= 1"), ("2*vllm:color=red", "known: lb="),
+                        ("2*vllm:per_device=0", ">= 1"), ("2*vllm:per_device=x", ">= 1"), ("2*vllm:per_device=3", "K <= N")]:
         with pytest.raises(UserError, match=needle):  # UnsupportedSpecError, UnknownBackendError
             Topology.parse("replicas", bad)
     with pytest.raises(UnsupportedSpecError, match="replicas only"):
@@ -38,7 +39,8 @@ def test_target_grammar():
 
 
 @pytest.mark.parametrize("name", ["tp@2*vllm", "replicas@2*vllm", "replicas@2*vllm:lb=rr:kill=3@c8",
-                                  "replicas@4*hf:lb=lor:kill=16r@c8", "replicas@2*vllm:kill=1.5"])
+                                  "replicas@4*hf:lb=lor:kill=16r@c8", "replicas@2*vllm:kill=1.5",
+                                  "replicas@4*vllm-server:lb=lor:per_device=2"])
 def test_display_name_is_derived_from_the_typed_target_and_reads_back(name):
     t = Topology.from_name(name)
     assert t.name == str(t) == name and Topology.from_name(t.name) == t
@@ -55,6 +57,27 @@ def test_registry_builds_the_typed_target_under_its_display_name():
     rs = registry.build(t, ServingSpec(model="/m"))  # building starts nothing
     assert isinstance(rs, ReplicaSet) and rs.name == "replicas@1*hf:lb=lor:kill=4r@c2" and rs.target is t
     assert (rs.lb, rs.kill_after_requests, rs.kill_level, rs.kill_after_s) == ("lor", 4, "c2", None)
+
+
+def test_replicas_sharing_one_device_split_its_memory():
+    """per_device=K: K replicas on each device, each with 1/K of the memory the spec gives one
+    engine (here a CPU core and the KV-cache bytes; on a GPU gpu_memory_utilization)."""
+    from adapters.spec import ServingSpec
+    from backends import registry
+    from backends.topology import devices_present
+
+    if devices_present()[0] == "gpu":
+        pytest.skip("checks the CPU path; the GPU path divides gpu_memory_utilization")
+    spec = ServingSpec(model="/m", kv_cache_memory_bytes=64 << 20)
+    t = Topology.from_name("replicas@2*vllm:lb=lor:per_device=2")
+    rs = registry.build(t, spec)
+    assert rs.devices[0] == rs.devices[1] and len(rs.devices[0]) == 1  # one core, shared
+    assert [r.spec.kv_cache_memory_bytes for r in rs.replicas] == [32 << 20, 32 << 20]
+    plan = registry.plan(t, spec)
+    assert plan["per_device"] == 2 and plan["devices"][0] == plan["devices"][1]
+    assert plan["engine"]["engine_args"]["kv_cache_memory_bytes"] == 32 << 20
+    # without sharing, two replicas need two devices
+    assert registry.build(Topology.from_name("replicas@1*vllm"), spec).replicas[0].spec == spec
 
 
 def test_least_outstanding_balancing_and_passive_health(tiny_model):
