@@ -103,7 +103,7 @@ def device_env(dev_kind: str, devices: list[str], tp: int) -> Iterator[None]:
 def replica_devices(t: Topology, tp: int) -> list[list[str]]:
     """Each replica's devices: ``per_device`` replicas take turns on each device (group)."""
     groups = assign_devices("replicas", math.ceil(t.count / t.per_device), tp)
-    return [groups[i // t.per_device] for i in range(t.count)]
+    return [list(groups[i // t.per_device]) for i in range(t.count)]  # copies: plans print plainly
 
 
 def replica_spec(spec: ServingSpec, per_device: int) -> ServingSpec:

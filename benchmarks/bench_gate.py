@@ -19,6 +19,7 @@ Two phases, so the expensive part runs once and the statistics can be replayed:
 
 Usage:
     .venv/bin/python benchmarks/bench_gate.py record --rounds 10 --out bench-results
+    (GPU: benchmarks/gpu/call_gate.sh records with --spec/--model/--workload and --mode restart)
     .venv/bin/python benchmarks/bench_gate.py evaluate bench-results/gate-XXXX
 """
 from __future__ import annotations
@@ -57,14 +58,22 @@ def record(args: argparse.Namespace) -> Path:
     from backends.models.tiny import ensure_tiny_model
     from compare.workload.build import WorkloadSpec, build_requests
 
-    spec = ServingSpec(model=str(ensure_tiny_model()), **DEFAULT_TINY_SPEC)
+    if args.spec:  # a GPU machine: the spec file (model set from --model) and its workload file
+        from benchmarks.gpu.common import load_spec, load_workload
+
+        spec = load_spec(args.spec, args.model)
+        wl = load_workload(args.workload, args.num_requests)
+    else:
+        spec = ServingSpec(model=str(ensure_tiny_model()), **DEFAULT_TINY_SPEC)
+        wl = WorkloadSpec(name="gate-bench", num_requests=args.num_requests,
+                          input={"dist": "fixed", "value": 64}, output={"dist": "fixed", "value": args.output_len})
     key, _, value = args.slow_native.partition("=")
-    slow = spec.model_copy(update={"native": {"vllm": {key: _scalar(value)}}})
-    wl = WorkloadSpec(name="gate-bench", num_requests=args.num_requests,
-                      input={"dist": "fixed", "value": 64}, output={"dist": "fixed", "value": args.output_len})
+    native = {k: dict(v) for k, v in (spec.native or {}).items()}
+    native.setdefault("vllm", {})[key] = _scalar(value)
+    slow = spec.model_copy(update={"native": native})
     cfg = RunConfig(backends=["A", "B"], spec=spec, backend_specs={"B": slow}, workload=wl,
                     requests=build_requests(wl), levels=[LoadLevel("concurrency", args.concurrency)],
-                    warmup=2, out_root=Path(args.out), run_id=f"gate-{time.strftime('%Y%m%d-%H%M%S')}",
+                    warmup=args.warmup, out_root=Path(args.out), run_id=f"gate-{time.strftime('%Y%m%d-%H%M%S')}",
                     repeats=args.rounds)
 
     def factory(name: str, s: ServingSpec) -> VllmBackend:
@@ -253,6 +262,11 @@ def main() -> None:
                         "the runner's --repeats (fresh engine per repeat, 2 x rounds engine starts)")
     r.add_argument("--settle-s", type=float, default=2.0,
                    help="same-engine mode: pause before each level run (the other engine's idle spin ends)")
+    r.add_argument("--spec", help="a ServingSpec YAML (GPU machines, e.g. benchmarks/gpu/h200.spec.yaml); "
+                                  "default: the tiny model's CPU spec")
+    r.add_argument("--model", help="with --spec: the model directory")
+    r.add_argument("--workload", help="with --spec: a workload YAML (its num_requests replaced by --num-requests)")
+    r.add_argument("--warmup", type=int, default=2, help="warm-up requests per engine start")
     r.add_argument("--single-process", action="store_true",
                    help="restart mode: set VLLM_ENABLE_V1_MULTIPROCESSING=0 (the worker runs inside the engine-core process)")
     e = sub.add_parser("evaluate")
