@@ -1,0 +1,244 @@
+"""A comparison matrix's cells as Ray tasks: ``compare run --ray auto|ADDRESS``.
+
+A cell is one engine start of one column (a backend, a knob variant such as ``vllm[block_size=32]``,
+a quantization, a topology: any target of the run) in one repeat. Each cell is a Ray task that asks
+for what its engine needs (``num_gpus`` = the devices of its topology when the cluster has GPUs;
+else one ``llmc_slot``, the custom resource that stands for "a node's accelerator" on CPU
+clusters; else one CPU), starts its engine on the node Ray picks, replays the run's identical
+request list and arrival schedule (the whole RunConfig travels to it) through the same
+``_run_backend`` as a local run, and returns its records, level summaries and engine logs. The
+driver writes the one results directory: the same run.json schema and requests.jsonl as without
+Ray, plus ``ray`` (where each cell ran, how long it queued and took).
+
+Repeats keep the local rules: every cell is a fresh worker process (``max_calls=1``), so a fresh
+engine; cells are submitted and merged in the interleaved order A B A B ...; the pooled level rows
+are built in that order; a column that fails in one repeat is not measured again (its later cells
+are cancelled, and dropped if they already ran), exactly as a local run skips it. Cells of
+different columns may run at the same time on different nodes (each with its own accelerators).
+
+Nothing here is imported unless ``--ray`` is given (the CLI imports this module lazily).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from backends.http.urls import redact_url
+from backends.logs import LOG_DIR
+from core.errors import UserError
+from core.records import RequestRecord
+from core.results import ResultsWriter
+
+# the custom resource of one CPU node's "accelerator": `ray start --resources '{"llmc_slot": 1}'`
+SLOT = "llmc_slot"
+# environment the cells inherit from the driver (tool and engine settings); nothing else is sent
+ENV_PREFIXES = ("LLM_COMPARE_", "VLLM_", "OMP_", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_")
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+
+
+@dataclass(frozen=True)
+class ScaleOut:
+    """How a run uses a Ray cluster (RunConfig.scaleout)."""
+
+    address: str  # "auto" (the cluster `ray start` left on this machine) or HOST:PORT
+    load_shards: int = 0  # >= 2: load-generator actors for an already running endpoint (ray_load.py)
+    max_clock_offset_ms: float = 5.0  # shards refused when the start alignment is less certain
+    omp_threads: str | None = None  # the driver's OMP_NUM_THREADS (None: engines choose)
+
+    async def run(self, cfg: Any, writer: ResultsWriter, progress: Any) -> str:
+        return await run_cells(cfg, writer, progress)
+
+
+@dataclass
+class CellResult:
+    """What a cell sends back to the driver."""
+
+    name: str
+    repeat: int
+    ok: bool
+    interrupted: bool
+    entry: dict[str, Any]  # the cell's section of run.json for its column
+    records: list[RequestRecord]
+    wall_ns: dict[str, int] = field(default_factory=dict)  # per level: for the pooled rows
+    lag_max: dict[str, float] = field(default_factory=dict)
+    logs: dict[str, bytes] = field(default_factory=dict)  # logs/<file> -> content
+    node: dict[str, Any] = field(default_factory=dict)
+
+
+def _forwarded_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items()
+            if k.startswith(ENV_PREFIXES) and not any(w in k for w in SECRET_WORDS)}
+
+
+def connect(address: str) -> Any:
+    """``ray.init`` against an existing cluster; a missing one is one line naming the fix."""
+    if address != "auto":
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise UserError(f"--ray {address!r}: expected auto or HOST:PORT of a Ray head "
+                            f"(`ray start --head --port 6379` prints it)")
+        if host in ("127.0.0.1", "localhost", "::1"):
+            # a head on the loopback address (this machine only): Ray would otherwise advertise the
+            # machine's outward address for the driver's node and not find its raylet
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        try:
+            socket.create_connection((host, int(port)), timeout=3).close()
+        except OSError as e:
+            raise UserError(f"--ray {address}: no Ray head answers there ({e.strerror or e}); start one "
+                            f"with `ray start --head --node-ip-address {host} --port {port}`") from None
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--ray needs Ray: pip install 'llm-compare[ray]'") from None
+    if ray.is_initialized():
+        return ray
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                 configure_logging=True, runtime_env={"env_vars": _forwarded_env()})
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise UserError(f"--ray {address}: cannot join the Ray cluster ({str(e).splitlines()[0]}); "
+                        f"start one with `ray start --head`, or pass its HOST:PORT") from None
+    return ray
+
+
+def devices_of(target: Any, tensor_parallel: int) -> int:
+    """Accelerators one engine start of ``target`` occupies (topologies hold several)."""
+    inner = getattr(target, "base", target)  # a knob variant occupies what its base does
+    kind, count = getattr(inner, "kind", None), getattr(inner, "count", 1)
+    if kind == "tp":
+        return count * tensor_parallel
+    if kind == "replicas":
+        per = getattr(inner, "per_device", 1)
+        return -(-count // per) * tensor_parallel
+    return tensor_parallel
+
+
+def cell_options(devices: int, cluster: dict[str, float]) -> dict[str, Any]:
+    """The Ray resources a cell asks for (see the module docstring)."""
+    if cluster.get("GPU", 0) > 0:
+        return {"num_gpus": devices, "num_cpus": 1}
+    if cluster.get(SLOT, 0) > 0:
+        return {"resources": {SLOT: devices}, "num_cpus": 0}
+    return {"num_cpus": 1}
+
+
+async def run_cells(cfg: Any, writer: ResultsWriter, progress: Any) -> str:
+    """Every cell on the cluster, merged into ``writer`` in interleaved order; the run's status."""
+    from compare.running.ray_merge import Merger
+
+    so: ScaleOut = cfg.scaleout
+    ray = connect(so.address)
+    cluster = {k: float(v) for k, v in ray.cluster_resources().items()}
+    nodes = [{"node_id": n["NodeID"][:12], "ip": n["NodeManagerAddress"],
+              "resources": {k: v for k, v in n["Resources"].items() if not k.startswith("node:")}}
+             for n in ray.nodes() if n.get("Alive")]
+    writer.run["ray"] = {"address": so.address, "ray_version": ray.__version__, "nodes": nodes, "cells": []}
+    cell = ray.remote(max_calls=1, max_retries=0)(run_cell)  # a fresh worker (and engine) per cell
+    cfg_ref = ray.put(cfg)
+    plan = []
+    for rep in range(cfg.repeats):
+        for target in cfg.backends:
+            opts = cell_options(devices_of(target, cfg.spec_for(str(target)).tensor_parallel), cluster)
+            plan.append((rep, target, opts, cell.options(**opts).remote(cfg_ref, target, rep, time.time())))
+    merger = Merger(cfg, writer, progress)
+    status = "complete"
+    try:
+        for rep, target, opts, ref in plan:
+            name = redact_url(str(target))
+            if name in merger.failed:
+                ray.cancel(ref)  # a column that failed is not measured again, as in a local run
+                continue
+            progress.phase(name, f"on the Ray cluster (repeat {rep + 1}/{cfg.repeats})")
+            try:
+                res = await ref
+            except Exception as e:  # the task itself failed (worker died, node lost, cancelled)
+                res = _lost_cell(name, rep, e)
+            merger.merge(res, opts)
+            if not res.ok:
+                status = "partial"
+                if res.interrupted:
+                    raise asyncio.CancelledError()
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        await _stop_cells(ray, plan, merger)
+        raise
+    return status
+
+
+async def _stop_cells(ray: Any, plan: list[tuple[Any, ...]], merger: Any) -> None:
+    """A stop: every cell still running is interrupted (its engine torn down in the cell, what it
+    measured sent back and kept), within a bounded wait."""
+    live = [(rep, target, opts, ref) for rep, target, opts, ref in plan
+            if (redact_url(str(target)), rep) not in merger.merged]
+    for *_, ref in live:
+        ray.cancel(ref)
+    for rep, target, opts, ref in live:
+        try:
+            res = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(ref.future())), 60)
+        except BaseException:  # cancelled before it started, or gone: nothing to keep
+            continue
+        if res.records or res.entry.get("levels"):
+            merger.merge(res, opts)
+
+
+def _lost_cell(name: str, rep: int, e: BaseException) -> CellResult:
+    text = str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__
+    return CellResult(name=name, repeat=rep, ok=False, interrupted=False,
+                      entry={"status": "failed", "error": f"the Ray task failed: {text}", "levels": {}},
+                      records=[])
+
+
+# ---------------------------------------------------------------- the remote side
+
+
+def run_cell(cfg: Any, target: Any, rep: int, submitted: float) -> CellResult:
+    """One engine start of ``target`` in repeat ``rep``, in a Ray worker on the node Ray picked."""
+    from compare.running import aio
+    from compare.running.ray_merge import CellWriter
+    from compare.running.runner import Progress, _Pool, _run_backend
+    from backends import registry
+    from compare.running.load import offered_load
+
+    started = time.time()
+    # Ray pins OMP_NUM_THREADS to the task's CPUs (1): engines size their own thread pools, as locally
+    if cfg.scaleout.omp_threads is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = cfg.scaleout.omp_threads
+    os.environ.setdefault("LLM_COMPARE_RUN_ID", cfg.run_id)
+    aio.install_signal_policy()  # ray.cancel interrupts the cell like Ctrl-C: engines are torn down
+    tmp = Path(tempfile.mkdtemp(prefix="llmc-cell-"))
+    name = redact_url(str(target))
+    try:
+        writer = CellWriter(tmp, "cell", {})
+        progress = Progress()  # the driver reports each cell's levels when it merges them
+        pool = _Pool()
+        interrupted = False
+        try:
+            backend = registry.Builder(offered_load(cfg.levels, cfg.requests))(target, cfg.spec_for(str(target)))
+            ok = aio.run(_run_backend(cfg, name, backend, writer, progress, rep, pool))
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            ok, interrupted = False, True
+        except UserError as e:  # e.g. a spec this node's engine cannot honour
+            entry = writer.backend(name)
+            entry.update(status="failed", error=str(e))
+            ok = False
+        logs = {p.name: p.read_bytes() for p in sorted((writer.dir / LOG_DIR).glob("*")) if p.is_file()}
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return CellResult(
+            name=name, repeat=rep, ok=ok, interrupted=interrupted, entry=writer.run["backends"].get(name, {}),
+            records=writer.records,
+            wall_ns={k[1]: v for k, v in pool.wall_ns.items()}, lag_max={k[1]: v for k, v in pool.lag_max.items()},
+            logs=logs, node={"node_id": ctx.get_node_id()[:12], "ip": ray.util.get_node_ip_address(),
+                             "host": socket.gethostname(), "pid": os.getpid(),
+                             "queued_s": round(started - submitted, 3), "wall_s": round(time.time() - started, 3)})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,113 @@
+"""The driver's side of Ray cells: each cell's result merged into the one results directory.
+
+A cell ran ``runner._run_backend`` on a node of its own against a :class:`CellWriter` (records in
+memory, a scratch directory for run.json and logs). Merging applies what a local run writes, in
+the same order: the column's section (capabilities, description, start time, quality), the
+repeat's row, the pooled level rows over all repeats so far, the status rules (``complete`` after
+the last repeat, ``failed`` with ``repeat N: ...``), the records into requests.jsonl and the engine
+logs appended to ``RESULTS/logs/`` under a line naming the node. Where each cell ran goes to
+run.json's ``ray.cells``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from backends.logs import LOG_DIR, log_file
+from core.records import RequestRecord
+from core.results import LevelSummary, ResultsWriter
+
+_PER_REPEAT = ("levels", "repeats", "status", "error", "start_s")
+# what a pooled row takes from the latest repeat's row, as runner._run_backend does (server-side
+# samples are per engine start)
+_FROM_LATEST = ("server_metrics", "server_gauges", "prefix_cache", "time_breakdown", "aborted")
+
+
+class CellWriter(ResultsWriter):
+    """A cell's writer: records are kept for the driver (which writes requests.jsonl)."""
+
+    def __init__(self, root: Path, run_id: str, header: dict[str, Any]) -> None:
+        super().__init__(root, run_id, header)
+        self.records: list[RequestRecord] = []
+
+    def add_record(self, rec: RequestRecord) -> None:
+        self.records.append(rec)
+
+
+class Merger:
+    def __init__(self, cfg: Any, writer: ResultsWriter, progress: Any) -> None:
+        self.cfg, self.writer, self.progress = cfg, writer, progress
+        self.failed: set[str] = set()
+        self.merged: set[tuple[str, int]] = set()
+        self.levels = {lv.label: lv for lv in cfg.levels}
+        self.pool: dict[str, list[RequestRecord]] = {}
+        self.wall_ns: dict[str, int] = {}
+        self.lag_max: dict[str, float] = {}
+
+    def merge(self, res: Any, opts: dict[str, Any]) -> None:
+        from compare.running.runner import _level_summary
+
+        cfg, writer, name, rep = self.cfg, self.writer, res.name, res.repeat
+        self.merged.add((name, rep))
+        self.progress.backend_start(name if cfg.repeats == 1 else f"{name} (repeat {rep + 1}/{cfg.repeats})")
+        entry = writer.backend(name)
+        ce = res.entry
+        for k, v in ce.items():
+            if k not in _PER_REPEAT:
+                entry[k] = v  # capabilities, describe (latest), quality (repeat 0), ...
+        if ce.get("start_s") is not None:
+            entry.setdefault("start_s", ce["start_s"])
+        for rec in res.records:
+            writer.add_record(rec)
+        if cfg.repeats > 1:
+            this = (ce.get("repeats") or [{"repeat": rep, "status": ce.get("status", "failed"), "levels": {}}])[0]
+            entry.setdefault("repeats", []).append(this)
+            shown = this["levels"]
+            for label in res.wall_ns:  # levels that ran to their end, pooled in repeat order
+                key = f"{name}\0{label}"
+                self.pool.setdefault(key, []).extend(r for r in res.records if r.level == label)
+                self.wall_ns[key] = self.wall_ns.get(key, 0) + res.wall_ns[label]
+                self.lag_max[key] = max(self.lag_max.get(key, 0.0), res.lag_max.get(label, 0.0))
+                pooled = _level_summary(cfg, self.pool[key], self.wall_ns[key], self.lag_max[key])
+                pooled.update({k: shown[label][k] for k in _FROM_LATEST if k in shown[label]})
+                pooled["repeats"] = rep + 1
+                entry["levels"][label] = pooled
+        else:
+            shown = ce.get("levels", {})
+            entry["levels"].update(shown)
+        for label, summary in shown.items():
+            if label in self.levels:
+                self.progress.level_done(name, self.levels[label], LevelSummary.model_validate(summary))
+        log = self._logs(name, rep, res)
+        if res.ok:
+            entry["status"] = "complete" if rep == cfg.repeats - 1 else "running"
+        else:
+            self.failed.add(name)
+            error = ce.get("error") or "the cell ended without a result"
+            if cfg.repeats > 1 and not error.startswith("repeat "):
+                error = f"repeat {rep + 1}: {error}"
+            entry["status"] = "interrupted" if res.interrupted else ce.get("status") or "failed"
+            if entry["status"] in ("running", "pending", "complete"):
+                entry["status"] = "failed"
+            entry["error"] = error
+            if not res.interrupted:
+                self.progress.backend_failed(name, error.removeprefix(f"repeat {rep + 1}: "), log)
+        writer.run["ray"]["cells"].append({"backend": name, "repeat": rep, "ok": res.ok, "resources": opts,
+                                           **res.node})
+        writer.flush()
+
+    def _logs(self, name: str, rep: int, res: Any) -> Path:
+        """The cell's engine logs appended to RESULTS/logs/, each under a line naming where it ran."""
+        main = log_file(self.writer.dir, name)
+        d = self.writer.dir / LOG_DIR
+        node = res.node
+        banner = (f"--- {name}, repeat {rep + 1}: Ray node {node.get('ip', '?')} ({node.get('host', '?')}), "
+                  f"worker pid {node.get('pid', '?')} ---\n").encode()
+        try:
+            d.mkdir(exist_ok=True)
+            for fname, data in res.logs.items():
+                with open(d / fname, "ab") as f:
+                    f.write(banner + data + (b"" if data.endswith(b"\n") or not data else b"\n"))
+        except OSError:
+            pass  # logs are a convenience; the measurements are already in run.json
+        return main
