@@ -58,6 +58,12 @@ async def _policed(coro: Coroutine[Any, Any, T]) -> T:
         _P.task = _P.loop = None
 
 
+def run_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """The loop ``run`` uses, without its signal policy or reaper: for the client processes of a
+    sharded level (compare/running/multiproc_worker.py), whose parent owns both."""
+    return _run(coro)
+
+
 def _run(coro: Coroutine[Any, Any, T]) -> T:
     choice = loop_choice()
     if choice != "asyncio":
