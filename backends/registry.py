@@ -17,6 +17,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 from adapters.spec import ServingSpec
 from adapters.target import Load, Machine
+from adapters.variants import Variant
 from backends.base import Backend
 from core.errors import UserError
 from core.records import Capabilities
@@ -90,6 +91,9 @@ def entry_for(full: str) -> tuple[BackendEntry, str | None]:
 
 def _resolve(full: str | BackendTarget) -> tuple[BackendEntry, str | BackendTarget | None, str]:
     """(entry, target handed to the backend, display name) of a name or a typed target."""
+    if isinstance(full, Variant):  # a knob variant is built and planned like its base, under its own name
+        e, target, _ = _resolve(full.base)
+        return e, target, full.name
     if isinstance(full, str):
         e, target = entry_for(full)
         return e, target, full

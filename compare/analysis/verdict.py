@@ -33,6 +33,7 @@ class Verdict:
     comparisons: list[Comparison]
     costs: dict[str, dict[str, float]] = field(default_factory=dict)  # backend -> level -> $/M out tok
     gpu_hour_price: float | None = None
+    devices: dict[str, int] = field(default_factory=dict)  # backend -> devices it occupies (priced each)
     quality: list[str] = field(default_factory=list)
     caveats: list[str] = field(default_factory=list)
     margin: float | None = None
@@ -41,6 +42,7 @@ class Verdict:
         return {"reference": self.reference, "backends": self.backends, "levels": self.levels,
                 "slo": self.slo, "quantization": self.quantization, "margin": self.margin,
                 "gpu_hour_price": self.gpu_hour_price, "cost_per_million_output_tokens": self.costs,
+                "devices": self.devices,
                 "comparisons": [c.as_dict() for c in self.comparisons],
                 "summary": summary_lines(self), "quality": self.quality, "caveats": self.caveats}
 
@@ -78,7 +80,7 @@ def build_verdict(run: RunResults | dict[str, Any], records: Iterable[RequestRec
                 quantization={n: _quantization(run, n) for n in names}, comparisons=comps,
                 gpu_hour_price=gpu_hour_price, margin=margin)
     if gpu_hour_price is not None:
-        v.costs = _costs(judged, names, gpu_hour_price)
+        v.costs, v.devices = _costs(judged, names, gpu_hour_price)
     v.quality = _quality(run, names, ref)
     v.caveats = verdict_caveats(run, samples)
     if matched:
@@ -95,16 +97,19 @@ def _quantization(run: RunResults, name: str) -> str:
     return str(run.spec_for(name).quantization)
 
 
-def _costs(run: RunResults, names: list[str], price: float) -> dict[str, dict[str, float]]:
-    """$ per million output tokens = price per accelerator-hour x accelerators / tokens per hour."""
+def _costs(run: RunResults, names: list[str], price: float) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
+    """$ per million output tokens per backend and level, and the devices each backend occupies
+    (a topology's every device: compare/analysis/cost.py)."""
+    from compare.analysis.cost import cost_per_million, devices
+
     out: dict[str, dict[str, float]] = {}
+    n_dev = {n: devices(n, run.spec_for(n)) for n in names}
     for n in names:
-        devices = int(run.spec_for(n).tensor_parallel or 1)
         for label, s in run.backends[n].levels.items():
-            tps = s.output_tok_s or 0.0
-            if tps > 0:
-                out.setdefault(n, {})[label] = price * devices / (tps * 3600.0) * 1e6
-    return out
+            c = cost_per_million(price, n_dev[n], s.output_tok_s or 0.0)
+            if c is not None:
+                out.setdefault(n, {})[label] = c
+    return out, n_dev
 
 
 def _numeric(d: Any, prefix: str = "") -> dict[str, float]:
@@ -252,9 +257,17 @@ def summary_lines(v: Verdict, name: Callable[[str], str] = str) -> list[str]:
             if wins and same:
                 text += f"; no significant difference in {', '.join(same)}"
             out.append(text)
+    return out + cost_lines(v, name)
+
+
+def cost_lines(v: Verdict, name: Callable[[str], str] = str) -> list[str]:
+    """One line per backend: its cost per million output tokens at each level, and the devices priced."""
+    out = []
     for n, per in v.costs.items():
         costs = ", ".join(f"{lb} ${c:.3g}" for lb, c in per.items())
-        out.append(f"cost per million output tokens at ${v.gpu_hour_price:g}/device-hour, {name(n)}: {costs}")
+        d = v.devices.get(n, 1)
+        out.append(f"cost per million output tokens at ${v.gpu_hour_price:g}/device-hour, {name(n)} "
+                   f"({d} device{'s' if d != 1 else ''}): {costs}")
     return out
 
 

@@ -202,7 +202,7 @@ def comparison_table(run: RunResults | dict[str, Any], width: int | None = None,
     for k in keys:
         t.add_column(heads[k], justify="left" if k in ("backend", "load") else "right", no_wrap=True)
     for r in rows:
-        t.add_row(*[r.get(k, "-") for k in keys])
+        t.add_row(*[Text(r.get(k, "-")) for k in keys])  # names such as vllm[block_size=32] are not markup
     t.caption = "latencies in ms, measured at the client"
     t.caption_justify = "left"
     if run.length_matched:
@@ -246,8 +246,10 @@ def print_summary(console: Console, results_dir: Path, price: float | None = Non
     ref = f"reference {labels.get(v.reference, v.reference)}" if len(v.backends) > 1 else "one backend"
     if not quiet:
         console.print()
-    console.print(f"[bold]Verdict[/bold] ({ref}, run {run.status})", highlight=False)
-    for line in headlines(run, v, lambda n: labels.get(n, n)):
+    console.print(f"[bold]Verdict[/bold] ({escape(ref)}, run {run.status})", highlight=False)
+    from compare.analysis.verdict import cost_lines  # --gpu-hour-price: every device a backend occupies
+
+    for line in headlines(run, v, lambda n: labels.get(n, n)) + cost_lines(v, lambda n: labels.get(n, n)):
         for part in textwrap.wrap(line, max(20, console.width - 2)):  # wrapped lines keep the indent
             console.print(Text(f"  {part}"))
     if not quiet:

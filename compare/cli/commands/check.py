@@ -40,7 +40,9 @@ def _check(args: argparse.Namespace) -> int:
         raise UserError("--alpha is a probability, e.g. 0.05")
     base = load_baseline(args.baseline, args.dir)
     if args.backends is not None:
-        base = select_backends(base, [n.strip() for n in args.backends.split(",") if n.strip()])
+        from adapters.variants import split_names  # variant names hold commas: vllm[block_size=32,max_num_seqs=8]
+
+        base = select_backends(base, split_names(args.backends))
     run, records = load_results(args.results)
     ensure_comparable(base, run, workload_digest(args.results))
     res = check(base, run, records, floor=args.floor, alpha=args.alpha)

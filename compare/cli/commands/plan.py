@@ -15,6 +15,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_backends_option(p)
     add_spec_options(p)
     p.add_argument("--format", choices=["yaml", "json"], default="yaml")
+    p.add_argument("--vary", action="append", metavar="FIELD=V1,V2",
+                   help="each backend's native config per value of a spec field, as `compare run --vary` runs it")
     g = p.add_argument_group("the load the plan is sized for (as `compare run` takes it)")
     g.add_argument("--concurrency", help="closed-loop levels, e.g. 1,64,256 (default 1,4 when no --rate)")
     g.add_argument("--rate", help="open-loop rates in req/s (every request of such a level may be in flight)")
@@ -45,8 +47,15 @@ def _plan(args: argparse.Namespace) -> int:
         raise UserError("--num-requests must be > 0")
     # model and machine probed once; each backend's plan resolved once, sized for the load (TGI)
     builder = Builder(offered_load(levels, args.num_requests))
-    out = {"spec": spec.model_dump(mode="json", exclude_defaults=True),
-           "backends": {name: builder.prepare(name, spec).plan() for name in parse_backends(args.backends)}}
+    names = parse_backends(args.backends)
+    if args.vary:  # the variants `compare run --vary` would run, refused the same way (compare/running/variants.py)
+        from compare.running.variants import vary
+
+        v = vary(names, lambda _: spec, args.vary, builder.load)
+        plans = {t.name: builder.prepare(t, v.specs[t.name]).plan() for t in v.targets}
+    else:
+        plans = {name: builder.prepare(name, spec).plan() for name in names}
+    out = {"spec": spec.model_dump(mode="json", exclude_defaults=True), "backends": plans}
     if args.format == "json":
         print(json.dumps(out, indent=2, default=str))
     else:

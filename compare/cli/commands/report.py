@@ -21,6 +21,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="price per device-hour for the cost column (default: the one given to `compare run`)")
     p.add_argument("--margin", type=float, default=None,
                    help="equivalence / non-inferiority margin as a fraction, e.g. 0.05")
+    p.add_argument("--require-slo", nargs="?", const="", default=None, metavar="SLO",
+                   help="exit 1 unless every backend meets the SLO (the run's own, or the one given, e.g. "
+                        "ttft_p95=2s) at every level with no failed request; one line per miss (as `compare run "
+                        "--require-slo`)")
     p.set_defaults(func=_report)
 
 
@@ -55,4 +59,9 @@ def _report(args: argparse.Namespace) -> int:
     written = render(args.results, args.html, args.out, args.gpu_hour_price, args.margin)
     if written:
         print(f"report written to {written}", file=sys.stderr)
+    if args.require_slo is not None:  # exit 1 (SLOMissed) with one line per miss (compare/analysis/slo_gate.py)
+        from compare.analysis.slo_gate import require_slo_met
+        from core.slo import SLO
+
+        require_slo_met(args.results, SLO.parse(args.require_slo) if args.require_slo else None)
     return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from compare.running import aio
@@ -31,6 +32,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                          "when no --rate is given)")
     g.add_argument("--rate", help="open-loop Poisson rates in req/s, e.g. 2,8,inf")
     g.add_argument("--slo", help="e.g. ttft_p95=2s,tpot_p95=100ms (goodput counts requests meeting each limit)")
+    g.add_argument("--require-slo", action="store_true",
+                   help="a deployment guard (needs --slo): exit 1 unless every backend (and variant) meets every "
+                        "SLO term at EVERY measured load level with no failed request, one line per miss; "
+                        "measure only the loads the deployment must sustain (results are kept either way)")
+    g.add_argument("--vary", action="append", metavar="FIELD=V1,V2",
+                   help="run each backend once per value of a spec field, each as its own column, e.g. "
+                        "--vary block_size=16,32 (vllm[block_size=16], vllm[block_size=32]); repeat the "
+                        "flag for a grid; 'default' = the framework's own default")
     g.add_argument("--warmup", type=int, default=2, help="warm-up requests per backend (not measured)")
     g.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds")
     g.add_argument("--max-errors", type=int, default=None,
@@ -76,6 +85,11 @@ def _validate_load(args: argparse.Namespace):
     check_price_margin(args.gpu_hour_price, args.margin)
     if args.timeout <= 0:
         raise UserError("--timeout must be > 0 seconds")
+    from adapters.variants import parse_axes
+
+    parse_axes(args.vary)  # a bad --vary fails before any model is built (compare/running/variants.py plans it)
+    if args.require_slo and not args.slo:
+        raise UserError("--require-slo checks the run against --slo: give one, e.g. --slo ttft_p95=2s,tpot_p95=100ms")
     return levels
 
 
@@ -128,6 +142,7 @@ def _run(args: argparse.Namespace) -> int:
     requests = _requests(args, spec, workload, served)
     if served is not None:
         served.confirm(requests)  # too long for the server: one line; else says where the model comes from
+    header = served.header(workload) if served is not None else {}
 
     from compare.running.runner import RunConfig
 
@@ -148,14 +163,21 @@ def _run(args: argparse.Namespace) -> int:
     from compare.running.load import offered_load
 
     load = offered_load(levels, requests)  # TGI's admission limit follows the run's highest concurrency
-    for b in backends:
+    if args.vary:  # each backend's knob variants become the run's columns (compare/running/variants.py)
+        from compare.running.variants import vary
+
+        v = vary(backends, cfg.spec_for, args.vary, load)
+        cfg.backends, cfg.backend_specs, header["variants"] = list(v.targets), dict(v.specs), v.header
+        for note in v.notes:
+            print(f"note: {note}", file=sys.stderr)
+    for b in cfg.backends:
         plan(b, cfg.spec_for(str(b)), load)
-    return _execute(cfg, args.format, args.gpu_hour_price, args.margin, quiet=args.quiet,
-                    header=served.header(workload) if served is not None else None)
+    return _execute(cfg, args.format, args.gpu_hour_price, args.margin, quiet=args.quiet, header=header or None,
+                    require_slo=args.require_slo)
 
 
 def _execute(cfg, fmt: str, price: float | None = None, margin: float | None = None, quiet: bool = False,
-             header: dict | None = None) -> int:
+             header: dict | None = None, require_slo: bool = False) -> int:
     from rich.console import Console
 
     from backends.logs import terminal
@@ -191,6 +213,10 @@ def _execute(cfg, fmt: str, price: float | None = None, margin: float | None = N
             console.print(f"report: {written}")
     else:
         print_summary(console, writer.dir, price, margin, quiet=quiet)
+    if require_slo:  # exit 1 (SLOMissed) with one line per miss; the results stay written
+        from compare.analysis.slo_gate import require_slo_met
+
+        require_slo_met(writer.dir)
     return 0 if run_data["status"] == "complete" else 1
 
 

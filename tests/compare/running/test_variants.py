@@ -1,0 +1,45 @@
+"""compare/running/variants.py: which knob variants a backend can run, decided from the adapters'
+plans before anything starts; the CLI refuses the rest with one line, exit 2, nothing written."""
+from __future__ import annotations
+
+import pytest
+
+from adapters.spec import ServingSpec
+from compare.running.variants import vary
+from core.errors import UserError
+from tests.compare.cli.test_cli_bad_input import assert_one_line_error
+from tests.conftest import run_cli
+
+
+def test_variants_carry_their_spec_and_say_which_one_is_the_base(tiny_model):
+    base = ServingSpec(model=str(tiny_model), max_num_seqs=4)
+    v = vary(["vllm", "hf-cb"], lambda _: base, ["max_num_seqs=1,4", "block_size=32,64"])
+    assert [t.name for t in v.targets][:2] == ["vllm[max_num_seqs=1,block_size=32]", "vllm[max_num_seqs=1,block_size=64]"]
+    assert len(v.targets) == 8 and v.specs["hf-cb[max_num_seqs=4,block_size=64]"].max_num_seqs == 4
+    assert v.header["columns"]["vllm[max_num_seqs=4,block_size=32]"] == {
+        "backend": "vllm", "overrides": {"max_num_seqs": 4, "block_size": 32}, "base_value": ["max_num_seqs"]}
+    # block_size is not set in the base, so no column is the base spec itself
+    assert not [n for n in v.notes if "runs the base spec" in n]
+    v = vary(["vllm"], lambda _: base, ["max_num_seqs=1,4"])
+    assert v.notes == ["vllm[max_num_seqs=4] runs the base spec's own max_num_seqs=4"]
+    v = vary(["vllm"], lambda _: base.model_copy(update={"max_num_seqs": 8}), ["max_num_seqs=1,4"])
+    assert v.notes == ["vllm: the base spec's max_num_seqs=8 is not among --vary max_num_seqs=1,4 and is not run"]
+
+
+def test_a_backend_that_ignores_or_refuses_the_field_is_refused(tiny_model):
+    base = ServingSpec(model=str(tiny_model))
+    with pytest.raises(UserError, match=r"hf ignores max_num_seqs \(it records the field as not applicable"):
+        vary(["vllm", "hf"], lambda _: base, ["max_num_seqs=1,4"])
+    with pytest.raises(UserError, match=r"openvino\[block_size=32\] cannot run: openvino cannot honour block_size=32"):
+        vary(["openvino"], lambda _: base, ["block_size=32,64"])
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--backends", "vllm", "--vary", "nope=1"], ["--vary 'nope=1': unknown field 'nope'", "valid fields:"]),
+    (["--backends", "vllm,hf", "--vary", "max_num_seqs=1,4"], ["hf ignores max_num_seqs"]),
+    (["--backends", "vllm", "--require-slo"], ["--require-slo", "give one, e.g. --slo"]),
+])
+def test_cli_refuses_with_one_line_and_writes_nothing(tmp_path, tiny_model, args, needles):
+    out = tmp_path / "results"
+    assert_one_line_error(run_cli("run", "--model", str(tiny_model), *args, "--out", str(out)), *needles)
+    assert not out.exists()
