@@ -1,0 +1,77 @@
+"""``--client-procs 2`` against the real vLLM OpenAI server (one start, tiny model on CPU): the same
+records, per-request fields and level summaries as one client process."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from adapters.spec import ServingSpec
+from tests.conftest import run_cli
+
+WORKLOAD = ("--num-requests", "6", "--input-len", "16", "--output-len", "12", "--concurrency", "4",
+            "--rate", "20", "--warmup", "1")
+
+
+@pytest.fixture(scope="module")
+def vllm_url(tiny_model, tmp_path_factory):
+    from backends.vllm_server import HOST, ServerProcess, free_port, server_command
+
+    spec = ServingSpec(model=str(tiny_model), dtype="float32", max_model_len=512,
+                       kv_cache_memory_bytes=64 << 20, enforce_eager=True)
+    port = free_port()
+    srv = ServerProcess(server_command(spec, port), tmp_path_factory.mktemp("srv") / "vllm.log")
+    srv.start()
+    try:
+        asyncio.run(srv.wait_healthy(f"http://{HOST}:{port}/health", 900))
+        yield f"http://{HOST}:{port}"
+    finally:
+        srv.stop()
+
+
+def _run(url, tiny_model, out, procs: str) -> tuple[dict, list[dict]]:
+    p = run_cli("run", "--backends", f"openai@{url}", "--tokenizer", str(tiny_model), *WORKLOAD,
+                "--client-procs", procs, "--out", str(out), "--run-id", f"p{procs}", "--format", "json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    d = out / f"p{procs}"
+    return (json.loads((d / "run.json").read_text()),
+            [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines()])
+
+
+@pytest.mark.engine
+def test_two_client_processes_measure_what_one_does(vllm_url, tiny_model, tmp_path):
+    run1, recs1 = _run(vllm_url, tiny_model, tmp_path, "1")
+    run2, recs2 = _run(vllm_url, tiny_model, tmp_path, "2")
+    assert run1["client"]["client_procs"] == 1 and run2["client"]["client_procs"] == 2
+    assert len(recs2) == len(recs1) == 12
+    assert recs1[0].keys() == recs2[0].keys()  # one schema
+    by1 = {(r["level"], r["request_id"]): r for r in recs1}
+    by2 = {(r["level"], r["request_id"]): r for r in recs2}
+    assert by1.keys() == by2.keys()
+    for key, a in by1.items():
+        b = by2[key]
+        for field in ("ok", "error_kind", "finish_reason", "prompt_tokens", "requested_tokens", "token_ids",
+                      "usage_completion_tokens", "event_token_counts", "backend", "repeat"):
+            assert a.get(field) == b.get(field), (key, field)
+        assert b["t_sent_ns"] <= b["event_times_ns"][0] <= b["t_end_ns"]
+    for level in ("r20",):  # open loop: each request scheduled at the same offset of its level
+        t0_1 = min(r["t_scheduled_ns"] for r in recs1 if r["level"] == level)
+        t0_2 = min(r["t_scheduled_ns"] for r in recs2 if r["level"] == level)
+        assert ({k: r["t_scheduled_ns"] - t0_1 for k, r in by1.items() if k[0] == level}
+                == {k: r["t_scheduled_ns"] - t0_2 for k, r in by2.items() if k[0] == level})
+    for rec_list in (recs1, recs2):  # each level's records in completion order
+        for level in ("c4", "r20"):
+            ends = [r["t_end_ns"] for r in rec_list if r["level"] == level]
+            assert ends == sorted(ends)
+    (l1,) = run1["backends"].values()
+    (l2,) = run2["backends"].values()
+    for label in ("c4", "r20"):
+        s1, s2 = l1["levels"][label], l2["levels"][label]
+        for k in ("requests", "ok", "failed", "output_tokens", "input_tokens", "errors"):
+            assert s1[k] == s2[k], (label, k)
+        assert "client_procs" not in s1
+        procs = s2["client_procs"]
+        assert procs["n"] == 2 and sum(p["requests"] for p in procs["processes"]) == 6
+        assert all(p["cpu_s"] > 0 and p["loop_lag_ms"]["samples"] > 0 for p in procs["processes"])
+        assert s2["loop_lag_ms"]["max"] == max(p["loop_lag_ms"]["max"] for p in procs["processes"])
