@@ -72,6 +72,9 @@ class ConsoleProgress(Progress):
                   f"{summary.output_tok_s:.1f} tok/s, TTFT p50 {'-' if ttft is None else f'{ttft:.1f} ms'}, "
                   f"{time.monotonic() - self._phase_t0:.1f} s")
 
+    def note(self, name: str, text: str) -> None:
+        self._say(text)
+
     def log_line(self, name: str, line: str) -> None:
         self.console.print(Text(f"{name}| {line}", style="dim"), no_wrap=True, overflow="ellipsis")
 
@@ -247,9 +250,12 @@ def print_summary(console: Console, results_dir: Path, price: float | None = Non
     if not quiet:
         console.print()
     console.print(f"[bold]Verdict[/bold] ({escape(ref)}, run {run.status})", highlight=False)
+    from compare.report.max_rate import answer_lines  # --find-max-rate: one line per backend
+
     from compare.analysis.verdict import cost_lines  # --gpu-hour-price: every device a backend occupies
 
-    for line in headlines(run, v, lambda n: labels.get(n, n)) + cost_lines(v, lambda n: labels.get(n, n)):
+    for line in (headlines(run, v, lambda n: labels.get(n, n)) + answer_lines(run, lambda n: labels.get(n, n))
+                 + cost_lines(v, lambda n: labels.get(n, n))):
         for part in textwrap.wrap(line, max(20, console.width - 2)):  # wrapped lines keep the indent
             console.print(Text(f"  {part}"))
     if not quiet:

@@ -41,7 +41,10 @@ def sections(d: ReportData) -> list[Section]:
              f"run {run.run_id} ({run.status})"]
     if legend(d.labels):
         about.append("labels: " + "; ".join(legend(d.labels)))
-    out = [Section("Answer", kind="answer", bullets=headlines(run, v, name), paragraphs=about)]
+    from compare.report import max_rate  # --find-max-rate: its answer beside the others, its probes below
+
+    out = [Section("Answer", kind="answer", bullets=headlines(run, v, name) + max_rate.answer_lines(run, name),
+                   paragraphs=about)]
     out.append(Section("Latency vs throughput", plots=["latency_vs_throughput"], kind="answer-plot"))
     out.append(Section("Caveats (apply to every number in this report)", kind="caveats",
                        bullets=v.caveats or ["none detected (client kept up, lengths forced, no failures)"]))
@@ -67,6 +70,9 @@ def sections(d: ReportData) -> list[Section]:
                                 "TPOT p95", "ITL p99", "E2E p95", "goodput req/s", "$/M out tok"], rows=rows))
     out.append(Section("Verdict per metric", paragraphs=[header_line(v, name)], bullets=summary_lines(v, name),
                        headers=DECISION_HEADERS if v.comparisons else [], rows=decision_rows(v, name)))
+    if max_rate.probe_rows(run, name):
+        out.append(Section("Max rate meeting the SLO: every probe", paragraphs=[max_rate.MEANING],
+                           headers=max_rate.HEADERS, rows=max_rate.probe_rows(run, name)))
     out.append(Section("Quality", bullets=v.quality))
     sc = server_client_rows(d)
     if sc:

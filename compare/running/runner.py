@@ -17,7 +17,7 @@ import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from adapters.spec import ServingSpec
 from backends import registry
@@ -56,6 +56,9 @@ class RunConfig:
     backend_specs: dict[str, ServingSpec] = field(default_factory=dict)  # per-backend overrides
     repeats: int = 1  # engine restarts per backend, interleaved A B A B
     stream_logs: bool = False  # engine log lines also go to progress.log_line (`-v`)
+    # a further measurement in the same engine start, after the levels: awaited with
+    # (cfg, name, backend, entry, repeat, progress); e.g. `--find-max-rate` (compare/tuning/max_rate.py)
+    after_levels: Callable[..., Awaitable[None]] | None = None
 
     def spec_for(self, backend: str) -> ServingSpec:
         return self.backend_specs.get(backend, self.spec)
@@ -69,6 +72,7 @@ class Progress:
     def request_done(self, rec: RequestRecord) -> None: ...
     def level_done(self, name: str, level: LoadLevel, summary: LevelSummary) -> None: ...
     def message(self, text: str) -> None: ...
+    def note(self, name: str, text: str) -> None: ...  # one finished step's line (e.g. a max-rate probe)
     def phase(self, name: str, what: str, log: Path | None = None) -> None: ...  # starting, warm-up, stopping
     def log_line(self, name: str, line: str) -> None: ...
 
@@ -212,6 +216,9 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
                 progress.level_done(name, level, LevelSummary.model_validate(summary))
                 if outcome.aborted:
                     raise RunAborted(outcome.aborted)
+            if cfg.after_levels is not None:
+                await cfg.after_levels(cfg, name, backend, entry, rep, progress)
+                writer.flush()
         this["status"] = "complete"
         entry["status"] = "complete" if rep == cfg.repeats - 1 else "running"
         return True

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 from core.records import GenerationRequest
 from backends.base import Backend
@@ -26,6 +26,7 @@ from compare.running.executor import run_level, run_one
 from compare.analysis.metrics import summarize
 from core.slo import SLO
 from compare.workload.schedule import LoadLevel
+from core.records import RequestRecord
 
 
 KEEP_UP = 0.5  # achieved/offered request rate below which a rate level counts as overloaded
@@ -63,10 +64,20 @@ def compact(level: LoadLevel, s: dict[str, Any]) -> dict[str, Any]:
             "tpot_p95_ms": p95("tpot_ms"), "slo_checks": s.get("slo_checks", {})}
 
 
+@dataclass(frozen=True)
+class ProbeHooks:
+    """Optional callbacks of a caller that shows or keeps the search live (``compare run``)."""
+
+    level_start: Callable[[LoadLevel, int], None] | None = None  # (level, requests) before a probe
+    record: Callable[[RequestRecord], None] | None = None  # each finished request of a probe
+    probe: Callable[[dict[str, Any]], None] | None = None  # each probe's compact summary
+
+
 class _Prober:
     def __init__(self, backend: Backend, requests: list[GenerationRequest], slo: SLO,
-                 search: LoadSearch) -> None:
+                 search: LoadSearch, hooks: ProbeHooks | None = None) -> None:
         self.backend, self.requests, self.slo, self.search = backend, requests, slo, search
+        self.hooks = hooks or ProbeHooks()
         self.probes: list[dict[str, Any]] = []
 
     def level(self, value: float) -> LoadLevel:
@@ -76,13 +87,18 @@ class _Prober:
 
     async def probe(self, value: float, seed_offset: int = 0) -> dict[str, Any]:
         lv = self.level(value)
+        if self.hooks.level_start:
+            self.hooks.level_start(lv, len(self.requests))
         out = await run_level(self.backend, self.requests, lv, seed=self.search.seed + seed_offset,
-                              timeout_s=self.search.timeout_s, max_errors=len(self.requests))
+                              timeout_s=self.search.timeout_s, max_errors=len(self.requests),
+                              on_record=self.hooks.record)
         p = compact(lv, summarize(out.records, out.t_end_ns - out.t_start_ns, self.slo))
         p["seed_offset"] = seed_offset
         p["sustained"] = lv.kind == "concurrency" or p["req_s"] >= KEEP_UP * lv.value
         p["held"] = p["slo_met"] and p["sustained"]
         self.probes.append(p)
+        if self.hooks.probe:
+            self.hooks.probe(p)
         return p
 
     def _step_down(self, v: float) -> float:
@@ -100,9 +116,9 @@ def _mid(lo: float, hi: float, s: LoadSearch) -> float:
 
 
 async def max_load_under_slo(backend: Backend, requests: list[GenerationRequest],
-                             slo: SLO, search: LoadSearch) -> dict[str, Any]:
+                             slo: SLO, search: LoadSearch, hooks: ProbeHooks | None = None) -> dict[str, Any]:
     """Bracket, bisect, repeat. Returns goodput (the max load that held), its CI and all probes."""
-    pr = _Prober(backend, requests, slo, search)
+    pr = _Prober(backend, requests, slo, search, hooks)
     for r in requests[: search.warmup]:
         warm = GenerationRequest(request_id=f"warmup-{r.request_id}", max_tokens=min(r.max_tokens, 8),
                                  prompt_token_ids=r.prompt_token_ids, prompt_text=r.prompt_text,

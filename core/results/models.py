@@ -137,6 +137,7 @@ class BackendResult(_Closed):
     repeats: list[RepeatRun] | None = None
     quant_verification: dict[str, Any] | None = None  # compare/quality: loaded vs requested
     quality: dict[str, Any] | None = None  # compare/quality: parity measurements
+    max_rate: dict[str, Any] | None = None  # --find-max-rate: probes and answer (compare/tuning/max_rate.py)
 
     @property
     def forced_output_length(self) -> bool:

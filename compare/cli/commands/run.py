@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from compare.cli import max_rate
 from compare.running import aio
 from compare.cli.commands.common import (
     DEFAULT_LEVELS, DEFAULT_WORKLOAD, add_backends_option, apply_served_defaults, apply_tiny_defaults, has_gpu,
@@ -63,6 +64,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--margin", type=float, default=None,
                    help="equivalence / non-inferiority margin for the verdict, e.g. 0.05")
     add_topology_options(p)
+    max_rate.add_options(p)
     p.add_argument("--tuned", metavar="TUNE_DIR",
                    help="run each backend at its best config from `compare tune` (TUNE_DIR/tune.json)")
     p.set_defaults(func=_run)
@@ -124,6 +126,7 @@ def _run(args: argparse.Namespace) -> int:
     backends = apply_topology(args, parse_backends(args.backends))
     levels = _validate_load(args)
     slo = SLO.parse(args.slo)
+    after_levels = max_rate.hook(args, slo, args.timeout)  # --find-max-rate (compare/cli/max_rate.py)
     # already running servers only, no --model: the model is what they serve (common.py)
     served = apply_served_defaults(args)
     default_model = apply_tiny_defaults(args)
@@ -150,7 +153,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError("--max-errors must be >= 0")
     cfg = RunConfig(backends=backends, spec=spec, workload=workload, requests=requests, levels=levels,
                     slo=slo, warmup=args.warmup, timeout_s=args.timeout, max_errors=args.max_errors,
-                    out_root=args.out, repeats=args.repeats, stream_logs=args.verbose,
+                    out_root=args.out, repeats=args.repeats, stream_logs=args.verbose, after_levels=after_levels,
                     **({"run_id": args.run_id} if args.run_id else {}))
     if (args.out / cfg.run_id).exists():
         raise UserError(f"results directory {args.out / cfg.run_id} already exists; pick another --run-id")

@@ -1,0 +1,42 @@
+"""``compare run --find-max-rate`` options: the highest request rate meeting the SLO, per backend
+(compare/tuning/max_rate.py does the search; this only reads and checks the options)."""
+from __future__ import annotations
+
+import argparse
+
+from core.errors import UserError
+from core.slo import SLO
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("max rate under the SLO")
+    g.add_argument("--find-max-rate", action="store_true",
+                   help="after the levels, search each backend's highest Poisson rate (req/s) that still "
+                        "meets --slo (bracket, then bisect; each probe sends the whole request list)")
+    g.add_argument("--max-rate-start", type=float, default=1.0, metavar="REQ_S",
+                   help="first rate probed (default 1); doubled while the SLO holds, halved (down to "
+                        "start/8) while it does not")
+    g.add_argument("--max-rate-probes", type=int, default=8, metavar="N",
+                   help="probes per engine start (default 8); fewer probes, a wider met/missed interval")
+    g.add_argument("--max-rate-tol", type=float, default=0.15, metavar="F",
+                   help="stop bisecting when missed/met <= 1+F (default 0.15)")
+
+
+def hook(args: argparse.Namespace, slo: SLO, timeout_s: float):
+    """The runner's after-levels step, or None without --find-max-rate; bad options: UserError."""
+    if not getattr(args, "find_max_rate", False):
+        return None
+    if not slo:
+        raise UserError("--find-max-rate needs an SLO to meet; add e.g. --slo ttft_p95=2s,tpot_p95=50ms")
+    if not args.max_rate_start > 0 or args.max_rate_start == float("inf"):
+        raise UserError(f"--max-rate-start must be a finite rate > 0 req/s, got {args.max_rate_start:g}")
+    if args.max_rate_probes < 1:
+        raise UserError(f"--max-rate-probes must be >= 1, got {args.max_rate_probes}")
+    if not args.max_rate_tol > 0:
+        raise UserError(f"--max-rate-tol must be > 0, got {args.max_rate_tol:g}")
+    from compare.tuning.max_rate import make_hook
+    from compare.tuning.probe import LoadSearch
+
+    return make_hook(slo, LoadSearch(kind="rate", start=args.max_rate_start, tol=args.max_rate_tol,
+                                     max_probes=args.max_rate_probes, repeats=1, warmup=0,
+                                     timeout_s=timeout_s))
