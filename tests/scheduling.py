@@ -58,6 +58,7 @@ WEIGHTS = {
     "test_hf_cb.py": 170,
     "test_hf_cb_openvino_e2e.py": 40,
     "test_console_e2e.py": 160,  # a vllm+hf run, an hf run and a vLLM start that fails
+    "test_vary_e2e.py": 90,  # two vLLM starts (compare run --vary max_num_seqs=1,4), then re-checks
     "test_containers.py": 12,
 }
 
