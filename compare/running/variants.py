@@ -20,6 +20,7 @@ from typing import Any, Callable
 from adapters.spec import ServingSpec
 from adapters.target import Load
 from adapters.variants import Axis, Variant, expand, parse_axes, value_text
+from backends.http.urls import redact_url
 from backends.registry import Builder
 from core.errors import UserError
 
@@ -48,7 +49,7 @@ def _plan(builder: Builder, target: Any, spec: ServingSpec, what: str) -> dict[s
     try:
         return builder.prepare(target, spec).plan()
     except UserError as e:  # UnsupportedSpecError and other refusals of the adapter
-        raise UserError(f"--vary: {what} cannot run: {e}") from None
+        raise UserError(redact_url(f"--vary: {what} cannot run: {e}")) from None
 
 
 def _check_axis(builder: Builder, b: Any, base: ServingSpec, axis: Axis) -> None:
@@ -62,13 +63,14 @@ def _check_axis(builder: Builder, b: Any, base: ServingSpec, axis: Axis) -> None
         na = plans[0][1].get("not_applicable") if isinstance(plans[0][1], dict) else None
         why = ("it records the field as not applicable" if isinstance(na, dict) and axis.field in na
                else "its native config is identical for every value")
-        raise UserError(f"--vary {axis}: {b} ignores {axis.field} ({why}; `compare plan --backends {b}` shows it); "
-                        f"vary it on a backend that uses it, or drop {b} from --backends")
+        shown = redact_url(str(b))  # credentials in a URL are never shown
+        raise UserError(f"--vary {axis}: {shown} ignores {axis.field} ({why}; `compare plan --backends {shown}` shows "
+                        f"it); vary it on a backend that uses it, or drop {shown} from --backends")
     for i in range(len(plans)):
         for j in range(i + 1, len(plans)):
             if effective[i] == effective[j]:
-                raise UserError(f"--vary {axis}: {plans[i][0].name} and {plans[j][0].name} give {b} the same "
-                                f"native config; keep one of the two values")
+                raise UserError(redact_url(f"--vary {axis}: {plans[i][0].name} and {plans[j][0].name} give {b} the "
+                                           f"same native config; keep one of the two values"))
 
 
 def vary(backends: list[Any], spec_for: Callable[[str], ServingSpec], texts: list[str],
@@ -89,7 +91,7 @@ def vary(backends: list[Any], spec_for: Callable[[str], ServingSpec], texts: lis
         _plan(builder, v, spec, v.name)  # the grid's combinations are checked too
         specs[v.name] = spec
         same = [k for k, val in v.overrides if getattr(base, k) == val]
-        columns[v.name] = {"backend": str(v.base), "overrides": {k: val for k, val in v.overrides},
+        columns[redact_url(v.name)] = {"backend": redact_url(str(v.base)), "overrides": {k: val for k, val in v.overrides},
                            "base_value": same}
         if len(same) == len(axes):
             notes.append(f"{v.name} runs the base spec's own "
@@ -102,4 +104,4 @@ def vary(backends: list[Any], spec_for: Callable[[str], ServingSpec], texts: lis
                 notes.append(f"{b}: the base spec's {a.field}={value_text(own)} is not among --vary {a} "
                              f"and is not run")
     header = {"axes": {a.field: [value_text(x) for x in a.values] for a in axes}, "columns": columns}
-    return Expanded(targets, specs, notes, header)
+    return Expanded(targets, specs, [redact_url(n) for n in notes], header)
