@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from adapters.quant import DummyCopy, vllm_quant_args
-from adapters.spec import ServingSpec
+from adapters.spec import ServingSpec, UnsupportedSpecError
 from adapters.target import Target
 
 # spec field -> vLLM engine-arg name, for fields that map one to one
@@ -49,6 +49,11 @@ def vllm_plan(spec: ServingSpec, target: Target | None = None) -> VllmPlan:
     which schemes have a kernel and whether the checkpoint is what was asked for (adapters/quant.py);
     bad combinations raise UnsupportedSpecError here."""
     args: dict[str, Any] = {"model": spec.model, "seed": spec.seed}
+    if target is not None and target.device == "cpu" and spec.block_size is not None and spec.block_size % 32:
+        # vllm/v1/attention/backends/cpu_attn.py get_supported_kernel_block_sizes -> MultipleOf(32): the
+        # engine would refuse it only after minutes of start-up
+        raise UnsupportedSpecError("vllm", f"block_size={spec.block_size}", "vLLM's CPU attention kernel takes "
+                                   "multiples of 32", alternative=f"block_size={-(-spec.block_size // 32) * 32}")
     if spec.dtype != "auto":
         args["dtype"] = spec.dtype
     # quantization= (online), or a config-only model copy for dummy weights; checks the checkpoint

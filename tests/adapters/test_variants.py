@@ -45,3 +45,16 @@ def test_names_with_brackets_and_commas_survive_lists_and_split_back():
     assert split_names(f"{grid},hf, tp@2*vllm[seed=1]") == [grid, "hf", "tp@2*vllm[seed=1]"]
     assert split_variant(grid) == ("vllm", {"block_size": "32", "max_num_seqs": "8"})
     assert split_variant("replicas@2*vllm:lb=lor") == ("replicas@2*vllm:lb=lor", {})
+
+
+def test_vllm_on_cpu_refuses_a_block_size_its_attention_kernel_cannot_take():
+    # a --vary block_size=16,32 on CPU is refused up front instead of failing after an engine start
+    from adapters.spec import UnsupportedSpecError
+    from adapters.target import Target
+    from adapters.vllm import vllm_engine_args
+
+    with pytest.raises(UnsupportedSpecError, match=r"block_size=16: vLLM's CPU attention kernel takes multiples "
+                                                   r"of 32 \(nearest supported: block_size=32\)"):
+        vllm_engine_args(ServingSpec(model="/m", block_size=16), Target.unprobed("/m", "cpu"))
+    assert vllm_engine_args(ServingSpec(model="/m", block_size=16), Target.unprobed("/m", "cuda"))["block_size"] == 16
+    assert vllm_engine_args(ServingSpec(model="/m", block_size=64), Target.unprobed("/m", "cpu"))["block_size"] == 64
