@@ -220,7 +220,7 @@ class _Level:
         how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
                else f"exited with code {code}" if code is not None else "closed its pipe")
         said = f": {self.errors[k]}" if k in self.errors else ""
-        return f"{self._who(k)} died ({how}{said}); the level is incomplete (client log in logs/)"
+        return f"{self._who(k)} died ({how}{said}); the level is incomplete (its output is in the backend's log)"
 
     # ---------------------------------------------------------------- messages
     def _handle(self, k: int, msg: tuple) -> None:
