@@ -23,12 +23,19 @@ DEFAULT_LEVELS = "1,4"
 
 
 def parse_backends(text: str) -> list[str]:
-    names = [b.strip() for b in text.split(",") if b.strip()]
+    from adapters.variants import split_names, split_variant
+
+    names = split_names(text)  # a name may hold commas in brackets: vllm[block_size=32,max_num_seqs=8]
     if not names:
         raise UserError("--backends is empty: name at least one, e.g. --backends vllm,hf")
     from backends.registry import entry_for
 
     for n in names:
+        base, overrides = split_variant(n)
+        if overrides:  # a results name typed as a backend: the variant is made by --vary
+            vary = " ".join(f"--vary {k}={v}" for k, v in overrides.items())
+            raise UserError(f"--backends {n}: knob variants are made with --vary, e.g. --backends {base} {vary} "
+                            f"(give every value to compare: --vary {next(iter(overrides))}=A,B)")
         entry_for(n)  # raises UnknownBackendError naming the known ones
     if len(set(names)) != len(names):
         raise UserError(f"--backends {text!r} names a backend twice; use name@target to tell copies apart")

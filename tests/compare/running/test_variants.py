@@ -38,6 +38,8 @@ def test_a_backend_that_ignores_or_refuses_the_field_is_refused(tiny_model):
     (["--backends", "vllm", "--vary", "nope=1"], ["--vary 'nope=1': unknown field 'nope'", "valid fields:"]),
     (["--backends", "vllm,hf", "--vary", "max_num_seqs=1,4"], ["hf ignores max_num_seqs"]),
     (["--backends", "vllm", "--require-slo"], ["--require-slo", "give one, e.g. --slo"]),
+    (["--backends", "vllm[max_num_seqs=4,block_size=32]"], ["knob variants are made with --vary",
+                                                              "--vary max_num_seqs=4 --vary block_size=32"]),
 ])
 def test_cli_refuses_with_one_line_and_writes_nothing(tmp_path, tiny_model, args, needles):
     out = tmp_path / "results"
