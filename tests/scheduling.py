@@ -60,6 +60,9 @@ WEIGHTS = {
     "test_console_e2e.py": 160,  # a vllm+hf run, an hf run and a vLLM start that fails
     "test_vary_e2e.py": 90,  # two vLLM starts (compare run --vary max_num_seqs=1,4), then re-checks
     "test_containers.py": 12,
+    # --client-procs: a vLLM server start and two runs; loopback-server levels, a kill, a Ctrl-C
+    "test_multiproc_vllm_server.py": 155,
+    "test_multiproc.py": 55,
 }
 
 

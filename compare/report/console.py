@@ -68,7 +68,8 @@ class ConsoleProgress(Progress):
 
     def level_done(self, name: str, level: LoadLevel, summary: LevelSummary) -> None:
         ttft = summary.ttft_ms.p50 if summary.ttft_ms else None
-        self._say(f"  {self._name} {level.label}: {summary.ok}/{summary.requests} ok, "
+        procs = f" ({summary.client_procs.n} client procs)" if summary.client_procs else ""
+        self._say(f"  {self._name} {level.label}{procs}: {summary.ok}/{summary.requests} ok, "
                   f"{summary.output_tok_s:.1f} tok/s, TTFT p50 {'-' if ttft is None else f'{ttft:.1f} ms'}, "
                   f"{time.monotonic() - self._phase_t0:.1f} s")
 

@@ -35,6 +35,7 @@ class LevelOutcome:
     loop_lag_ms: dict[str, float] = field(default_factory=dict)
     aborted: str | None = None
     planned: int = 0  # requests the level was to send
+    client_procs: dict | None = None  # sent by several client processes (compare/running/multiproc.py)
 
 
 class LevelInterrupted(asyncio.CancelledError):

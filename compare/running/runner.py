@@ -56,6 +56,7 @@ class RunConfig:
     backend_specs: dict[str, ServingSpec] = field(default_factory=dict)  # per-backend overrides
     repeats: int = 1  # engine restarts per backend, interleaved A B A B
     stream_logs: bool = False  # engine log lines also go to progress.log_line (`-v`)
+    client_procs: int | None = 1  # processes sending each level (None: auto; compare/running/multiproc.py)
     # a further measurement in the same engine start, after the levels: awaited with
     # (cfg, name, backend, entry, repeat, progress); e.g. `--find-max-rate` (compare/tuning/max_rate.py)
     after_levels: Callable[..., Awaitable[None]] | None = None
@@ -89,6 +90,10 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
     # Validate every backend's spec before starting anything: a bad option fails the whole run
     # up front instead of after the first backend has spent minutes.
     built = {redact_url(str(b)): factory(b, cfg.spec_for(str(b))) for b in cfg.backends}
+    if cfg.client_procs != 1:
+        from compare.running.multiproc import check_procs
+
+        check_procs(cfg.client_procs, built.values())  # one line, before anything starts or is written
     # container labels carry the results' run id (unless the caller set its own label id)
     os.environ.setdefault("LLM_COMPARE_RUN_ID", cfg.run_id)
     writer = ResultsWriter(cfg.out_root, cfg.run_id, {
@@ -100,7 +105,8 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
         "warmup_requests": cfg.warmup,
         "repeats": cfg.repeats,
         "hardware": fingerprint(),
-        "client": {"event_loop": running_loop_name(), "gc_frozen_during_levels": True},
+        "client": {"event_loop": running_loop_name(), "gc_frozen_during_levels": True,
+                   "client_procs": "auto" if cfg.client_procs is None else cfg.client_procs},
         **(extra_header or {}),  # e.g. gpu_hour_price, so reports re-render with it
     })
     writer.write_workload([request_to_dict(r) for r in cfg.requests])
@@ -195,6 +201,8 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
                 summary = _level_summary(cfg, records, outcome.t_end_ns - outcome.t_start_ns,
                                          outcome.loop_lag_ms.get("max", 0.0))
                 summary["loop_lag_ms"] = outcome.loop_lag_ms
+                if outcome.client_procs is not None:
+                    summary["client_procs"] = outcome.client_procs
                 if hasattr(backend, "on_level_end"):
                     summary["server_metrics"] = await backend.on_level_end(level.label)
                 if outcome.schedule_offsets_ns is not None:
@@ -244,6 +252,8 @@ def _keep_interrupted_level(cfg: RunConfig, o: LevelOutcome, this: dict[str, Any
     summary = _level_summary(cfg, [replace(r, repeat=rep) for r in o.records], o.t_end_ns - o.t_start_ns,
                              o.loop_lag_ms.get("max", 0.0))
     done = sum(1 for r in o.records if r.error_kind != "cancelled")
+    if o.client_procs is not None:
+        summary["client_procs"] = o.client_procs
     summary["aborted"] = (f"interrupted: {done} of {o.planned} requests finished, "
                           f"{len(o.records) - done} cancelled in flight")
     this["levels"][o.level.label] = summary
@@ -298,6 +308,13 @@ async def _run_level(cfg: RunConfig, backend: Backend, level: LoadLevel, writer:
         progress.request_done(rec)
 
     max_errors = cfg.max_errors if cfg.max_errors is not None else max(1, len(cfg.requests) // 2)
+    if cfg.client_procs != 1:
+        from compare.running.multiproc import level_procs, run_level_procs
+
+        n = level_procs(cfg.client_procs, backend, level, len(cfg.requests))
+        if n > 1:
+            return await run_level_procs(backend, cfg.requests, level, procs=n, seed=cfg.workload.seed,
+                                         timeout_s=cfg.timeout_s, max_errors=max_errors, on_record=on_record)
     # run_level keeps the garbage collector out of the level's timing (compare/running/executor.py)
     return await run_level(backend, cfg.requests, level, seed=cfg.workload.seed,
                            timeout_s=cfg.timeout_s, max_errors=max_errors, on_record=on_record)

@@ -53,6 +53,23 @@ class LoopLag(_Closed):
     samples: int | None = None
 
 
+class ClientProcess(_Closed):
+    """One client process of a level sent by several (compare/running/multiproc.py)."""
+
+    process: int  # 1-based
+    pid: int | None = None
+    requests: int | None = None  # records it sent (None: it died before reporting)
+    loop_lag_ms: LoopLag | None = None
+    cpu_s: float | None = None  # user + system CPU over the level
+    cpu_util: float | None = None  # cpu_s / the level's wall time in that process (1.0 = one core)
+    event_clock: dict[str, Any] | None = None  # which clock stamped its events (as describe's)
+
+
+class ClientProcs(_Closed):
+    n: int
+    processes: list[ClientProcess] = Field(default_factory=list)
+
+
 class SloCheck(_Closed):
     value_ms: float | None  # NaN/None when the metric has no value (no ok request)
     limit_ms: float
@@ -92,6 +109,7 @@ class LevelSummary(_Measured):
     delivery_lag_ms: Dist | None = None
     loop_lag_ms: LoopLag | None = None
     client_lagged: bool = False
+    client_procs: ClientProcs | None = None  # the level was sent by several client processes
     server_metrics: dict[str, Any] | None = None  # scraped around the level; layout per engine
     schedule_offsets_ns: list[int] | None = None
     aborted: str | None = None  # why the level stopped early
@@ -229,6 +247,7 @@ class HardwareInfo(_Closed):
 class ClientInfo(_Closed):
     event_loop: str | None = None
     gc_frozen_during_levels: bool | None = None
+    client_procs: int | str | None = None  # --client-procs as given: a count or "auto"
 
 
 class RunResults(_Open):

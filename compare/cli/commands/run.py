@@ -46,6 +46,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--max-errors", type=int, default=None,
                    help="stop a backend's level after this many failed requests (default: half)")
     g.add_argument("--replay", metavar="RESULTS_DIR", help="replay the exact requests of an earlier run")
+    g.add_argument("--client-procs", default="auto", metavar="N|auto",
+                   help="load-generator processes per level for HTTP backends (one shared start instant, "
+                        "one clock, records merged). auto: two free cores each after 4 for an engine on "
+                        "this machine (1 on small machines and for in-process backends), one per 16 "
+                        "closed-loop streams; N > 1 is refused for in-process backends")
     g.add_argument("--repeats", type=int, default=1,
                    help="runs per backend, each with a fresh engine, interleaved A B A B (>= 2 gives "
                         "confidence intervals; 3 recommended for baselines)")
@@ -68,6 +73,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tuned", metavar="TUNE_DIR",
                    help="run each backend at its best config from `compare tune` (TUNE_DIR/tune.json)")
     p.set_defaults(func=_run)
+
+
+def _client_procs(value: str) -> int | None:
+    """``--client-procs``: None for auto, else a count >= 1."""
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UserError(f"--client-procs {value!r}: give a number of processes >= 1 or 'auto'")
+    return n
 
 
 def _validate_load(args: argparse.Namespace):
@@ -155,6 +173,7 @@ def _run(args: argparse.Namespace) -> int:
                     slo=slo, warmup=args.warmup, timeout_s=args.timeout, max_errors=args.max_errors,
                     out_root=args.out, repeats=args.repeats, stream_logs=args.verbose, after_levels=after_levels,
                     **({"run_id": args.run_id} if args.run_id else {}))
+    cfg.client_procs = _client_procs(args.client_procs)
     if (args.out / cfg.run_id).exists():
         raise UserError(f"results directory {args.out / cfg.run_id} already exists; pick another --run-id")
     if args.tuned:  # each backend at its best config from `compare tune` (compare/tuning/report.py)
