@@ -48,7 +48,7 @@ class Miss:
             return f"{head} {self.term} has no value (no request succeeded) > {ms_text(self.limit_ms)}"
         ratio = self.value_ms / self.limit_ms if self.limit_ms > 0 else math.inf
         over = (f" (+{(ratio - 1) * 100:.0f}%)" if ratio < 10 else
-                f" ({ratio:.3g}x the limit)" if math.isfinite(ratio) else "")
+                f" ({ratio:,.{1 if ratio < 100 else 0}f}x the limit)" if math.isfinite(ratio) else "")
         return f"{head} {self.term} {ms_text(self.value_ms)} > {ms_text(self.limit_ms)}{over}"
 
 
