@@ -45,3 +45,13 @@ def test_cli_refuses_with_one_line_and_writes_nothing(tmp_path, tiny_model, args
     out = tmp_path / "results"
     assert_one_line_error(run_cli("run", "--model", str(tiny_model), *args, "--out", str(out)), *needles)
     assert not out.exists()
+
+
+def test_a_topology_varies_like_any_backend_and_is_priced_by_its_devices(tiny_model):
+    from backends.topology_target import Topology
+    from compare.analysis.cost import devices
+
+    base = ServingSpec(model=str(tiny_model))
+    v = vary([Topology("replicas", 2, "vllm", lb="lor")], lambda _: base, ["max_num_seqs=2,4"])
+    assert [t.name for t in v.targets] == ["replicas@2*vllm:lb=lor[max_num_seqs=2]", "replicas@2*vllm:lb=lor[max_num_seqs=4]"]
+    assert [devices(t.name, v.specs[t.name]) for t in v.targets] == [2, 2]
