@@ -10,8 +10,8 @@ request list and arrival schedule (the whole RunConfig travels to it) through th
 driver writes the one results directory: the same run.json schema and requests.jsonl as without
 Ray, plus ``ray`` (where each cell ran, how long it queued and took).
 
-Repeats keep the local rules: every cell is a fresh worker process (``max_calls=1``), so a fresh
-engine; cells are submitted and merged in the interleaved order A B A B ...; the pooled level rows
+Repeats keep the local rules: every cell starts a fresh engine (a GPU cell in a fresh worker
+process, ``max_calls=1``); cells are submitted and merged in the interleaved order A B A B ...; the pooled level rows
 are built in that order; a column that fails in one repeat is not measured again (its later cells
 are cancelled, and dropped if they already ran), exactly as a local run skips it. Cells of
 different columns may run at the same time on different nodes (each with its own accelerators).
@@ -32,16 +32,10 @@ from typing import Any
 
 from backends.http.urls import redact_url
 from backends.logs import LOG_DIR
+from compare.running.ray_cluster import SLOT, cluster_section, connect
 from core.errors import UserError
 from core.records import RequestRecord
 from core.results import ResultsWriter
-
-# the custom resource of one CPU node's "accelerator": `ray start --resources '{"llmc_slot": 1}'`
-SLOT = "llmc_slot"
-# environment the cells inherit from the driver (tool and engine settings); nothing else is sent
-ENV_PREFIXES = ("LLM_COMPARE_", "VLLM_", "OMP_", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_")
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
-
 
 @dataclass(frozen=True)
 class ScaleOut:
@@ -49,11 +43,17 @@ class ScaleOut:
 
     address: str  # "auto" (the cluster `ray start` left on this machine) or HOST:PORT
     load_shards: int = 0  # >= 2: load-generator actors for an already running endpoint (ray_load.py)
-    max_clock_offset_ms: float = 5.0  # shards refused when the start alignment is less certain
+    max_clock_error_ms: float = 5.0  # load shards refused when their clock offset is known less precisely
     omp_threads: str | None = None  # the driver's OMP_NUM_THREADS (None: engines choose)
 
     async def run(self, cfg: Any, writer: ResultsWriter, progress: Any) -> str:
         return await run_cells(cfg, writer, progress)
+
+    async def run_level(self, cfg: Any, backend: Any, level: Any, writer: ResultsWriter, max_errors: int,
+                        on_record: Any) -> Any:
+        from compare.running.ray_load import run_level_shards
+
+        return await run_level_shards(cfg, backend, level, writer, max_errors, on_record)
 
 
 @dataclass
@@ -70,42 +70,6 @@ class CellResult:
     lag_max: dict[str, float] = field(default_factory=dict)
     logs: dict[str, bytes] = field(default_factory=dict)  # logs/<file> -> content
     node: dict[str, Any] = field(default_factory=dict)
-
-
-def _forwarded_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items()
-            if k.startswith(ENV_PREFIXES) and not any(w in k for w in SECRET_WORDS)}
-
-
-def connect(address: str) -> Any:
-    """``ray.init`` against an existing cluster; a missing one is one line naming the fix."""
-    if address != "auto":
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            raise UserError(f"--ray {address!r}: expected auto or HOST:PORT of a Ray head "
-                            f"(`ray start --head --port 6379` prints it)")
-        if host in ("127.0.0.1", "localhost", "::1"):
-            # a head on the loopback address (this machine only): Ray would otherwise advertise the
-            # machine's outward address for the driver's node and not find its raylet
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        try:
-            socket.create_connection((host, int(port)), timeout=3).close()
-        except OSError as e:
-            raise UserError(f"--ray {address}: no Ray head answers there ({e.strerror or e}); start one "
-                            f"with `ray start --head --node-ip-address {host} --port {port}`") from None
-    try:
-        import ray
-    except ImportError:
-        raise UserError("--ray needs Ray: pip install 'llm-compare[ray]'") from None
-    if ray.is_initialized():
-        return ray
-    try:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                 configure_logging=True, runtime_env={"env_vars": _forwarded_env()})
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        raise UserError(f"--ray {address}: cannot join the Ray cluster ({str(e).splitlines()[0]}); "
-                        f"start one with `ray start --head`, or pass its HOST:PORT") from None
-    return ray
 
 
 def devices_of(target: Any, tensor_parallel: int) -> int:
@@ -136,17 +100,17 @@ async def run_cells(cfg: Any, writer: ResultsWriter, progress: Any) -> str:
     so: ScaleOut = cfg.scaleout
     ray = connect(so.address)
     cluster = {k: float(v) for k, v in ray.cluster_resources().items()}
-    nodes = [{"node_id": n["NodeID"][:12], "ip": n["NodeManagerAddress"],
-              "resources": {k: v for k, v in n["Resources"].items() if not k.startswith("node:")}}
-             for n in ray.nodes() if n.get("Alive")]
-    writer.run["ray"] = {"address": so.address, "ray_version": ray.__version__, "nodes": nodes, "cells": []}
-    cell = ray.remote(max_calls=1, max_retries=0)(run_cell)  # a fresh worker (and engine) per cell
+    writer.run["ray"] = cluster_section(ray, so.address)
+    # every cell builds a fresh engine, as every repeat of a local run does; a GPU cell also gets a
+    # fresh worker process (CUDA fixes its visible devices at first use), a CPU cell may reuse one
+    cell = ray.remote(max_retries=0)(run_cell)
     cfg_ref = ray.put(cfg)
     plan = []
     for rep in range(cfg.repeats):
         for target in cfg.backends:
             opts = cell_options(devices_of(target, cfg.spec_for(str(target)).tensor_parallel), cluster)
-            plan.append((rep, target, opts, cell.options(**opts).remote(cfg_ref, target, rep, time.time())))
+            fresh = {"max_calls": 1} if opts.get("num_gpus") else {}
+            plan.append((rep, target, opts, cell.options(**opts, **fresh).remote(cfg_ref, target, rep, time.time())))
     merger = Merger(cfg, writer, progress)
     status = "complete"
     try:

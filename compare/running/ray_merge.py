@@ -18,9 +18,6 @@ from core.records import RequestRecord
 from core.results import LevelSummary, ResultsWriter
 
 _PER_REPEAT = ("levels", "repeats", "status", "error", "start_s")
-# what a pooled row takes from the latest repeat's row, as runner._run_backend does (server-side
-# samples are per engine start)
-_FROM_LATEST = ("server_metrics", "server_gauges", "prefix_cache", "time_breakdown", "aborted")
 
 
 class CellWriter(ResultsWriter):
@@ -69,7 +66,10 @@ class Merger:
                 self.wall_ns[key] = self.wall_ns.get(key, 0) + res.wall_ns[label]
                 self.lag_max[key] = max(self.lag_max.get(key, 0.0), res.lag_max.get(label, 0.0))
                 pooled = _level_summary(cfg, self.pool[key], self.wall_ns[key], self.lag_max[key])
-                pooled.update({k: shown[label][k] for k in _FROM_LATEST if k in shown[label]})
+                # what the runner's pooled row takes from the latest repeat (server-side samples, ...):
+                # the cell's own pooled row holds exactly those keys beside the pooled numbers
+                own = ce.get("levels", {}).get(label, {})
+                pooled.update({k: v for k, v in own.items() if k not in pooled})
                 pooled["repeats"] = rep + 1
                 entry["levels"][label] = pooled
         else:

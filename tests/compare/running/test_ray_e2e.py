@@ -1,0 +1,196 @@
+"""``compare run --ray``: the matrix's cells as Ray tasks on a real local multi-node Ray cluster, and
+the CLI against a head started with ``ray start``; the results match a run without Ray."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from backends.logs import log_file
+from tests.conftest import ROOT, TINY_SPEC_ARGS, run_cli
+
+ray = pytest.importorskip("ray")
+
+VENV_BIN = Path(sys.executable).parent
+# 2 columns (knob variants of the transformers reference, which starts fastest) x 3 repeats = 6 cells
+MATRIX = ("--backends", "hf", "--vary", "max_model_len=256,512", "--repeats", "3")
+WORKLOAD = ("--num-requests", "2", "--input-len", "12", "--output-len", "4", "--prompt-format", "token_ids",
+            "--concurrency", "2", "--warmup", "1")
+SMALL_STORE = 80 * 2**20
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray's nodes advertise 127.0.0.1
+
+
+def _load(d: Path) -> tuple[dict, list[dict]]:
+    return (json.loads((d / "run.json").read_text()),
+            [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines() if x.strip()])
+
+
+def _ray_processes(marker: str) -> list[int]:
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if any(marker in part for part in p.info["cmdline"] or ()):
+                out.append(p.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+def _kill_left(marker: str) -> list[int]:
+    """Processes of the cluster under ``marker`` still alive: killed, by pid, and returned."""
+    import psutil
+
+    deadline = time.monotonic() + 15
+    left = _ray_processes(marker)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = _ray_processes(marker)
+    for pid in left:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.NoSuchProcess:
+            pass
+    return left
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory, tiny_model) -> Path:
+    """The matrix without Ray, in a process that reports whether Ray was imported."""
+    out = tmp_path_factory.mktemp("plain")
+    code = ("import sys\nfrom compare.cli.main import main\nrc = main(sys.argv[1:])\n"
+            "print('RAY_IMPORTED', any(m == 'ray' or m.startswith('ray.') for m in sys.modules), file=sys.stderr)\n"
+            "sys.exit(rc)\n")
+    p = subprocess.run([sys.executable, "-c", code, "run", *MATRIX, "--model", str(tiny_model), *TINY_SPEC_ARGS,
+                        *WORKLOAD, "--out", str(out), "--run-id", "plain", "--quiet"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "RAY_IMPORTED False" in p.stderr  # without --ray nothing about Ray is imported
+    return out / "plain"
+
+
+def _same_results(plain: Path, other: Path) -> dict:
+    """What a run on Ray must share with the plain one; returns the Ray run's run.json."""
+    from core.results import load_run
+
+    a, ra = _load(plain)
+    b, rb = _load(other)
+    load_run(other)  # validates against the models (the run.json schema)
+    assert set(b) - set(a) == {"ray"} and set(a) <= set(b)
+    assert b["status"] == "complete" and list(b["backends"]) == list(a["backends"])
+    for name, ea in a["backends"].items():
+        eb = b["backends"][name]
+        assert set(eb) == set(ea) and eb["status"] == "complete"
+        assert [r["repeat"] for r in eb["repeats"]] == [r["repeat"] for r in ea["repeats"]] == [0, 1, 2]
+        for label, la in ea["levels"].items():
+            assert set(eb["levels"][label]) == set(la)
+            assert eb["levels"][label]["repeats"] == 3 and eb["levels"][label]["ok"] == la["ok"] == 6
+        assert eb["describe"]["native_config"] == ea["describe"]["native_config"]
+    assert len(rb) == len(ra) == 2 * 3 * 2  # columns x repeats x requests
+    assert {frozenset(x) for x in rb} == {frozenset(x) for x in ra}  # the same fields per record
+    key = lambda r: (r["backend"], r.get("repeat", 0), r["level"], r["request_id"])  # noqa: E731
+    assert Counter(map(key, rb)) == Counter(map(key, ra))
+    # the identical workload on the same engine: greedy tokens match request by request
+    tokens = {key(r): r["token_ids"] for r in ra}
+    assert all(r["token_ids"] == tokens[key(r)] and r["error_kind"] is None for r in rb)
+    assert (other / "workload.jsonl").read_text() == (plain / "workload.jsonl").read_text()
+    return b
+
+
+def test_matrix_on_a_local_multi_node_cluster(plain, tiny_model, tmp_path, monkeypatch):
+    from ray.cluster_utils import Cluster
+
+    for k, v in LOOPBACK.items():
+        monkeypatch.setenv(k, v)
+    temp = tempfile.mkdtemp(prefix="llmc-ray-", dir="/tmp")  # Ray's socket paths must stay short
+    cluster = None
+    try:
+        # a head without slots (the driver's node) and two nodes with one "accelerator" each
+        cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 0, "object_store_memory": SMALL_STORE, "temp_dir": temp, "include_dashboard": False})
+        slots = [cluster.add_node(num_cpus=1, object_store_memory=SMALL_STORE, resources={"llmc_slot": 1})
+                 for _ in range(2)]
+        cluster.wait_for_nodes()
+        p = run_cli("run", *MATRIX, "--model", str(tiny_model), *TINY_SPEC_ARGS, *WORKLOAD, "--ray", cluster.address,
+                    "--out", str(tmp_path), "--run-id", "ray", env=LOOPBACK, timeout=900)
+        assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
+        run = _same_results(plain, tmp_path / "ray")
+        cells = run["ray"]["cells"]
+        assert [(c["backend"], c["repeat"]) for c in cells] == [  # merged in the interleaved order
+            (b, rep) for rep in range(3) for b in ("hf[max_model_len=256]", "hf[max_model_len=512]")]
+        assert all(c["resources"] == {"resources": {"llmc_slot": 1}, "num_cpus": 0} for c in cells)
+        assert {c["node_id"] for c in cells} == {n.node_id[:12] for n in slots}  # both nodes took cells
+        log = log_file(tmp_path / "ray", "hf[max_model_len=256]").read_text()
+        assert log.count("Ray node 127.0.0.1") == 3  # the remote engines' logs came back
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
+        left = _kill_left(temp)
+        shutil.rmtree(temp, ignore_errors=True)
+    assert left == [], f"Ray processes left behind: {left}"
+
+
+def test_cli_against_ray_start_head(tiny_model, tmp_path):
+    """`ray start --head` on the loopback address, `compare run --ray 127.0.0.1:PORT`, `ray stop`."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    temp = tempfile.mkdtemp(prefix="llmc-ray-", dir="/tmp")
+    env = {**os.environ, **LOOPBACK}
+    ray_bin = str(VENV_BIN / "ray")
+    try:
+        start = subprocess.run([ray_bin, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
+                                "--num-cpus", "1", "--resources", '{"llmc_slot": 1}', "--object-store-memory",
+                                str(SMALL_STORE), "--include-dashboard", "false", "--temp-dir", temp,
+                                "--disable-usage-stats"], env=env, capture_output=True, text=True, timeout=180)
+        assert start.returncode == 0, start.stderr[-2000:]
+        p = run_cli("run", "--backends", "hf", "--model", str(tiny_model), *TINY_SPEC_ARGS, *WORKLOAD,
+                    "--ray", f"127.0.0.1:{port}", "--out", str(tmp_path), "--run-id", "cli", timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
+        assert "hf c2: 2/2 ok" in p.stdout
+        run, records = _load(tmp_path / "cli")
+        assert run["status"] == "complete" and len(records) == 2
+        assert [c["ip"] for c in run["ray"]["cells"]] == ["127.0.0.1"]
+        assert run["ray"]["address"] == f"127.0.0.1:{port}"
+    finally:
+        stop = subprocess.run([ray_bin, "stop"], env=env, capture_output=True, text=True, timeout=120)
+        left = _kill_left(temp)
+        shutil.rmtree(temp, ignore_errors=True)
+    assert stop.returncode == 0, stop.stderr[-2000:]
+    assert left == [], f"Ray processes left behind: {left}"
+
+
+def test_bad_addresses_are_one_line(tmp_path):
+    with socket_port() as port:  # a port nothing listens on
+        pass
+    for arg, words in ((f"127.0.0.1:{port}", "no Ray head answers there"), ("nowhere", "expected auto or HOST:PORT")):
+        p = run_cli("run", "--backends", "hf", "--ray", arg, *WORKLOAD, "--out", str(tmp_path), "--run-id", "x")
+        assert p.returncode == 2, p.stderr
+        errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1 and words in errors[0] and "Traceback" not in p.stderr
+        assert not (tmp_path / "x").exists()  # nothing half-written
+    p = run_cli("run", "--backends", "hf", "--ray-load-shards", "2", *WORKLOAD, "--out", str(tmp_path))
+    assert p.returncode == 2 and "needs --ray" in p.stderr
+
+
+class socket_port:
+    def __enter__(self) -> int:
+        import socket
+
+        self.s = socket.socket()
+        self.s.bind(("127.0.0.1", 0))
+        return self.s.getsockname()[1]
+
+    def __exit__(self, *exc: object) -> None:
+        self.s.close()
