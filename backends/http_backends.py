@@ -27,9 +27,10 @@ from typing import Any, AsyncIterator, Callable
 import httpx
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem
+from core.records import (ACCEPTS_BATCHES, BackendDescription, Capabilities, GenerationRequest, StreamEnd,
+                          StreamItem)
 from core.errors import BackendRequestError, BackendStartError, FailureKind
-from backends.http.protocol import EventSink, Protocol
+from backends.http.protocol import FAST_FORMATS, EventSink, Protocol
 from backends.http.protocols import get_protocol
 from backends.http.sse import RawEvent, read_events
 from backends.http.transport import StreamingTransport
@@ -79,6 +80,8 @@ class HttpStreamBackend:
         self.fast_transport = fast_transport
         # optional tap on every raw event (compare calibrate compares them with server stamps)
         self.raw_observer: Callable[[str, RawEvent], None] | None = None
+        # the same for streams the receive thread parses: (rid, stamps, read times, SSE ids as int)
+        self.batch_observer: Callable[[str, list[int], list[int], list[int]], None] | None = None
         self._client: httpx.AsyncClient | None = None
         self._post: Any = None  # StreamingTransport.poster for http:// (no httpx per-request work)
         self._transport: StreamingTransport | None = None
@@ -231,6 +234,11 @@ class HttpStreamBackend:
             raise BackendRequestError(FailureKind.PROMPT, str(e)) from None
         # tokens are parsed where they are framed (sse.py); this loop only hands batches over
         sink = EventSink(self.protocol.parse_event, self.raw_observer, req.request_id)
+        if ACCEPTS_BATCHES.get() and self._post is not None and (self.raw_observer is None or self.batch_observer):
+            # the receive thread may parse this stream (backends/http/_fastsse.h): the consumer
+            # takes TokenBatch items, and no per-event observer needs the raw events
+            sink.fast = FAST_FORMATS.get(self.protocol.name, 0)
+            sink.observe_batch = self.batch_observer
         try:
             async for batch in read_events(self._client, self.protocol.path, payload, sink, self._post):
                 for item in batch:

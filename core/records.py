@@ -2,6 +2,7 @@
 backend can do and what ran, and the per-request record every metric is computed from."""
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -64,7 +65,27 @@ class StreamEnd:
     engine_metrics: dict[str, float] = field(default_factory=dict)
 
 
-StreamItem = TokenEvent | StreamEnd
+@dataclass(frozen=True, slots=True)
+class TokenBatch:
+    """Many token events of one stream at once, as the HTTP client's native receive path records
+    them (backends/http/_fastsse.h): the same stamps, counts, ids and logprobs the TokenEvents
+    would carry, without their text. Only streamed to a consumer that said it takes them
+    (``ACCEPTS_BATCHES``); everyone else gets TokenEvents."""
+
+    times_ns: tuple[int, ...]
+    counts: tuple[int, ...]
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...] | None = None
+
+
+# Set by a consumer (the executor's run_one) in its own task: it takes TokenBatch items.
+ACCEPTS_BATCHES: ContextVar[bool] = ContextVar("llm_compare_accepts_batches", default=False)
+# Set by the executor per request: a one-element list the backend fills with perf_counter_ns
+# right after the request's bytes left (the send stamp: a busy client delays the request, and
+# the delay is then not counted as the server's time to the first token).
+SEND_STAMP: ContextVar[list[int] | None] = ContextVar("llm_compare_send_stamp", default=None)
+
+StreamItem = TokenEvent | TokenBatch | StreamEnd
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +133,9 @@ class RequestRecord:
     request_id: str
     backend: str
     level: str
-    t_sent_ns: int  # perf_counter_ns() just before the request was handed to the backend
+    # perf_counter_ns() when the request's bytes left (HTTP: right after the write), else just
+    # before it was handed to the backend
+    t_sent_ns: int
     t_scheduled_ns: int | None = None  # intended send time (open loop), same clock
     event_times_ns: tuple[int, ...] = ()  # one stamp per streamed event
     event_token_counts: tuple[int, ...] = ()  # tokens carried by each event
@@ -127,6 +150,16 @@ class RequestRecord:
     engine_metrics: dict[str, float] = field(default_factory=dict)
     logprobs: tuple[float, ...] | None = None
     repeat: int = 0  # which repeat of the backend (``compare run --repeats``) produced it
+    # when the client was ready to send it (perf_counter_ns before the backend got it): with
+    # t_sent_ns, the client's own send delay; lateness = t_sent - (t_scheduled or t_ready)
+    t_ready_ns: int | None = None
+
+    @property
+    def send_lateness_ns(self) -> int | None:
+        """How late the request left vs when it should have (scheduled, else ready): the client's
+        own delay, kept out of TTFT since t_sent_ns is the moment the bytes left."""
+        due = self.t_scheduled_ns if self.t_scheduled_ns is not None else self.t_ready_ns
+        return None if due is None else max(0, self.t_sent_ns - due)
 
     @property
     def ok(self) -> bool:

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "_stamp.h"
+#include "_fastsse.h"
 
 #define RX_BYTES (64 * 1024)
 #define RX_EVENTS 256
@@ -44,6 +45,8 @@ typedef struct {
     int32_t n; /* bytes read; 0: EOF; < 0: -errno */
     long long t, u;
     char *data;
+    int kind;  /* 0: a read; 1: a read that completed a response head whose body is parsed here; 2: res */
+    Fast *res; /* kind 2: a response's records (ended, bailed, or cut short) */
 } Rec;
 
 typedef struct {
@@ -53,6 +56,7 @@ typedef struct {
     int running;
     pthread_mutex_t mu; /* guards everything below */
     uint32_t *keys;     /* fd -> key watched (0: none) */
+    Fast **fast;        /* fd -> the response parsed here (_fastsse.h), or NULL: reads go to Python */
     size_t nkeys;
     uint32_t next_key;
     Rec *q;
@@ -66,6 +70,8 @@ typedef struct {
 static void read_one(RxThread *self, int fd, char *buf, Rec *r) {
     ssize_t n = stamped_recv(fd, buf, RX_BYTES, &self->clock, &r->t, &r->u);
     r->data = NULL;
+    r->kind = 0;
+    r->res = NULL;
     if (n < 0) {
         r->n = -errno;
         return;
@@ -78,6 +84,58 @@ static void read_one(RxThread *self, int fd, char *buf, Rec *r) {
         else
             memcpy(r->data, buf, (size_t)n);
     }
+}
+
+/* A read of a socket whose response is parsed here: how many records it leaves in the queue at r
+   (0: all consumed; the bytes are freed). Called with the lock held. */
+static int fast_read(RxThread *self, int fd, Rec *r) {
+    Fast *f = self->fast[fd];
+    if (f == NULL)
+        return 1;
+    Rec *next = r + 1;
+    if (r->n <= 0) { /* EOF or error: what was parsed goes first, then the read (kept on the record) */
+        *next = *r;
+        r->kind = 2;
+        r->res = f;
+        r->n = 0;
+        r->data = NULL;
+        self->fast[fd] = NULL;
+        return 2;
+    }
+    if (!f->body) {
+        long long b = fast_head(f, r->data, (size_t)r->n);
+        if (b == -2) {
+            fast_free(f);
+            self->fast[fd] = NULL;
+            return 1;
+        }
+        if (b == -1)
+            return 1;
+        r->kind = 1;
+        size_t bn = (size_t)r->n - (size_t)b;
+        r->n = (int32_t)b; /* the head's bytes go to Python; the body's stay here */
+        if (bn == 0 || !fast_feed(f, r->data + b, bn, r->t, r->u))
+            return 1;
+        next->key = r->key;
+        next->kind = 2;
+        next->res = f;
+        next->n = 0;
+        next->data = NULL;
+        next->t = r->t;
+        next->u = r->u;
+        self->fast[fd] = NULL;
+        return 2;
+    }
+    int ready = fast_feed(f, r->data, (size_t)r->n, r->t, r->u);
+    free(r->data);
+    r->data = NULL;
+    if (!ready)
+        return 0;
+    r->kind = 2;
+    r->res = f;
+    r->n = 0;
+    self->fast[fd] = NULL;
+    return 1;
 }
 
 static void *loop(void *arg) {
@@ -109,7 +167,7 @@ static void *loop(void *arg) {
             /* locked per read (remove() then waits for one recvmsg at most): once remove() has
                returned, this fd number may belong to another socket and must not be read */
             pthread_mutex_lock(&self->mu);
-            if (self->qn == self->qcap) { /* room first: a read's bytes must never be dropped */
+            if (self->qn + 2 > self->qcap) { /* room first: a read's bytes must never be dropped */
                 size_t cap = self->qcap ? self->qcap * 2 : 1024;
                 Rec *q = realloc(self->q, cap * sizeof(Rec));
                 if (q != NULL) {
@@ -118,17 +176,19 @@ static void *loop(void *arg) {
                 }
             }
             /* (no room: not read now; level-triggered epoll reports the socket again) */
-            if (self->qn < self->qcap && (size_t)fd < self->nkeys && self->keys[fd] == key) {
+            if (self->qn + 2 <= self->qcap && (size_t)fd < self->nkeys && self->keys[fd] == key) {
                 Rec *r = &self->q[self->qn];
                 r->key = key;
                 read_one(self, fd, buf, r);
                 if (r->n != -EAGAIN && r->n != -EWOULDBLOCK) {
-                    self->qn++;
-                    if (r->n <= 0) { /* EOF or error: stop watching (level-triggered epoll would spin) */
+                    int32_t got = r->n;
+                    int recs = fast_read(self, fd, r);
+                    self->qn += recs;
+                    if (got <= 0) { /* EOF or error: stop watching (level-triggered epoll would spin) */
                         epoll_ctl(self->ep, EPOLL_CTL_DEL, fd, NULL);
                         self->keys[fd] = 0;
                     }
-                    if (!self->notified)
+                    if (recs && !self->notified)
                         self->notified = notify = 1;
                 }
             }
@@ -188,9 +248,15 @@ static PyObject *rx_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
 }
 
 static void free_queue(RxThread *self) {
-    for (size_t i = 0; i < self->qn; i++)
+    for (size_t i = 0; i < self->qn; i++) {
         free(self->q[i].data);
+        fast_free(self->q[i].res);
+    }
     self->qn = 0;
+    for (size_t fd = 0; self->fast != NULL && fd < self->nkeys; fd++) {
+        fast_free(self->fast[fd]);
+        self->fast[fd] = NULL;
+    }
 }
 
 static PyObject *rx_close(RxThread *self, PyObject *unused) {
@@ -208,6 +274,7 @@ static void rx_dealloc(RxThread *self) {
     Py_XDECREF(r);
     free(self->q);
     free(self->keys);
+    free(self->fast);
     pthread_mutex_destroy(&self->mu);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -248,6 +315,13 @@ static PyObject *rx_add(RxThread *self, PyObject *arg) {
         }
         memset(k + self->nkeys, 0, (n - self->nkeys) * sizeof *k);
         self->keys = k;
+        Fast **fa = realloc(self->fast, n * sizeof *fa);
+        if (fa == NULL) {
+            pthread_mutex_unlock(&self->mu);
+            return PyErr_NoMemory();
+        }
+        memset(fa + self->nkeys, 0, (n - self->nkeys) * sizeof *fa);
+        self->fast = fa;
         self->nkeys = n;
     }
     uint32_t key = self->next_key++;
@@ -273,11 +347,31 @@ static PyObject *rx_remove(RxThread *self, PyObject *arg) {
             if (self->ep >= 0)
                 epoll_ctl(self->ep, EPOLL_CTL_DEL, (int)fd, NULL);
             self->keys[fd] = 0;
+            fast_free(self->fast[fd]);
+            self->fast[fd] = NULL;
             break;
         }
     }
     pthread_mutex_unlock(&self->mu);
     Py_RETURN_NONE;
+}
+
+/* a response's records for Python: (status, times, rx, counts, ids, sids, lps, finish, prompt,
+   completion, terminal, ended, pend, pend_t, pend_u, rest, rest_t, rest_u, csize, cbuf);
+   status 1: the body ended here; 2: bailed (Python's path continues from pend + rest, then the
+   raw chunk-coded cbuf with csize); 3: cut short (EOF, error, take). Arrays as native bytes:
+   int64 times/rx/ids/sids, int32 counts, double lps. */
+static PyObject *fast_result(Fast *f) {
+    int status = f->bailed ? 2 : f->ended ? 1 : 3;
+    long long pl = f->bailed ? f->pend_len : 0;
+#define B(b) ((b).p ? (b).p : ""), (Py_ssize_t)(b).n
+    const char *rp = f->bailed && f->rest.p ? f->rest.p : "";
+    size_t rn = f->bailed ? f->rest.n : 0;
+    return Py_BuildValue("(iy#y#y#y#y#y#zLLiiy#LLy#LLLy#)", status, B(f->times), B(f->rx), B(f->counts), B(f->ids),
+        B(f->sids), B(f->lps), f->finish[0] ? f->finish : NULL, f->prompt, f->completion, f->terminal, f->ended,
+        rp, (Py_ssize_t)pl, f->ev_t, f->ev_u, rp + pl, (Py_ssize_t)(rn - (size_t)pl), f->rest_t, f->rest_u,
+        f->csize, f->line.p ? f->line.p : "", (Py_ssize_t)(f->bailed ? f->line.n : 0));
+#undef B
 }
 
 static PyObject *rx_drain(RxThread *self, PyObject *unused) {
@@ -297,23 +391,33 @@ static PyObject *rx_drain(RxThread *self, PyObject *unused) {
     size_t i = 0;
     for (; out != NULL && i < n; i++) {
         Rec *e = &q[i];
-        PyObject *data, *t, *u;
-        if (e->n >= 0) {
-            data = PyBytes_FromStringAndSize(e->data, e->n);
-            t = PyLong_FromLongLong(e->t);
-        } else {
+        PyObject *data, *t, *u, *x;
+        if (e->kind == 2) {
             Py_INCREF(Py_None);
             data = Py_None;
-            t = PyLong_FromLong(-e->n);
+            t = PyLong_FromLongLong(e->t);
+            x = fast_result(e->res);
+        } else {
+            if (e->n >= 0) {
+                data = PyBytes_FromStringAndSize(e->data, e->n);
+                t = PyLong_FromLongLong(e->t);
+            } else {
+                Py_INCREF(Py_None);
+                data = Py_None;
+                t = PyLong_FromLong(-e->n);
+            }
+            x = e->kind == 1 ? Py_True : Py_None;
+            Py_INCREF(x);
         }
         u = PyLong_FromLongLong(e->u);
         PyObject *k = PyLong_FromUnsignedLong(e->key);
-        PyObject *tup = (data && t && u && k) ? PyTuple_New(4) : NULL;
+        PyObject *tup = (data && t && u && k && x) ? PyTuple_New(5) : NULL;
         if (tup == NULL) {
             Py_XDECREF(data);
             Py_XDECREF(t);
             Py_XDECREF(u);
             Py_XDECREF(k);
+            Py_XDECREF(x);
             Py_CLEAR(out);
             break;
         }
@@ -321,14 +425,88 @@ static PyObject *rx_drain(RxThread *self, PyObject *unused) {
         PyTuple_SET_ITEM(tup, 1, data);
         PyTuple_SET_ITEM(tup, 2, t);
         PyTuple_SET_ITEM(tup, 3, u);
+        PyTuple_SET_ITEM(tup, 4, x);
         PyList_SET_ITEM(out, (Py_ssize_t)i, tup);
         free(e->data);
         e->data = NULL;
+        fast_free(e->res);
+        e->res = NULL;
     }
-    for (; i < n; i++)
+    for (; i < n; i++) {
         free(q[i].data);
+        fast_free(q[i].res);
+    }
     free(q);
     return out;
+}
+
+/* expect(fd, key, format) -> bool: parse the next response on that socket here (_fastsse.h).
+   Called before the request is written, so no byte of the response can be read before it. */
+static PyObject *rx_expect(RxThread *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "expect(fd, key, format)");
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    unsigned long key = PyLong_AsUnsignedLong(args[1]);
+    long fmt = PyLong_AsLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (fmt < FAST_COMPLETIONS || fmt > FAST_TGI) {
+        PyErr_SetString(PyExc_ValueError, "format must be 1 (completions), 2 (chat) or 3 (tgi)");
+        return NULL;
+    }
+    int ok = 0;
+    pthread_mutex_lock(&self->mu);
+    if (fd >= 0 && (size_t)fd < self->nkeys && self->keys[fd] == key && key) {
+        fast_free(self->fast[fd]);
+        self->fast[fd] = fast_new((int)fmt);
+        ok = self->fast[fd] != NULL;
+    }
+    pthread_mutex_unlock(&self->mu);
+    return PyBool_FromLong(ok);
+}
+
+/* take(fd, key) -> the records parsed so far (a result tuple, status 3) or None; parsing stops */
+static PyObject *rx_take(RxThread *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "take(fd, key)");
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    unsigned long key = PyLong_AsUnsignedLong(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    Fast *f = NULL;
+    pthread_mutex_lock(&self->mu);
+    if (fd >= 0 && (size_t)fd < self->nkeys && self->keys[fd] == key && key) {
+        f = self->fast[fd];
+        self->fast[fd] = NULL;
+    }
+    pthread_mutex_unlock(&self->mu);
+    if (f == NULL)
+        Py_RETURN_NONE;
+    PyObject *r = fast_result(f);
+    fast_free(f);
+    return r;
+}
+
+/* last(fd, key) -> CLOCK_MONOTONIC ns of the last read parsed here (0: none): the read timeout */
+static PyObject *rx_last(RxThread *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "last(fd, key)");
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    unsigned long key = PyLong_AsUnsignedLong(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    long long last = 0;
+    pthread_mutex_lock(&self->mu);
+    if (fd >= 0 && (size_t)fd < self->nkeys && self->keys[fd] == key && key && self->fast[fd] != NULL)
+        last = self->fast[fd]->last_u;
+    pthread_mutex_unlock(&self->mu);
+    return PyLong_FromLongLong(last);
 }
 
 static PyObject *rx_priority(RxThread *self, PyObject *unused) {
@@ -342,7 +520,10 @@ static PyMethodDef rx_methods[] = {
     {"fileno", (PyCFunction)rx_fileno, METH_NOARGS, "the eventfd that is readable while reads wait"},
     {"add", (PyCFunction)rx_add, METH_O, "add(fd) -> key"},
     {"remove", (PyCFunction)rx_remove, METH_O, "remove(key)"},
-    {"drain", (PyCFunction)rx_drain, METH_NOARGS, "drain() -> [(key, data, t_ns, rx_ns), ...]"},
+    {"drain", (PyCFunction)rx_drain, METH_NOARGS, "drain() -> [(key, data, t_ns, rx_ns, x), ...]"},
+    {"expect", (PyCFunction)(void (*)(void))rx_expect, METH_FASTCALL, "expect(fd, key, format) -> bool"},
+    {"take", (PyCFunction)(void (*)(void))rx_take, METH_FASTCALL, "take(fd, key) -> result or None"},
+    {"last", (PyCFunction)(void (*)(void))rx_last, METH_FASTCALL, "last(fd, key) -> ns of the last read parsed"},
     {"close", (PyCFunction)rx_close, METH_NOARGS, "stop and join the thread"},
     {NULL, NULL, 0, NULL},
 };

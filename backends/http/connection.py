@@ -45,6 +45,7 @@ class _Conn(asyncio.Protocol):
         self.reset()
 
     def reset(self) -> None:
+        self.sent_ns = 0  # perf_counter_ns right after the request's bytes were written
         self.head_buf = b""
         self.head: asyncio.Future = self.loop.create_future()
         self.in_head = True
@@ -65,6 +66,8 @@ class _Conn(asyncio.Protocol):
         self.lost = False
         self.keep_alive = True
         self.broken: BackendRequestError | None = None  # the response failed to parse (protocol)
+        self.fast = False  # the receive thread parses this body (rxstamp.StampedSocket.expect)
+        self.fast_res: tuple | None = None  # its records, before the reader attached a sink
 
     # ---------------------------------------------------------------- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -247,6 +250,9 @@ class _Conn(asyncio.Protocol):
         if self.framer is None:  # first call: from now on bytes are framed on arrival; earlier ones keep their stamps
             self.sink = sink
             f = self.framer = SseFramer(sink.push)
+            if self.fast_res is not None:  # the thread's records come before any later bytes
+                sink.add_fast(self.fast_res)  # type: ignore[attr-defined]
+                self.fast_res = None
             try:
                 while self.pieces:
                     p = self.pieces.popleft()
@@ -281,6 +287,7 @@ class _Conn(asyncio.Protocol):
             except asyncio.CancelledError:
                 # cancelled (the executor's request timeout, a level stop) with events buffered
                 # that arrived before: hand them over first; the reader's next call raises
+                self._take_fast(sink)
                 if sink.items:
                     self.cancel_next = True
                     return
@@ -307,11 +314,14 @@ class _Conn(asyncio.Protocol):
             self.watchdog = self.loop.call_later(delay, self._watch, tick, read_timeout)
             return
         w = self.waiter
+        if self.fast and self.tr is not None:  # the thread reads this body: its last read counts
+            self.rx_ns = max(self.rx_ns, self.tr.last_read())  # type: ignore[attr-defined]
         if w is not None and not w.done():
             idle_s = (_perf() - self.rx_ns) / 1e9
             if read_timeout and idle_s >= read_timeout:
                 err = httpx.ReadTimeout("no data within the read timeout")
                 if self.sink is not None:
+                    self._take_fast(self.sink)
                     self.sink.fail(err)  # after the events that arrived before it
                     w.set_result(None)
                 else:
@@ -323,6 +333,47 @@ class _Conn(asyncio.Protocol):
             if read_timeout:
                 delay = min(tick, read_timeout - idle_s)
         self.watchdog = self.loop.call_later(delay, self._watch, tick, read_timeout)
+
+    # ---------------------------------------------------------------- the receive thread's body
+    def fast_body(self) -> None:
+        """The head just parsed; the receive thread parses the body (backends/http/_fastsse.h)."""
+        self.fast = not self.in_head and self.mode == "chunked" and self.broken is None
+
+    def _take_fast(self, sink: Sink) -> None:
+        """The request ends here (cancelled, read timeout): what the thread parsed so far."""
+        if self.fast and self.tr is not None:
+            self.fast = False
+            res = self.tr.take()  # type: ignore[attr-defined]
+            if res is not None:
+                sink.add_fast(res)  # type: ignore[attr-defined]
+
+    def fast_result(self, res: tuple) -> None:
+        """The thread's records of this body: ended (1), bailed (2: Python's path continues from
+        the bytes it hands back, with its chunk decoder's state) or cut short (3: EOF follows)."""
+        if not self.fast:
+            return  # (a response that never reached its body here: nothing was parsed)
+        self.fast = False
+        status, ended = res[0], res[11]
+        if self.sink is not None:
+            self.sink.add_fast(res)  # type: ignore[attr-defined]
+        else:
+            self.fast_res = res
+        try:
+            if status == 2:
+                pend, pt, pu, rest, rt, ru, csize, cbuf = res[12:20]
+                self.csize, self.cbuf = csize, b""
+                self._push(pend, pt, pu)
+                self._push(rest, rt, ru)
+                if ended:
+                    self.done = True
+                elif cbuf:
+                    self._dechunk(cbuf, rt, ru)
+            elif status == 1:
+                self.done = True
+        except Exception as e:
+            self._fault(e, res[15] or b"")
+            return
+        self._wake()
 
     def stop_watch(self) -> None:
         if self.watchdog is not None:

@@ -23,7 +23,7 @@ frame_chunks: Callable[[bytes, int, int, Callable[[Any], None], type], int] | No
 RxThread: Any = None  # _rxthread.c's type, or None
 status = "off"
 # the build's SOURCE_SHA is the sha256 of these, concatenated (the .c files are compiled; the header is theirs)
-SOURCES = ("_stamp.h", "_native.c", "_rxthread.c")
+SOURCES = ("_stamp.h", "_fastsse.h", "_native.c", "_rxthread.c")
 
 
 def _load() -> None:

@@ -16,11 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Callable
 
-from core.records import GenerationRequest, TokenEvent
+from core.records import GenerationRequest, TokenBatch, TokenEvent
 from core.errors import BackendRequestError, FailureKind
 from backends.http.sse import BATCH, RawEvent, Sink, one_line, snippet
 
 UNKNOWN_ID = -1
+# protocol name -> the receive thread's parser of its stream (backends/http/_fastsse.h FAST_*)
+FAST_FORMATS = {"openai": 1, "openai-chat": 2, "tgi": 3}
 
 # TokenEvent (frozen slots dataclass) built without its generated __init__ (5 object.__setattr__
 # calls, ~1 us): one is built per streamed event on the client's one core. Same object; the
@@ -149,7 +151,8 @@ class EventSink(Sink):
     during a level (compare/running/executor.py), otherwise 100k buffered events at 2000 streams made
     collections run often and long."""
 
-    __slots__ = ("parse", "observe", "rid", "finish", "prompt_tokens", "completion_tokens", "terminal")
+    __slots__ = ("parse", "observe", "rid", "finish", "prompt_tokens", "completion_tokens", "terminal", "fast",
+                 "observe_batch")
 
     def __init__(self, parse: Callable[[RawEvent], list[Parsed]],
                  observe: Callable[[str, RawEvent], None] | None = None, rid: str = "", bound: int = BATCH) -> None:
@@ -159,6 +162,31 @@ class EventSink(Sink):
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
         self.terminal = False
+        # FAST_FORMATS code: the receive thread may parse this response (the reader takes TokenBatch)
+        self.fast = 0
+        # with ``fast``: sees (rid, times, rx_times, sse_ids) of the thread's token events
+        self.observe_batch: Callable[[str, list[int], list[int], list[int]], None] | None = None
+
+    def add_fast(self, res: tuple) -> None:
+        """The receive thread's records of this response (backends/http/_fastsse.h): one
+        TokenBatch with what the TokenEvents would have carried, and what the Done events said."""
+        times = memoryview(res[1]).cast("q").tolist()
+        if times and self.error is None:
+            lps = memoryview(res[6]).cast("d").tolist()
+            self.items.append(TokenBatch(tuple(times), tuple(memoryview(res[3]).cast("i").tolist()),
+                                         tuple(memoryview(res[4]).cast("q").tolist()), tuple(lps) if lps else None))
+            if self.observe_batch is not None:
+                self.observe_batch(self.rid, times, memoryview(res[2]).cast("q").tolist(),
+                                   memoryview(res[5]).cast("q").tolist())
+        finish, prompt, completion, terminal = res[7:11]
+        self.finish = finish or self.finish
+        if prompt >= 0:
+            self.prompt_tokens = prompt
+        if completion >= 0:
+            self.completion_tokens = completion
+        self.terminal = self.terminal or bool(terminal)
+        if res[0] == 1:
+            self.ready = True
 
     def push(self, raw: RawEvent) -> None:
         if self.observe is not None:

@@ -13,30 +13,24 @@ from->tstamp``). So a read's kernel stamp is the arrival of its newest byte: eve
 the read arrived no later than that, which is the same "upper bound" rule the user-space stamp
 follows, minus the wake-up and the client's own lag.
 
-The stamp is CLOCK_REALTIME; it is moved to the ``perf_counter_ns`` (CLOCK_MONOTONIC) domain
-with the offset ``time_ns() - perf_counter_ns()`` sampled at each read (three vDSO calls: the
-realtime read bracketed by two monotonic ones; a sample whose bracket is wider than
-``OFFSET_BRACKET_NS`` -- the process was preempted in between, which first measured as events
-stamped up to 0.6 ms BEFORE the server sent them -- is dropped for the last good one), so
-clock steps between reads do not matter; a stamp that comes out later than the user-space stamp (a
-clock step inside the read) is replaced by the user-space stamp. Records keep integers in the
-perf_counter_ns domain as before; ``rx_ns`` (when Python read the bytes) travels beside each
-event so a report can show the client's own lag.
+The stamp is CLOCK_REALTIME, moved to the ``perf_counter_ns`` domain with the offset
+``time_ns() - perf_counter_ns()`` sampled at each read (the realtime read bracketed by two
+monotonic ones; a bracket wider than ``OFFSET_BRACKET_NS`` -- preempted -- keeps the last good
+offset); a stamp later than the user-space one (a clock step) is replaced by it. ``rx_ns`` (when
+Python read the bytes) travels beside each event so a report can show the client's own lag.
 
-Who reads: the kernel keeps one stamp per queued segment, and a segment coalesced into the one
-before it passes its newer stamp on, so a socket read more than one inter-token gap late gives
-its older event the newer event's stamp. Where the native helpers are built, a receive thread
-(``_rxthread.c``: epoll + recvmsg without the GIL) reads every watched socket as data arrives
-and the event loop drains its reads in batches (``_Receiver``), so a stalled event loop (streams
-ending together, a VM's steal time) no longer costs timing accuracy; ``rx_ns`` is then when that
-thread read the bytes. Otherwise (no build, ``LLM_COMPARE_RX_THREAD=0``) each socket is read by
-the event loop (``loop.add_reader``).
+Who reads: a socket read more than one inter-token gap late gives its older event the newer
+event's stamp (coalesced segments pass the newer stamp on). Where the native helpers are built,
+a receive thread (``_rxthread.c``: epoll + recvmsg without the GIL) reads every watched socket as
+data arrives and the event loop drains it in batches (``_Receiver``); ``rx_ns`` is then when that
+thread read the bytes. Otherwise (``LLM_COMPARE_RX_THREAD=0``) the event loop reads each socket.
 
-uvloop/asyncio transports call ``data_received`` without ancillary data, hence
-``StampedSocket``: the few transport methods ``connection._Conn`` uses (``write``, ``close``,
-``is_closing``) over a non-blocking socket with ``loop.add_reader``. Where the option does not
-exist (not Linux) or ``LLM_COMPARE_RX_CLOCK=user``, connections are ordinary asyncio transports
-stamped in ``data_received`` (``connection.USER_CLOCK``).
+``StampedSocket`` gives ``connection._Conn`` the few transport methods it uses over a
+non-blocking socket (uvloop/asyncio transports drop the ancillary data); without the option
+(not Linux) or with ``LLM_COMPARE_RX_CLOCK=user`` connections are ordinary asyncio transports.
+Known streams (OpenAI, TGI) are parsed by the receive thread itself (``_fastsse.h``): Python sees
+the response head and then its records once, at the end (``LLM_COMPARE_RX_PARSE=0``: Python
+parses every event).
 """
 from __future__ import annotations
 
@@ -54,20 +48,18 @@ from backends.http import native
 _perf = time.perf_counter_ns
 _time_ns = time.time_ns
 
-# SO_TIMESTAMPNS: Python's socket module does not export it; 35 on every Linux architecture but
-# a few (asm-generic/socket.h: SO_TIMESTAMPNS_OLD 35; the _NEW variant only differs on 32-bit)
+# SO_TIMESTAMPNS: not exported by Python's socket module; 35 on Linux (asm-generic/socket.h, 64-bit)
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
 _TS = struct.Struct("@qq")  # struct timespec (64-bit time_t)
 _ANC = socket.CMSG_SPACE(_TS.size) if hasattr(socket, "CMSG_SPACE") else 0
-READ_BYTES = 64 * 1024  # per recvmsg: a fresh bytes object per read; 256 KiB (what uvloop reads into its one
-# reused buffer) went through mmap/munmap and cost ~16 us per read
+READ_BYTES = 64 * 1024  # per recvmsg (256 KiB went through mmap/munmap: ~16 us per read)
 
 CLOCK_ENV = "LLM_COMPARE_RX_CLOCK"  # auto (kernel stamps where available) | user
 THREAD_ENV = "LLM_COMPARE_RX_THREAD"  # 1 (the receive thread where built) | 0 (the event loop reads)
+PARSE_ENV = "LLM_COMPARE_RX_PARSE"  # 1 (the receive thread parses known streams) | 0 (Python parses every event)
 KERNEL_CLOCK = "kernel: SO_TIMESTAMPNS socket receive time -> perf_counter_ns"
 
-# recvmsg(n) allocates n bytes per call and shrinks them: 64 KiB per read cost ~4 us more than
-# uvloop's read (measured); one reused buffer (the GIL serialises readers) and a copy of what came
+# recvmsg(n) allocates n bytes per call: one reused buffer (the GIL serialises readers), a copy of what came
 _RBUF = bytearray(READ_BYTES)
 _RVIEW = memoryview(_RBUF)
 _RBUFS = [_RVIEW]
@@ -101,16 +93,14 @@ OFFSET_BRACKET_NS = 4000
 
 
 class ReadCounts:
-    """Reads that carried a kernel stamp vs fell back to the user-space one, and the last good
-    CLOCK_REALTIME - CLOCK_MONOTONIC offset (shared per pool)."""
+    """Kernel-stamped vs user-stamped reads, and the last good realtime - monotonic offset (per pool)."""
 
     __slots__ = ("kernel", "user", "off", "delay_max")
 
     def __init__(self) -> None:
         self.kernel = self.user = 0
         self.off = _offset()
-        # the longest a kernel-stamped read waited in the socket (read time - receive stamp), ns:
-        # while it stays under one inter-token gap, no two events of a stream shared a read
+        # the longest a kernel-stamped read waited in the socket (ns): under one inter-token gap, no two events shared a read
         self.delay_max = 0
 
 
@@ -118,9 +108,7 @@ def _offset() -> int:
     """CLOCK_REALTIME - CLOCK_MONOTONIC, from the tightest of a few bracketed samples."""
     best = (1 << 62, 0)
     for _ in range(5):
-        a = _perf()
-        r = _time_ns()
-        b = _perf()
+        a, r, b = _perf(), _time_ns(), _perf()
         best = min(best, (b - a, r - (a + b) // 2))
     return best[1]
 
@@ -136,13 +124,18 @@ class _Receiver:
         self.socks: dict[int, StampedSocket] = {}  # RxThread key -> socket
         loop.add_reader(self.rx.fileno(), self._drain)
 
-    def _drain(self) -> None:
+    def _drain(self) -> None:  # x: None a read; True a read ending a head; else a response's records
         socks = self.socks
-        for key, data, t, u in self.rx.drain():
+        for key, data, t, u, x in self.rx.drain():
             s = socks.get(key)
             if s is not None:  # (else closed after the thread read it: dropped with the socket)
                 try:
-                    s._on_read(data, t, u)
+                    if x is None or x is True:
+                        s._on_read(data, t, u)
+                        if x:  # the head ended in this read: the thread parses the body
+                            s.protocol.fast_body()
+                    else:
+                        s.protocol.fast_result(x)
                 except Exception as e:  # never into the loop: the other sockets' reads of this drain
                     s._fail(e)          # would be lost; only this connection fails
 
@@ -281,6 +274,18 @@ class StampedSocket:
         else:  # a segment queued before the option took effect, or the stack did not stamp it
             self.counts.user += 1
         self.protocol.received(data, t, u)
+
+    # ------------------------------------------------------------ the receive thread parses the body
+    def expect(self, fmt: int) -> bool:
+        """The receive thread parses the next response (``_fastsse.h`` format ``fmt``); before the write."""
+        return (self.recv is not None and not self.closing and os.environ.get(PARSE_ENV, "1").strip() != "0"
+                and self.recv.rx.expect(self.fd, self.key, fmt))
+
+    def take(self) -> tuple | None:  # what the thread parsed of this response so far (it stops)
+        return None if self.recv is None or self.closing else self.recv.rx.take(self.fd, self.key)
+
+    def last_read(self) -> int:  # perf_counter_ns of the thread's last read of this body (0: none)
+        return 0 if self.recv is None or self.closing else self.recv.rx.last(self.fd, self.key)
 
     # ------------------------------------------------------------ the transport methods _Conn uses
     def write(self, data: bytes) -> None:

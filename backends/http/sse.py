@@ -293,7 +293,8 @@ async def read_events(client: httpx.AsyncClient, url: str, payload: dict[str, An
     batches received before it."""
     try:
         if post is not None:
-            resp = await post(url, payload)
+            fast = getattr(sink, "fast", 0)
+            resp = await (post(url, payload, fast) if fast else post(url, payload))
         else:
             resp = await client.send(client.build_request("POST", url, json=payload, headers=headers), stream=True)
         try:

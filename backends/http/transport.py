@@ -31,6 +31,7 @@ import httpx
 from backends.http import connection, native, rxstamp
 from backends.http.connection import StampedBytes, _Conn  # noqa: F401 (StampedBytes: re-exported)
 from backends.http.sse import EVENTS_EXTENSION, Sink
+from core.records import SEND_STAMP
 
 _perf = time.perf_counter_ns
 
@@ -170,7 +171,7 @@ class StreamingTransport(httpx.AsyncBaseTransport):
         return conn
 
     async def _send(self, key: tuple[str, int], wire: bytes, connect_s: float | None,
-                    read_s: float | None) -> tuple[_Body, int, str, list[tuple[bytes, bytes]]]:
+                    read_s: float | None, fast: int = 0) -> tuple[_Body, int, str, list[tuple[bytes, bytes]]]:
         """THE request path of both ways in: send ``wire`` on a pooled connection, await the head.
 
         The read timeout (head, then body) is the connection's one watchdog timer, armed here
@@ -187,8 +188,14 @@ class StreamingTransport(httpx.AsyncBaseTransport):
                     fresh_only = True
                     continue
                 raise httpx.RemoteProtocolError("server closed the connection before the request was sent")
+            if fast and getattr(conn.tr, "expect", None) is not None:  # before the write: no byte is missed
+                conn.tr.expect(fast)  # the receive thread parses the body (_fastsse.h)
             conn.tr.write(wire)
-            conn.rx_ns = _perf()  # the read timeout counts from the request
+            # the send stamp: right after the bytes left (a late request's wait is not the server's time)
+            conn.rx_ns = conn.sent_ns = _perf()  # the read timeout counts from the request too
+            sent = SEND_STAMP.get()
+            if sent is not None:
+                sent[0] = conn.sent_ns
             conn.watchdog = conn.loop.call_later(tick, conn._watch, tick, read_s)
             try:
                 status, reason, headers = await conn.head
@@ -235,11 +242,11 @@ class StreamingTransport(httpx.AsyncBaseTransport):
             + b"content-type: application/json\r\n"
         send = self._send
 
-        async def post(path: str, payload: dict[str, Any]) -> _Response:
+        async def post(path: str, payload: dict[str, Any], fast: int = 0) -> _Response:
             body = _dumps(payload)
             wire = b"POST %b%b HTTP/1.1\r\n%bcontent-length: %d\r\n\r\n%b" % (
                 prefix, path.encode(), common, len(body), body)
-            stream, status, _, hdrs = await send(key, wire, connect_s, read_s)
+            stream, status, _, hdrs = await send(key, wire, connect_s, read_s, fast)
             return _Response(status, hdrs, stream)
 
         return post

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from core.records import GenerationRequest, StreamEnd
+from core.records import ACCEPTS_BATCHES, SEND_STAMP, GenerationRequest, StreamEnd, TokenBatch
 from core.errors import BackendRequestError, FailureKind
 from backends.base import Backend
 from core.errors import RunFailed
@@ -109,12 +109,22 @@ async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_
     lps: list[float] = []
     end: StreamEnd | None = None
     err_kind = err = None
-    t_sent = time.perf_counter_ns()
+    ACCEPTS_BATCHES.set(True)  # (this task's context: the requests it runs, one after another)
+    sent = [0]
+    SEND_STAMP.set(sent)  # a backend that knows when the bytes left fills it in
+    t_ready = time.perf_counter_ns()
     try:
         async with asyncio.timeout(timeout_s):
             async for item in backend.stream(req):
                 if type(item) is StreamEnd:
                     end = item
+                    continue
+                if type(item) is TokenBatch:  # many events at once (the HTTP client's native path)
+                    times.extend(item.times_ns)
+                    counts.extend(item.counts)
+                    ids.extend(item.token_ids)
+                    if item.logprobs:
+                        lps.extend(item.logprobs)
                     continue
                 times.append(item.t_ns)  # the hot path: one per streamed event
                 counts.append(len(item.token_ids))
@@ -127,9 +137,10 @@ async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_
         err_kind, err = e.kind, e.message
     except asyncio.CancelledError:
         err_kind, err = FailureKind.CANCELLED, "run stopped before the request finished"
+    t_sent = sent[0] or t_ready
     rec = RequestRecord(
         request_id=req.request_id, backend=backend.name, level=level, t_sent_ns=t_sent,
-        t_scheduled_ns=t_scheduled_ns, event_times_ns=tuple(times),
+        t_scheduled_ns=t_scheduled_ns, t_ready_ns=t_ready, event_times_ns=tuple(times),
         event_token_counts=tuple(counts), token_ids=tuple(ids),
         t_end_ns=end.t_ns if end else time.perf_counter_ns(),
         finish_reason=end.finish_reason if end else None,

@@ -164,14 +164,14 @@ def test_receive_thread_add_remove_drain_eof_and_close():
         assert select.select([rx.fileno()], [], [], 5)[0]  # the eventfd wakes the loop
         time.sleep(0.01)
         got = rx.drain()
-        assert [(k, data) for k, data, _, _ in got] == [(ka, b"one")]
-        _, _, t, u = got[0]
+        assert [(k, data, x) for k, data, _, _, x in got] == [(ka, b"one", None)]  # x None: a plain read
+        _, _, t, u, _ = got[0]
         assert t0 <= t <= u <= time.perf_counter_ns()  # (socketpairs carry no kernel stamp: t == u)
         rx.remove(kc)
         d.sendall(b"never read")
         b.close()
         time.sleep(0.05)
-        assert [(k, data) for k, data, _, _ in rx.drain()] == [(ka, b"")]  # EOF; nothing of c
+        assert [(k, data) for k, data, _, _, _ in rx.drain()] == [(ka, b"")]  # EOF; nothing of c
         assert c.recv(100) == b"never read"  # still in c's socket: the thread left it alone
     finally:
         rx.close()
