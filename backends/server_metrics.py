@@ -3,10 +3,25 @@ TensorRT-LLM ``trtllm_*``) or TensorRT-LLM's JSON iteration stats.
 
 Prometheus: scraped before the level, sampled every ``interval_s`` during it, and after it;
 parsed with prometheus_client's text parser. Counters and histograms are reported as deltas
-(after - before, i.e. exactly this level's work); gauges as max/mean/last of the samples.
-Histograms give a server-side distribution (mean exact, percentiles interpolated from buckets):
-``server_ttft_ms`` is the engine's own TTFT; client TTFT minus it is queueing in the API server +
-network + HTTP/SSE overhead.
+(after - before, i.e. exactly this level's work). A histogram's mean is exact (sum/count deltas);
+its quantiles are only known to their bucket, so they are stored as bounds (``lo < q <= hi``,
+ms), never interpolated: with vLLM's queue-time buckets (0.3, 0.5, 0.8, 1, 2.5, ... s) an
+interpolated p50 of a level whose requests all queued ~4 ms reads 150 ms. ``server_ttft_ms`` is
+the engine's own TTFT; client TTFT minus it is queueing in the API server + network + HTTP/SSE
+overhead.
+
+Gauges (``vllm:num_requests_running`` ...) are kept as raw samples stamped on the client's clock
+(``t_ns``, perf_counter_ns); compare/analysis/breakdown.py summarises only the samples taken while
+the level's load was at its target. Why: vLLM sets the gauge in the API server process from the
+SchedulerStats of each engine step (``len(scheduler.running)`` after that step's finished
+requests left), so it is fresh only while the engine steps and is a snapshot, not an average. A
+sampler running from before the first request to after the last sees the ramp-up, the drain and
+the idle engine (a stale last value) as often as the steady state: on a short level most samples
+are not the load being measured, and their mean reads far below the concurrency. Requests the
+client counts as in flight but that are still in the client, the API server or the tokenizer are
+not "running" either, so the engine's count can honestly sit below the client's (the summary
+shows both). With ``--api-server-count`` > 1 vLLM disables its stats logging to avoid incomplete
+stats, and gauges are per-process ``mostrecent`` values.
 
 TensorRT-LLM ``trtllm-serve`` ``GET /metrics``: a JSON list of per-iteration stats that the server
 DROPS once read (needs ``enable_iter_perf_stats``); we poll it during the level and store every
@@ -15,11 +30,14 @@ entry we got (``iterations``), plus a short summary.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from core.errors import UserError
 
 KEEP_PREFIXES = ("vllm:", "tgi_", "trtllm_")
 # histogram families -> summary key (seconds in, ms out)
@@ -70,27 +88,26 @@ def histogram_delta(before: dict[str, float], after: dict[str, float], family: s
             le = float(k[len(prefix):-1])
             buckets.append((le, v - before.get(k, 0.0)))
     buckets.sort()
-    out = {"count": n, "mean": total / n * 1e3}
-    for q in (50, 95, 99):
-        out[f"p{q}"] = _bucket_quantile(buckets, n * q / 100) * 1e3
+    out: dict[str, Any] = {"count": n, "mean": total / n * 1e3}
+    out["quantiles"] = {f"p{q}": _bucket_bound(buckets, n * q / 100) for q in (50, 95, 99)}
+    # the resolution behind those bounds: cumulative counts per upper bound (ms; None = +Inf)
+    out["buckets_ms"] = [[None if le == float("inf") else le * 1e3, c] for le, c in buckets]
     return out
 
 
-def _bucket_quantile(buckets: list[tuple[float, float]], rank: float) -> float:
-    """Linear interpolation inside the bucket holding ``rank`` (as Prometheus histogram_quantile)."""
-    prev_le, prev_c = 0.0, 0.0
+def _bucket_bound(buckets: list[tuple[float, float]], rank: float) -> dict[str, float | None]:
+    """The bucket holding the observation of rank ``rank``: {"lo": ms, "hi": ms or None (+Inf)}.
+    Where inside the bucket it lies is unknown, so no number inside it is claimed."""
+    prev_le = 0.0
     for le, c in buckets:
-        if c >= rank:
-            if le == float("inf"):
-                return prev_le
-            span = c - prev_c
-            return prev_le + (le - prev_le) * ((rank - prev_c) / span if span > 0 else 1.0)
-        prev_le, prev_c = le, c
-    return prev_le
+        if c >= rank and c > 0:
+            return {"lo": prev_le * 1e3, "hi": None if le == float("inf") else le * 1e3}
+        prev_le = le
+    return {"lo": prev_le * 1e3, "hi": None}
 
 
 def summarize(before: dict[str, float], after: dict[str, float],
-              samples: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
+              samples: list[Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for fam, key in HISTOGRAMS.items():
         d = histogram_delta(before, after, fam)
@@ -101,15 +118,12 @@ def summarize(before: dict[str, float], after: dict[str, float],
         if "{" in k or k.endswith(("_sum", "_count")) or any(k.startswith(g) for g in GAUGES):
             continue
         delta = v - before.get(k, 0.0)
-        if delta:
+        if delta or "prefix_cache" in k:  # a prefix-cache counter that stayed put is a measured 0
             counters[k] = delta
     out["counters"] = counters
-    gauges: dict[str, dict[str, float]] = {}
-    for g in GAUGES:
-        vals = [s[g] for _, s in samples if g in s]
-        if vals:
-            gauges[g] = {"max": max(vals), "mean": sum(vals) / len(vals), "last": vals[-1]}
-    out["gauges"] = gauges
+    # gauges: the raw samples only (see the module docstring); compare/analysis/breakdown.py
+    # summarises those taken while the load was at its target
+    out["gauge_samples"] = len(samples)
     return out
 
 
@@ -117,13 +131,21 @@ class MetricsScraper:
     """Samples one server's metrics around a level; ``kind``: "prometheus" or "trtllm-json"."""
 
     def __init__(self, client: httpx.AsyncClient, kind: str = "prometheus", path: str = "/metrics",
-                 interval_s: float = 1.0) -> None:
+                 interval_s: float | None = None) -> None:
         if kind not in ("prometheus", "trtllm-json"):
             raise ValueError(f"metrics kind {kind!r}: use prometheus or trtllm-json")
+        if interval_s is None:  # a short level needs a short interval for its gauges to be measured
+            raw = os.environ.get("LLM_COMPARE_METRICS_INTERVAL_S", "0.5")
+            try:
+                interval_s = float(raw)
+            except ValueError:
+                interval_s = -1.0
+            if not 0.01 <= interval_s <= 60:
+                raise UserError(f"LLM_COMPARE_METRICS_INTERVAL_S={raw!r}: expected seconds between 0.01 and 60")
         self.client, self.kind, self.path, self.interval_s = client, kind, path, interval_s
         self._task: asyncio.Task | None = None
         self._before: dict[str, float] = {}
-        self._samples: list[tuple[float, dict[str, float]]] = []
+        self._samples: list[tuple[int, dict[str, float]]] = []  # (perf_counter_ns, gauges)
         self._iterations: list[Any] = []
         self._errors: list[str] = []
         self._t0 = 0.0
@@ -159,13 +181,16 @@ class MetricsScraper:
     async def _sample_loop(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
+            t0 = time.perf_counter_ns()
             s = await self._scrape()
             if s is not None and self.kind == "prometheus":
-                self._samples.append((round(time.monotonic() - self._t0, 3), {g: s[g] for g in GAUGES if g in s}))
+                # stamped mid-request: the server rendered the values somewhere in between
+                t = (t0 + time.perf_counter_ns()) // 2
+                self._samples.append((t, {g: s[g] for g in GAUGES if g in s}))
 
     async def start(self, label: str) -> None:
         self._samples, self._iterations, self._errors = [], [], []
-        self._t0 = time.monotonic()
+        self._t0 = time.perf_counter()
         if self.available is False:
             return
         self._before = await self._scrape() or {}
@@ -190,7 +215,8 @@ class MetricsScraper:
             out["summary"] = _trtllm_summary(self._iterations)
         else:
             out.update(summarize(self._before, after, self._samples))
-            out["samples"] = [{"t_s": t, **s} for t, s in self._samples]
+            t0 = int(self._t0 * 1e9)
+            out["samples"] = [{"t_s": round((t - t0) / 1e9, 3), "t_ns": t, **s} for t, s in self._samples]
         if self._errors:
             out["errors"] = self._errors[:5]
         return out

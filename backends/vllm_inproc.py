@@ -41,6 +41,8 @@ class VllmBackend:
         self._version = "unknown"
         self._n = 0
         self._quant: dict[str, Any] | None = None
+        from backends.vllm_stats import EngineStats
+        self._stats = EngineStats()  # the engine's scheduler stats per level (prefix cache, running)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -64,7 +66,8 @@ class VllmBackend:
             # H200. Measured there: 0.64x LLM.generate's burst throughput with the fallback. Start
             # it as the server is started, so `vllm` and `vllm-server` differ only by the API layer.
             self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args),
-                                                     usage_context=UsageContext.OPENAI_API_SERVER)
+                                                     usage_context=UsageContext.OPENAI_API_SERVER,
+                                                     stat_loggers=[self._stats.factory])
         except Exception as e:  # engine start failures come in many types; report one line
             first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
             raise BackendStartError(f"vLLM engine failed to start: {type(e).__name__}: {first} "
@@ -81,6 +84,13 @@ class VllmBackend:
         if self._engine is not None:
             self._engine.shutdown()
             self._engine = None
+
+    async def on_level_start(self, label: str) -> None:
+        self._stats.level_start()
+
+    async def on_level_end(self, label: str) -> dict[str, Any]:
+        """The engine's own scheduler stats during the level (backends/vllm_stats.py)."""
+        return self._stats.level_end(self._resolved.get("enable_prefix_caching"))
 
     async def _prompt(self, req: GenerationRequest) -> dict[str, Any]:
         if req.prompt_token_ids is not None:

@@ -63,6 +63,8 @@ WEIGHTS = {
     # --client-procs: a vLLM server start and two runs; loopback-server levels, a kill, a Ctrl-C
     "test_multiproc_vllm_server.py": 155,
     "test_multiproc.py": 55,
+    # a vLLM start and a vllm-server start, one shared-prefix level each (390 s on a box at load 12)
+    "test_breakdown_e2e.py": 110,
 }
 
 

@@ -153,7 +153,8 @@ _COLUMNS = [("backend", "backend", True), ("load", "load", True), ("ok", "ok", T
             ("tok_s", "out\ntok/s", True), ("req_s", "req/s", False),
             ("ttft50", "TTFT\np50", True), ("ttft95", "TTFT\np95", True), ("tpot50", "TPOT\np50", True),
             ("tpot95", "TPOT\np95", False), ("itl99", "ITL\np99", False), ("e2e95", "E2E\np95", True),
-            ("srv", "TTFT mean\nclnt/srv", False), ("goodput", "goodput\nreq/s", True), ("slo", "SLO", True)]
+            ("srv", "TTFT mean\nclnt/srv", False), ("queue", "engine\nqueue", False),
+            ("outside", "outside\nengine", False), ("pfx", "prefix\nhit", False), ("goodput", "goodput\nreq/s", True), ("slo", "SLO", True)]
 
 
 def _cells(name: str, label: str, s: LevelSummary | MatchedSummary, requests: int,
@@ -166,6 +167,11 @@ def _cells(name: str, label: str, s: LevelSummary | MatchedSummary, requests: in
         srv = _server_ttft(s)
         mean = srv.get("mean") if isinstance(srv, dict) else None
         row["srv"] = f"{fmt_stat(s.ttft_ms, 'mean')}/{'-' if mean is None else f'{mean:.1f}'}"
+        tb = s.time_breakdown  # means, ms (compare/analysis/breakdown.py)
+        row["queue"] = "-" if tb is None or tb.queued_ms is None else f"{tb.queued_ms:.1f}"
+        row["outside"] = "-" if tb is None or tb.outside_ms is None else f"{tb.outside_ms:.1f}"
+        pc = s.prefix_cache
+        row["pfx"] = "-" if pc is None or pc.hit_rate is None else f"{pc.hit_rate:.0%}"
     g = s if matched is None else matched
     row["goodput"] = f"{g.goodput_req_s or 0:.2f}"
     row["slo"] = "✓" if g.slo_met else "✗"
@@ -187,7 +193,9 @@ def comparison_table(run: RunResults | dict[str, Any], width: int | None = None,
             ms = _matched(run.length_matched, name, label)  # length-matched numbers under the raw ones
             if ms is not None and run.length_matched is not None:
                 rows.append(_cells(labels[name], f"{label} @k", ms, run.length_matched.levels[label].requests, ms))
-    keys = [k for k, _, _ in _COLUMNS if (k not in ("goodput", "slo") or run.slo) and (k != "srv" or has_srv)]
+    has = {k: any(r.get(k, "-") != "-" for r in rows) for k in ("queue", "outside", "pfx")}
+    keys = [k for k, _, _ in _COLUMNS if (k not in ("goodput", "slo") or run.slo) and (k != "srv" or has_srv)
+            and has.get(k, True)]
 
     def col_w(k: str) -> int:
         head = max(len(x) for x in dict((c[0], c[1]) for c in _COLUMNS)[k].split("\n"))
@@ -208,6 +216,8 @@ def comparison_table(run: RunResults | dict[str, Any], width: int | None = None,
     for r in rows:
         t.add_row(*[Text(r.get(k, "-")) for k in keys])  # names such as vllm[block_size=32] are not markup
     t.caption = "latencies in ms, measured at the client"
+    if "queue" in keys or "outside" in keys:
+        t.caption += "; engine queue, outside engine: means from the engine's own timings"
     t.caption_justify = "left"
     if run.length_matched:
         t.caption += "\n" + matched_note(run.length_matched)

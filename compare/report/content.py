@@ -80,6 +80,16 @@ def sections(d: ReportData) -> list[Section]:
                            paragraphs=["the difference is client/network/API overhead and queueing outside the engine"],
                            headers=["backend", "load", "client", "server", "difference"],
                            rows=[[name(b), lv, f"{c:.1f}", f"{s:.1f}", f"{c - s:+.1f}"] for b, lv, c, s in sc]))
+    from compare.report import server_side
+
+    bd = server_side.breakdown_rows(run, d.backends, name)
+    if bd:
+        out.append(Section("Where the time goes", paragraphs=[server_side.BREAKDOWN_NOTE],
+                           headers=server_side.BREAKDOWN_HEADERS, rows=bd, plots=["time_breakdown"]))
+    hr = server_side.histogram_rows(run, d.backends, name)
+    if hr:
+        out.append(Section("Server-side histograms (ms)", paragraphs=[server_side.HIST_NOTE],
+                           headers=server_side.HIST_HEADERS, rows=hr))
     out.append(Section("Distributions", plots=["ttft_cdf", "itl_cdf", "bars_ci", "server_vs_client_ttft"]))
     env = []
     hw = run.hardware

@@ -208,12 +208,40 @@ def server_client_rows(d: ReportData) -> list[tuple[str, str, float, float]]:
     return rows
 
 
+def time_breakdown(d: ReportData) -> bytes | None:
+    """Stacked per backend and level: queued, prefill, decode (the engine's means), a server's
+    frontend (its E2E beyond those) and the time outside the engine (client, HTTP, network):
+    together the client's mean E2E."""
+    rows = [(name, level, s.time_breakdown) for name in d.backends
+            for level, s in d.run.backends[name].levels.items()
+            if s.time_breakdown is not None and s.time_breakdown.engine_e2e_ms is not None]
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(rows)), 4))
+    x = np.arange(len(rows))
+    bottom = np.zeros(len(rows))
+    parts = (("queued", "queued_ms"), ("prefill", "prefill_ms"), ("decode", "decode_ms"),
+             ("server frontend (tokenise, IPC)", "frontend_ms"), ("client / network (outside the engine)", "outside_ms"))
+    for label, field in parts:
+        vals = np.array([max(0.0, getattr(tb, field) or 0.0) for _, _, tb in rows])
+        ax.bar(x, vals, 0.6, bottom=bottom, label=label)
+        bottom += vals
+    ax.set_xticks(x, [f"{d.label(n)}\n{lv}" for n, lv, _ in rows])
+    ax.set_ylabel("mean time per request (ms)")
+    ax.set_title("where the time goes: queued, prefill, decode, client")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
 PLOTS = (
     ("latency_vs_throughput", "Latency vs throughput", latency_vs_throughput),
     ("ttft_cdf", "TTFT distribution", ttft_cdf),
     ("itl_cdf", "Inter-token latency distribution", itl_cdf),
     ("bars_ci", "Per-backend metrics with confidence intervals", bars_with_ci),
     ("server_vs_client_ttft", "Server-side vs client-side TTFT", server_vs_client_ttft),
+    ("time_breakdown", "Where the time goes", time_breakdown),
 )
 
 

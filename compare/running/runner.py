@@ -205,6 +205,11 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
                     summary["client_procs"] = outcome.client_procs
                 if hasattr(backend, "on_level_end"):
                     summary["server_metrics"] = await backend.on_level_end(level.label)
+                # queue/prefill/decode vs outside the engine, prefix-cache hits, gauges at the target load
+                from compare.analysis.breakdown import level_extras
+                summary.update(level_extras(records, summary.get("server_metrics"),
+                                            int(level.value) if level.kind == "concurrency" else None,
+                                            backend.describe().framework))
                 if outcome.schedule_offsets_ns is not None:
                     summary["schedule_offsets_ns"] = outcome.schedule_offsets_ns
                 if outcome.aborted:
@@ -216,7 +221,8 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
                     pool.add(key, outcome, records)
                     pooled = _level_summary(cfg, pool.records[key], pool.wall_ns[key], pool.lag_max[key])
                     # server-side samples are per level run; the pooled row shows the latest one
-                    pooled.update({k: summary[k] for k in ("server_metrics", "aborted") if k in summary})
+                    pooled.update({k: summary[k] for k in ("server_metrics", "server_gauges", "prefix_cache",
+                                                           "time_breakdown", "aborted") if k in summary})
                     pooled["repeats"] = rep + 1
                     entry["levels"][level.label] = pooled
                 entry["describe"] = backend.describe().as_dict()  # may have learned more (e.g. /metrics)

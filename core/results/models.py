@@ -76,6 +76,70 @@ class SloCheck(_Closed):
     met: bool
 
 
+class BucketBound(_Closed):
+    """A quantile of a server-side Prometheus histogram, known only to its bucket: ``lo < q <= hi``
+    (ms; ``hi`` None: above the last finite bucket). Never a number interpolated inside a bucket."""
+
+    lo: float
+    hi: float | None = None
+
+    def text(self) -> str:
+        if self.hi is None:
+            return f"> {self.lo:g}"
+        return f"<= {self.hi:g}" if self.lo == 0 else f"({self.lo:g}, {self.hi:g}]"
+
+
+class ServerHistogram(_Open):
+    """One histogram's observations during a level (backends/server_metrics.py). ``mean`` is exact
+    (sum/count deltas); quantiles are bucket bounds. Open: results written before bounds existed
+    carry interpolated ``p50``/``p95``/``p99`` numbers, which readers ignore."""
+
+    count: float
+    mean: float
+    quantiles: dict[str, BucketBound] = Field(default_factory=dict)  # "p50" -> its bucket
+
+
+class GaugeSummary(_Closed):
+    """A server gauge (e.g. vllm:num_requests_running) sampled while the level's load was at its
+    target; ``measured`` False (and no numbers) when too few samples fell in that window."""
+
+    measured: bool
+    samples: int  # kept (inside the steady window)
+    samples_total: int  # scraped during the level
+    window_s: float | None = None  # length of the steady window
+    mean: float | None = None
+    max: float | None = None
+    client_in_flight_mean: float | None = None  # the client's own in-flight count at the same instants
+    note: str | None = None
+
+
+class PrefixCacheStats(_Closed):
+    """Prefix-cache hits during the level, in prompt tokens (vLLM counts tokens, not requests)."""
+
+    source: str  # where the counts come from, or why there are none
+    queries: float | None = None
+    hits: float | None = None
+    hit_rate: float | None = None  # hits / queries; None when not exposed or nothing queried
+
+
+class TimeBreakdown(_Closed):
+    """Where a request's time went, means in ms (compare/analysis/breakdown.py): in the engine
+    (queued, prefill, decode) and outside it (client, API server, network, tokenisation)."""
+
+    source: str  # "engine stamps" (per request) | "server histograms" (sum/count)
+    n: int
+    queued_ms: float | None = None
+    prefill_ms: float | None = None
+    decode_ms: float | None = None
+    engine_e2e_ms: float | None = None
+    # servers: engine E2E minus queued+prefill+decode (vLLM's frontend: tokenisation, IPC, detokenisation)
+    frontend_ms: float | None = None
+    client_e2e_ms: float | None = None
+    outside_ms: float | None = None  # client e2e - engine e2e
+    client_ttft_ms: float | None = None
+    engine_ttft_ms: float | None = None
+
+
 class _Measured(_Closed):
     """Fields shared by a raw level summary and a length-matched one."""
 
@@ -111,9 +175,21 @@ class LevelSummary(_Measured):
     client_lagged: bool = False
     client_procs: ClientProcs | None = None  # the level was sent by several client processes
     server_metrics: dict[str, Any] | None = None  # scraped around the level; layout per engine
+    # derived from server_metrics and the records (compare/analysis/breakdown.py)
+    server_gauges: dict[str, GaugeSummary] | None = None
+    prefix_cache: PrefixCacheStats | None = None
+    time_breakdown: TimeBreakdown | None = None
     schedule_offsets_ns: list[int] | None = None
     aborted: str | None = None  # why the level stopped early
     repeats: int | None = None  # pooled summary: how many repeats it pools
+
+    def server_histogram(self, key: str) -> ServerHistogram | None:
+        """``server_metrics[key]`` (e.g. "server_queue_ms") typed, whatever version wrote it."""
+        h = (self.server_metrics or {}).get(key)
+        if not isinstance(h, dict) or not h.get("count") or not isinstance(h.get("mean"), (int, float)):
+            return None
+        q = h.get("quantiles")
+        return ServerHistogram.model_validate({**h, "quantiles": q if isinstance(q, dict) else {}})
 
 
 class RepeatRun(_Closed):

@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from backends.server_metrics import MetricsScraper, histogram_delta, parse_prometheus
+from core.results.models import BucketBound
 from backends.vllm_server import free_port
 
 
@@ -51,10 +52,14 @@ def test_level_deltas_from_real_exposition(vllm_like_server):
     assert out["available"] and out["scrapes"] >= 3
     d = out["server_ttft_ms"]
     assert d["count"] == 4 and abs(d["mean"] - 22.5) < 1e-6  # mean is exact: sum/count deltas
-    assert 10 <= d["p50"] <= 20 and 20 <= d["p99"] <= 40  # interpolated inside the right buckets
+    # quantiles are the buckets that hold them, no number inside a bucket
+    assert d["quantiles"]["p50"] == {"lo": 10.0, "hi": 20.0} and d["quantiles"]["p99"] == {"lo": 20.0, "hi": 40.0}
+    assert "p50" not in d
     assert out["counters"]["vllm:generation_tokens_total"] == 64
     assert not any(k.startswith("process_") for k in out["counters"])  # only vllm:/tgi_/trtllm_ kept
-    assert out["gauges"]["vllm:num_requests_running"]["max"] == 4
+    # gauges are raw samples on the client's clock (compare/analysis/breakdown.py windows them)
+    running = [s["vllm:num_requests_running"] for s in out["samples"]]
+    assert max(running) == 4 and all(isinstance(s["t_ns"], int) for s in out["samples"])
 
 
 def test_missing_metrics_endpoint_is_reported_not_fatal():
@@ -71,12 +76,37 @@ def test_missing_metrics_endpoint_is_reported_not_fatal():
     assert out["available"] is False and "HTTP 404" in out["errors"]
 
 
-def test_histogram_quantile_interpolation():
+def test_histogram_quantiles_are_bucket_bounds():
+    """vLLM's queue-time buckets start at 0.3 s: 100 requests that queued ~4 ms each have an exact
+    mean of 4 ms and a p95 known only as <= 300 ms (interpolating said 285 ms)."""
+    text = ("# TYPE vllm:request_queue_time_seconds histogram\n"
+            'vllm:request_queue_time_seconds_bucket{le="0.3"} 100\n'
+            'vllm:request_queue_time_seconds_bucket{le="0.5"} 100\n'
+            'vllm:request_queue_time_seconds_bucket{le="+Inf"} 100\n'
+            "vllm:request_queue_time_seconds_sum 0.4\nvllm:request_queue_time_seconds_count 100\n")
+    d = histogram_delta({}, parse_prometheus(text), "vllm:request_queue_time_seconds")
+    assert d["mean"] == pytest.approx(4.0)
+    assert d["quantiles"]["p95"] == {"lo": 0.0, "hi": 300.0}
+    assert BucketBound(**d["quantiles"]["p95"]).text() == "<= 300"
+    assert d["buckets_ms"][0] == [300.0, 100.0]
+
+
+def test_quantile_above_the_last_finite_bucket_has_no_upper_bound():
     text = ("# TYPE vllm:e2e_request_latency_seconds histogram\n"
             'vllm:e2e_request_latency_seconds_bucket{le="1.0"} 50\n'
-            'vllm:e2e_request_latency_seconds_bucket{le="2.0"} 100\n'
+            'vllm:e2e_request_latency_seconds_bucket{le="2.0"} 90\n'
             'vllm:e2e_request_latency_seconds_bucket{le="+Inf"} 100\n'
-            "vllm:e2e_request_latency_seconds_sum 120\nvllm:e2e_request_latency_seconds_count 100\n")
-    after = parse_prometheus(text)
-    d = histogram_delta({}, after, "vllm:e2e_request_latency_seconds")
-    assert d["p50"] == pytest.approx(1000.0) and d["p99"] == pytest.approx(1980.0) and d["mean"] == 1200.0
+            "vllm:e2e_request_latency_seconds_sum 150\nvllm:e2e_request_latency_seconds_count 100\n")
+    d = histogram_delta({}, parse_prometheus(text), "vllm:e2e_request_latency_seconds")
+    q = {k: BucketBound(**v).text() for k, v in d["quantiles"].items()}
+    assert q == {"p50": "<= 1000", "p95": "> 2000", "p99": "> 2000"} and d["mean"] == 1500.0
+
+
+def test_older_results_with_interpolated_quantiles_still_load():
+    """run.json written before bucket bounds: the interpolated numbers are ignored, the mean kept."""
+    from core.results.models import LevelSummary
+
+    s = LevelSummary(requests=1, ok=1, wall_s=1.0, output_tokens=1, input_tokens=1, output_tok_s=1.0, req_s=1.0,
+                     server_metrics={"server_queue_ms": {"count": 4, "mean": 3.9, "p50": 150.0, "p95": 285.0}})
+    h = s.server_histogram("server_queue_ms")
+    assert h is not None and h.mean == 3.9 and h.quantiles == {}

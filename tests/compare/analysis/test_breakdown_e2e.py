@@ -1,0 +1,99 @@
+"""Where the time goes, prefix-cache hits and gauges, measured on real engines in one run: the
+in-process vLLM engine with prefix caching on and the vLLM OpenAI server with it off, both limited
+to 2 sequences at a time and driven at concurrency 4 on a shared-prefix workload."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from adapters.spec import ServingSpec
+from core.results import iter_records, load_results
+
+N, OUT, SEQS, C = 12, 24, 2, 4
+
+
+@pytest.fixture(scope="module")
+def prefix_run(tiny_model, tmp_path_factory):
+    from compare.running.runner import RunConfig, run
+    from compare.workload.build import SharedPrefix, WorkloadSpec, build_requests
+    from compare.workload.build import LengthDist
+    from compare.workload.schedule import LoadLevel
+
+    spec = ServingSpec(model=str(tiny_model), dtype="float32", max_model_len=512, kv_cache_memory_bytes=64 << 20,
+                       enforce_eager=True, max_num_seqs=SEQS, prefix_caching=True)
+    wl = WorkloadSpec(name="shared", seed=3, num_requests=N, input=LengthDist(dist="fixed", value=16),
+                      output=LengthDist(dist="fixed", value=OUT),
+                      shared_prefix=SharedPrefix(num_documents=2, document_tokens=128))
+    out = tmp_path_factory.mktemp("prefix")
+    cfg = RunConfig(backends=["vllm", "vllm-server"], spec=spec, workload=wl, requests=build_requests(wl),
+                    levels=[LoadLevel("concurrency", C)], warmup=1, out_root=out, run_id="p",
+                    backend_specs={"vllm-server": spec.model_copy(update={"prefix_caching": False})})
+    mp = pytest.MonkeyPatch()
+    mp.setenv("LLM_COMPARE_METRICS_INTERVAL_S", "0.1")  # a ~1 s level still gets its gauge samples
+    try:
+        asyncio.run(run(cfg))
+    finally:
+        mp.undo()
+    run_, _ = load_results(out / "p")
+    assert run_.status == "complete", run_.error
+    return run_, list(iter_records(out / "p"))
+
+
+@pytest.mark.engine
+def test_prefix_cache_hit_rate_on_and_off(prefix_run):
+    run, _ = prefix_run
+    on = run.backends["vllm"].levels[f"c{C}"].prefix_cache
+    off = run.backends["vllm-server"].levels[f"c{C}"].prefix_cache
+    # 2 documents of 128 tokens shared by 12 requests: most prompt tokens are cached hits
+    assert on is not None and on.hit_rate is not None and on.hit_rate > 0.5, on
+    assert off is not None and off.queries is not None and (off.hits or 0) == 0, off  # counted, never hit
+
+
+@pytest.mark.engine
+def test_inprocess_breakdown_matches_each_requests_engine_stamps(prefix_run):
+    run, records = prefix_run
+    tb = run.backends["vllm"].levels[f"c{C}"].time_breakdown
+    assert tb is not None and tb.source.startswith("engine stamps") and tb.n == N
+    ok = [r for r in records if r.backend == "vllm" and r.ok]
+    queued = [r.engine_metrics["queue_s"] * 1e3 for r in ok]
+    assert tb.queued_ms == pytest.approx(sum(queued) / len(queued))
+    # 4 in flight, 2 running: each request waits about one other request's service time
+    assert tb.queued_ms > 0.25 * tb.decode_ms and sum(q > 1.0 for q in queued) >= N // 3
+    assert tb.engine_e2e_ms == pytest.approx(tb.queued_ms + tb.prefill_ms + tb.decode_ms)
+    # the client sends before the engine queues and sees the last token after the engine made it
+    assert 0 <= tb.outside_ms < tb.client_e2e_ms and tb.engine_ttft_ms <= tb.client_ttft_ms
+    for r in ok:
+        m = r.engine_metrics
+        assert (m["queue_s"] + m["prefill_s"] + m["decode_s"]) * 1e9 <= r.t_end_ns - r.t_sent_ns
+
+
+@pytest.mark.engine
+def test_server_breakdown_and_honest_histogram_quantiles(prefix_run):
+    run, _ = prefix_run
+    s = run.backends["vllm-server"].levels[f"c{C}"]
+    tb = s.time_breakdown
+    assert tb is not None and tb.source.startswith("server histograms") and tb.n == N
+    parts = tb.queued_ms + tb.prefill_ms + tb.decode_ms
+    # vLLM's e2e also spans its frontend (tokenisation, IPC to the engine core): frontend_ms
+    assert 0.5 * tb.engine_e2e_ms <= parts <= tb.engine_e2e_ms * 1.01, tb
+    assert tb.queued_ms > 0.25 * tb.decode_ms and tb.outside_ms > 0
+    q = s.server_histogram("server_queue_ms")
+    assert q is not None and q.count == N and set(q.quantiles) == {"p50", "p95", "p99"}
+    for b in q.quantiles.values():  # bounds are bucket edges, the mean is not one of them
+        assert b.hi is None or b.lo < b.hi
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("backend", ["vllm", "vllm-server"])
+def test_running_gauge_at_the_target_load(prefix_run, backend):
+    """At concurrency 4 with 2 sequences allowed the engine runs 2: samples from the ramp-up, the
+    drain and the idle engine are left out, so the mean is the steady state, not a diluted one."""
+    run, _ = prefix_run
+    g = run.backends[backend].levels[f"c{C}"].server_gauges
+    assert g is not None
+    running, waiting = g["vllm:num_requests_running"], g["vllm:num_requests_waiting"]
+    assert running.measured, running.note
+    assert running.max == SEQS and 1.5 <= running.mean <= SEQS, running
+    assert running.client_in_flight_mean == C and running.samples < running.samples_total
+    assert running.mean + waiting.mean <= C + 1e-9
