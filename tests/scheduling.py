@@ -19,6 +19,7 @@ GROUPS = {
     "test_report_e2e.py": "shared-runs",
     "test_gate_e2e.py": "shared-runs",
     "test_http_vllm_server.py": "shared-runs",
+    "test_telemetry_e2e.py": "shared-runs",
     # tgi_url: the TGI-protocol test double on a real vLLM engine
     "test_tgi_double_protocol.py": "tgi-double",
     "test_length_match_e2e.py": "tgi-double",

@@ -32,10 +32,17 @@ def caveats(run: RunResults | dict[str, Any]) -> list[str]:
             out.append(f"{name}: {b.error}")
     if lagged:
         out.insert(0, f"client event loop lagged ({', '.join(lagged)}): those results are marked invalid, "
-                      f"the client, not the engine, may be the bottleneck")
+                      f"the client, not the engine, may be the bottleneck" + _lag_why(run))
     for label, lv in (run.length_matched.levels if run.length_matched else {}).items():
         dropped = lv.excluded_failed + lv.excluded_empty
         if dropped:
             out.append(f"length-matched {label}: {dropped} of {lv.requests} request(s) left out "
                        f"(failed on some backend: {lv.excluded_failed}, no token: {lv.excluded_empty})")
     return out
+
+
+def _lag_why(run: RunResults) -> str:
+    from compare.analysis.bottleneck import lag_explanations  # CPU telemetry per level, where recorded
+
+    why = lag_explanations(run)
+    return f" (telemetry: {why})" if why else ""

@@ -72,6 +72,11 @@ class ConsoleProgress(Progress):
         self._say(f"  {self._name} {level.label}{procs}: {summary.ok}/{summary.requests} ok, "
                   f"{summary.output_tok_s:.1f} tok/s, TTFT p50 {'-' if ttft is None else f'{ttft:.1f} ms'}, "
                   f"{time.monotonic() - self._phase_t0:.1f} s")
+        from compare.analysis.bottleneck import console_line  # CPU/GPU telemetry: who is saturated
+
+        flags = console_line(summary)
+        if flags:
+            self._say(f"    ! {flags}")
 
     def note(self, name: str, text: str) -> None:
         self._say(text)
@@ -276,6 +281,10 @@ def print_summary(console: Console, results_dir: Path, price: float | None = Non
             console.print(f"  {escape(line)}", highlight=False)
         for c in v.caveats:
             console.print(Text(f"! {c}", style="yellow"))
+        from compare.analysis.bottleneck import gpu_note
+
+        if gpu_note(run):  # said once per run, not per level
+            console.print(Text(gpu_note(run) or "", style="dim"))
     # paths are never broken across lines (a terminal wraps them; a copied path must stay whole)
     console.print(f"results: {results_dir}" + ("" if quiet else "  (engine logs in logs/)"), highlight=False,
                   soft_wrap=True)

@@ -25,6 +25,7 @@ from core.records import GenerationRequest
 from core.errors import BackendStartError
 from backends.base import Backend
 from backends.logs import capture, log_file
+from backends.telemetry import LevelTelemetry
 from compare.running import aio
 from compare.running.executor import LevelInterrupted, LevelOutcome, RunAborted, run_level, run_one
 from compare.running.aio import running_loop_name
@@ -192,7 +193,9 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
                 if hasattr(backend, "on_level_start"):
                     await backend.on_level_start(level.label)
                 try:
-                    outcome = await _run_level(cfg, backend, level, writer, progress, rep)
+                    # CPU per process and GPUs, sampled in a thread (not the loop) while the level runs
+                    with LevelTelemetry(backend) as tel:
+                        outcome = await _run_level(cfg, backend, level, writer, progress, rep)
                 except LevelInterrupted as stopped:
                     summary = _keep_interrupted_level(cfg, stopped.outcome, this, entry, rep)
                     stopped_in.append(f"in level {level.label} ({summary['aborted']})")
@@ -201,6 +204,7 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
                 summary = _level_summary(cfg, records, outcome.t_end_ns - outcome.t_start_ns,
                                          outcome.loop_lag_ms.get("max", 0.0))
                 summary["loop_lag_ms"] = outcome.loop_lag_ms
+                summary["telemetry"] = tel.summary(summary["output_tokens"])
                 if outcome.client_procs is not None:
                     summary["client_procs"] = outcome.client_procs
                 if hasattr(backend, "on_level_end"):
@@ -222,7 +226,7 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
                     pooled = _level_summary(cfg, pool.records[key], pool.wall_ns[key], pool.lag_max[key])
                     # server-side samples are per level run; the pooled row shows the latest one
                     pooled.update({k: summary[k] for k in ("server_metrics", "server_gauges", "prefix_cache",
-                                                           "time_breakdown", "aborted") if k in summary})
+                                                           "time_breakdown", "telemetry", "aborted") if k in summary})
                     pooled["repeats"] = rep + 1
                     entry["levels"][level.label] = pooled
                 entry["describe"] = backend.describe().as_dict()  # may have learned more (e.g. /metrics)

@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.results.telemetry import Telemetry
+
 SCHEMA_VERSION = 2
 
 
@@ -182,6 +184,7 @@ class LevelSummary(_Measured):
     schedule_offsets_ns: list[int] | None = None
     aborted: str | None = None  # why the level stopped early
     repeats: int | None = None  # pooled summary: how many repeats it pools
+    telemetry: Telemetry | None = None  # CPU per process, GPUs (backends/telemetry.py)
 
     def server_histogram(self, key: str) -> ServerHistogram | None:
         """``server_metrics[key]`` (e.g. "server_queue_ms") typed, whatever version wrote it."""

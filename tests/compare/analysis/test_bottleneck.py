@@ -1,0 +1,70 @@
+"""compare/analysis/bottleneck.py on telemetry records: which saturation is flagged, where it is
+shown, and how the loop-lag caveat reads with it (the sampler itself: tests/backends/test_telemetry.py)."""
+from __future__ import annotations
+
+from compare.analysis.bottleneck import console_line, gpu_rows, lag_explanations, level_flags
+from compare.analysis.caveats import caveats
+from core.results import LevelSummary
+from tests.synth import make_run, records
+
+GPU = {"devices": [{"index": 0, "name": "NVIDIA H200", "samples": 20, "util_mean_pct": 41.0, "util_peak_pct": 100.0,
+                    "mem_used_peak_mib": 1626.0, "power_mean_w": 285.0, "power_peak_w": 695.0,
+                    "sm_clock_mean_mhz": 931.0, "energy_j": 1673.5, "energy_source": "counter"}],
+       "wall_s": 5.0, "energy_j": 1673.5, "energy_source": "counter", "output_tok_per_j": 2.0}
+
+
+def _proc(role, mean, busy, **kw):
+    return {"role": role, "pid": 100 + len(role), "name": role, "samples": 20, "mean_pct": mean,
+            "peak_pct": mean + 5, "threads": 4, "busy_frac": busy, **kw}
+
+
+def _level(procs, machine=None, gpu=None, lag=0.0, lagged=False) -> dict:
+    tel = {"interval_s": 0.25, "samples": 20, "wall_s": 5.0, "cpu_cores": 2, "machine_cpu_busy_pct": machine,
+           "processes": procs}
+    tel.update({"gpu": gpu} if gpu else {"gpu_note": "no GPU telemetry: NVML is not usable here"})
+    return {"requests": 4, "ok": 4, "wall_s": 5.0, "output_tokens": 3347, "input_tokens": 4, "output_tok_s": 669.4,
+            "req_s": 0.8, "loop_lag_ms": {"max": lag}, "client_lagged": lagged, "telemetry": tel}
+
+
+CLIENT_IDLE = _proc("client", 8.0, 0.0, loop_thread_mean_pct=5.0, loop_thread_busy_frac=0.0)
+
+
+def test_engine_core_on_a_gpu_is_shown_on_cpu_inference_it_is_expected():
+    busy_core = [CLIENT_IDLE, _proc("engine core", 99.0, 0.9)]
+    on_gpu = LevelSummary.model_validate(_level(busy_core, machine=20.0, gpu=GPU))
+    assert [(f.kind, f.console) for f in level_flags(on_gpu)] == [("engine_cpu", True)]
+    assert console_line(on_gpu).startswith("engine core CPU-bound (its CPU work holds the GPU back")
+    on_cpu = LevelSummary.model_validate(_level(busy_core, machine=60.0))
+    assert [(f.kind, f.console) for f in level_flags(on_cpu)] == [("engine_cpu", False)]
+    assert console_line(on_cpu) is None
+
+
+def test_a_thread_busy_in_less_than_half_the_level_is_not_flagged():
+    s = LevelSummary.model_validate(_level([CLIENT_IDLE, _proc("API server", 80.0, 0.4)], machine=50.0))
+    assert level_flags(s) == []
+
+
+def test_lagging_client_saturated_or_starved_reads_in_the_caveat():
+    spun = _proc("client", 99.0, 0.95, loop_thread_mean_pct=97.0, loop_thread_busy_frac=0.95)
+    run, _ = make_run({"a": [records("a", "c1", 0)], "b": [records("b", "c1", 0)]})
+    run["backends"]["a"]["levels"]["c1"].update(_level([spun], machine=60.0, lag=90.0, lagged=True))
+    run["backends"]["b"]["levels"]["c1"].update(_level([CLIENT_IDLE, _proc("engine core", 150.0, 0.2)],
+                                                       machine=99.0, lag=300.0, lagged=True))
+    from core.results import RunResults
+
+    r = RunResults.model_validate(run)
+    assert lag_explanations(r) == ("client's own work saturated its loop: a c1 (loop thread 97%); loop thread not "
+                                   "saturated, the machine's CPU was oversubscribed: b c1")
+    assert "(telemetry: client's own work saturated its loop: a c1" in caveats(r)[0]
+    b = r.backends["b"].levels["c1"]
+    assert console_line(b) == ("client loop lagged 300 ms, its thread at 5%: CPU oversubscribed "
+                               "(machine 99% busy, this run 1.6 of 2 cores)")
+
+
+def test_gpu_rows_give_tokens_per_joule():
+    run, _ = make_run({"a": [records("a", "c1", 0)]})
+    run["backends"]["a"]["levels"]["c1"].update(_level([CLIENT_IDLE], gpu=GPU))
+    from core.results import RunResults
+
+    (row,) = gpu_rows(RunResults.model_validate(run))
+    assert row[2] == "0 NVIDIA H200" and row[7] == "1674" and row[-2] == "669.4" and row[-1] == "2.000"
