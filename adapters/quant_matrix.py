@@ -169,10 +169,9 @@ TABLE: tuple[QuantScheme, ...] = (
             weight_bits=4, weight_type="int", act_bits=16, act_type="float", group_size=128, calibration=True,
             spec_update={"quantization": "w4a16-gptq"}, llmcompressor="GPTQ:W4A16", backends={
                 "vllm": _on(None, ("gptq", "gptq_marlin", "auto_gptq", _CT),
-                            cuda=Cell(True, "GPTQ checkpoint (quant_method gptq -> gptq_marlin) or a "
-                                      "compressed-tensors W4A16 checkpoint made with GPTQ", "Machete / Marlin",
-                                      "checkpoint", reason="H200 dummy-weight run with a gptq config loaded no "
-                                      "quantized kernel: verification must pass before its speed counts"),
+                            cuda=Cell(True, "GPTQ checkpoint (quant_method gptq -> auto_gptq on vLLM 0.26) or "
+                                      "a compressed-tensors W4A16 checkpoint made with GPTQ", "Machete / Marlin",
+                                      "checkpoint"),
                             cpu=Cell(True, "compressed-tensors W4A16 checkpoint made with GPTQ "
                                      "(compare quantize --scheme w4a16-gptq)", "CPUWNA16LinearKernel", "checkpoint")),
                 "tgi": _gpu("gptq", ("marlin", _CT), cuda=Cell(True, "--quantize gptq (GPTQ checkpoint)",

@@ -197,6 +197,7 @@ def _cells(samples, backend, reps, metrics, scale=1.0):
 
 def evaluate(path: Path, repeats: int, draws: int, floors: list[float], alphas: list[float], seed: int = 0) -> dict:
     run = load_run(path)
+    bench = (run.model_extra or {}).get("bench") or {}  # the harness's provenance (extra_header)
     samples = collect(run, iter_records(path))
     metrics = default_metrics(run)
     reps = {b: sorted(next(s.repeats for (n, _), s in samples.items() if n == b)) for b in ("A", "B")}
@@ -242,9 +243,9 @@ def evaluate(path: Path, repeats: int, draws: int, floors: list[float], alphas: 
                          "false_alarm_by_metric": fa_m, "detect_10pct_by_metric": det10_m,
                          "detect_config_by_metric": det_real_m})
     return {"results": str(path), "repeats_per_side": repeats, "recorded_repeats": {k: len(v) for k, v in reps.items()},
-            "aa_draws": len(aa), "ab_draws": len(ab), "config_change": run.get("bench", {}).get("slow_native"),
-            "measured_effect_B_vs_A": effect, "repeat_noise_log_sd": noise, "machine": run.get("bench"),
-            "cpu": run.get("hardware", {}).get("cpu_model"), "grid": grid}
+            "aa_draws": len(aa), "ab_draws": len(ab), "config_change": bench.get("slow_native"),
+            "measured_effect_B_vs_A": effect, "repeat_noise_log_sd": noise, "machine": bench,
+            "hardware": run.hardware.model_dump(mode="json"), "grid": grid}
 
 
 def main() -> None:

@@ -46,4 +46,7 @@ def _save(args: argparse.Namespace) -> int:
     if base["repeats"] < 2:
         print("note: 1 repeat, so `compare check` can only use the floor as threshold; "
               "record the baseline with --repeats 3 to derive thresholds from its noise")
+    elif base["repeats"] == 2:
+        print("note: 2 repeats give each metric too few degrees of freedom for its own noise, so the "
+              "thresholds pool noise over metrics and miss small slowdowns; record with --repeats 3")
     return 0
