@@ -38,12 +38,14 @@ def level_flags(s: LevelSummary) -> list[Flag]:
         return []
     out: list[Flag] = []
     on_gpu = t.gpu is not None
+    util = [d.util_mean_pct for d in t.gpu.devices if d.util_mean_pct is not None] if t.gpu else []
+    gpu_util = f"; GPU busy {sum(util) / len(util):.0f}%" if util else ""
     for p in t.processes:
         if p.samples < MIN_SAMPLES:
             continue
         busy = f"a thread at >= 90% of a core in {p.busy_frac:.0%} of the level, {p.mean_pct:.0f}% in all"
         if p.busy_frac >= MOST and (p.role in ENGINE_ROLES or p.role.startswith("container")):
-            why = "its CPU work holds the GPU back" if on_gpu else "CPU inference: expected"
+            why = f"its CPU work holds the GPU back{gpu_util}" if on_gpu else "CPU inference: expected"
             out.append(Flag("engine_cpu", f"{p.role} CPU-bound ({why}; {busy})", on_gpu))
         elif p.busy_frac >= MOST and p.role == "API server":
             out.append(Flag("api_cpu", f"API server CPU-bound: tokenizer/detokenizer is the bottleneck ({busy})", True))
@@ -51,6 +53,12 @@ def level_flags(s: LevelSummary) -> list[Flag]:
             out.append(Flag("client_cpu", f"client worker {p.pid} CPU-bound ({busy}); the client, not the "
                                           f"engine, limits this level", True))
     client = next((p for p in t.processes if p.role == "client"), None)
+    if (client is not None and client.samples >= MIN_SAMPLES and client.busy_frac >= MOST
+            and client.loop_thread_busy_frac is not None and client.loop_thread_busy_frac < MOST):
+        # saturated, but not by the event loop: an engine that runs in our process (transformers'
+        # generation thread), which is the engine's bottleneck, not the client's
+        out.append(Flag("inproc_cpu", f"in-process engine thread CPU-bound (a thread at >= 90% of a core in "
+                                      f"{client.busy_frac:.0%} of the level{gpu_util})", on_gpu))
     lag = s.loop_lag_ms.max if s.loop_lag_ms else 0.0
     total = sum(p.mean_pct for p in t.processes)
     used = f"this run {total / 100:.1f} of {t.cpu_cores} cores"

@@ -2,9 +2,12 @@
 shown, and how the loop-lag caveat reads with it (the sampler itself: tests/backends/test_telemetry.py)."""
 from __future__ import annotations
 
+import json
+
 from compare.analysis.bottleneck import console_line, gpu_rows, lag_explanations, level_flags
 from compare.analysis.caveats import caveats
 from core.results import LevelSummary
+from tests.conftest import FIXTURES
 from tests.synth import make_run, records
 
 GPU = {"devices": [{"index": 0, "name": "NVIDIA H200", "samples": 20, "util_mean_pct": 41.0, "util_peak_pct": 100.0,
@@ -68,3 +71,14 @@ def test_gpu_rows_give_tokens_per_joule():
 
     (row,) = gpu_rows(RunResults.model_validate(run))
     assert row[2] == "0 NVIDIA H200" and row[7] == "1674" and row[-2] == "669.4" and row[-1] == "2.000"
+
+
+def test_h200_transformers_level_its_generation_thread_is_the_bottleneck():
+    """A level measured on the H200 (compare run --backends hf, the tiny model, c1; 2026-12-01):
+    our process at 102% of a core, busy in every sample, its event loop at 9%, the GPU 8% busy."""
+    s = LevelSummary.model_validate(json.loads((FIXTURES / "telemetry_h200_hf_c1.json").read_text()))
+    assert [(f.kind, f.console) for f in level_flags(s)] == [("inproc_cpu", True)]
+    assert console_line(s) == ("in-process engine thread CPU-bound (a thread at >= 90% of a core in 100% of the "
+                               "level; GPU busy 8%)")
+    g = s.telemetry.gpu
+    assert g.energy_source == "counter" and g.output_tok_per_j == round(s.output_tokens / g.energy_j, 4)
