@@ -1,6 +1,7 @@
 """Who is busy during a load level: CPU use of every process the run owns, and the GPUs (NVML).
 
-A thread (never the measuring event loop) samples at a fixed interval while a level runs:
+A thread (never the measuring event loop) samples at a fixed interval while a level runs (0.25 s;
+``LLM_COMPARE_TELEMETRY_INTERVAL_S`` sets another):
 
 - our own process (role ``client``; with in-process vLLM it also runs vLLM's API layer:
   tokenizer, detokenizer, output handling) and, inside it, the event loop's own thread (the one

@@ -75,7 +75,7 @@ def level_flags(s: LevelSummary) -> list[Flag]:
     elif s.client_lagged and client is not None and over:
         out.append(Flag("client_contended", f"client loop lagged {lag:.0f} ms, its thread at "
                                             f"{client.loop_thread_mean_pct or 0:.0f}%: CPU oversubscribed ({used})",
-                        True))
+                        False))  # the loop-lag caveat says it once, under the table
     elif over:
         out.append(Flag("oversubscribed", f"CPU oversubscribed: {used}", False))
     return out
@@ -163,6 +163,9 @@ def lag_explanations(run: RunResults) -> str:
     out = []
     if saturated:
         out.append(f"client's own work saturated its loop: {', '.join(saturated)}")
-    if starved:
+    if starved and not saturated and len(starved) == sum(s.client_lagged for r in run.backends.values()
+                                                         for s in r.levels.values()):
+        out.append("its loop thread was not saturated, the machine's CPU was oversubscribed")
+    elif starved:
         out.append(f"loop thread not saturated, the machine's CPU was oversubscribed: {', '.join(starved)}")
     return "; ".join(out)
