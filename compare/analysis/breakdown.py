@@ -47,7 +47,9 @@ def level_extras(records: Sequence[RequestRecord], server_metrics: dict[str, Any
 def prefix_cache(sm: dict[str, Any] | None, framework: str) -> dict[str, Any]:
     counters = (sm or {}).get("counters") or {}
     if _QUERIES not in counters:
-        return {"source": f"not exposed by {framework}"}
+        if sm is None:
+            return {"source": f"not exposed by {framework}"}
+        return {"source": f"no prefix-cache counter in what {framework} reported"}
     q, h = float(counters.get(_QUERIES, 0.0)), float(counters.get(_HITS, 0.0))
     src = ("engine scheduler stats (SchedulerStats.prefix_cache_stats)" if sm and sm.get("kind") == "engine-stats"
            else "vllm:prefix_cache_queries/hits counter deltas")
@@ -89,6 +91,10 @@ def time_breakdown(records: Sequence[RequestRecord], sm: dict[str, Any] | None) 
                "prefill_ms": hist("server_prefill_ms"), "decode_ms": hist("server_decode_ms"),
                "engine_e2e_ms": e2e, "engine_ttft_ms": hist("server_ttft_ms")}
         parts = [out[k] for k in ("queued_ms", "prefill_ms", "decode_ms")]
+        inference = hist("server_inference_ms")  # TGI: prefill + decode as one duration
+        if parts[1] is None and parts[2] is None and inference is not None:
+            out["inference_ms"] = inference
+            parts = [parts[0], inference]
         if all(v is not None for v in parts):
             out["frontend_ms"] = e2e - sum(parts)
     out.update(client_e2e_ms=client_e2e, client_ttft_ms=client_ttft,

@@ -222,6 +222,7 @@ def time_breakdown(d: ReportData) -> bytes | None:
     x = np.arange(len(rows))
     bottom = np.zeros(len(rows))
     parts = (("queued", "queued_ms"), ("prefill", "prefill_ms"), ("decode", "decode_ms"),
+             ("prefill + decode (reported as one)", "inference_ms"),
              ("server frontend (tokenise, IPC)", "frontend_ms"), ("client / network (outside the engine)", "outside_ms"))
     for label, field in parts:
         vals = np.array([max(0.0, getattr(tb, field) or 0.0) for _, _, tb in rows])

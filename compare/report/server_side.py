@@ -44,7 +44,8 @@ def breakdown_rows(run: RunResults, backends: list[str], name: Callable[[str], s
             tb = s.time_breakdown
             if tb is None:
                 continue
-            rows.append([name(n), label, _ms(tb.queued_ms), _ms(tb.prefill_ms), _ms(tb.decode_ms),
+            decode = _ms(tb.decode_ms) if tb.inference_ms is None else f"{tb.inference_ms:.1f} (prefill+decode)"
+            rows.append([name(n), label, _ms(tb.queued_ms), _ms(tb.prefill_ms), decode,
                          _ms(tb.frontend_ms), _ms(tb.outside_ms), _ms(tb.client_e2e_ms), prefix_text(s),
                          running_text(s), tb.source])
     return rows

@@ -133,6 +133,7 @@ class TimeBreakdown(_Closed):
     queued_ms: float | None = None
     prefill_ms: float | None = None
     decode_ms: float | None = None
+    inference_ms: float | None = None  # prefill + decode where the engine reports only the sum (TGI)
     engine_e2e_ms: float | None = None
     # servers: engine E2E minus queued+prefill+decode (vLLM's frontend: tokenisation, IPC, detokenisation)
     frontend_ms: float | None = None

@@ -46,3 +46,13 @@ def test_prefix_cache_not_exposed_and_measured_zero_differ():
     # client-only breakdown for an engine that reports no timings
     extras = level_extras([_rec(0, 0, 50)], None, 1, "transformers")
     assert extras["time_breakdown"]["source"].startswith("client only") and "server_gauges" not in extras
+
+
+def test_tgi_reports_prefill_and_decode_as_one_duration():
+    from compare.analysis.breakdown import time_breakdown
+
+    sm = {"server_queue_ms": {"count": 1, "mean": 5.0}, "server_inference_ms": {"count": 1, "mean": 40.0},
+          "server_e2e_ms": {"count": 1, "mean": 48.0}}
+    tb = time_breakdown([_rec(0, 0, 50)], sm)
+    assert tb["inference_ms"] == 40.0 and tb["prefill_ms"] is None and tb["decode_ms"] is None
+    assert tb["frontend_ms"] == 3.0 and tb["outside_ms"] == 2.0  # 48 - 5 - 40; client 50 - engine 48

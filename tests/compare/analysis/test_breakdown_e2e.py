@@ -37,12 +37,12 @@ def prefix_run(tiny_model, tmp_path_factory):
         mp.undo()
     run_, _ = load_results(out / "p")
     assert run_.status == "complete", run_.error
-    return run_, list(iter_records(out / "p"))
+    return run_, list(iter_records(out / "p")), out / "p"
 
 
 @pytest.mark.engine
 def test_prefix_cache_hit_rate_on_and_off(prefix_run):
-    run, _ = prefix_run
+    run, _, _ = prefix_run
     on = run.backends["vllm"].levels[f"c{C}"].prefix_cache
     off = run.backends["vllm-server"].levels[f"c{C}"].prefix_cache
     # 2 documents of 128 tokens shared by 12 requests: most prompt tokens are cached hits
@@ -52,7 +52,7 @@ def test_prefix_cache_hit_rate_on_and_off(prefix_run):
 
 @pytest.mark.engine
 def test_inprocess_breakdown_matches_each_requests_engine_stamps(prefix_run):
-    run, records = prefix_run
+    run, records, _ = prefix_run
     tb = run.backends["vllm"].levels[f"c{C}"].time_breakdown
     assert tb is not None and tb.source.startswith("engine stamps") and tb.n == N
     ok = [r for r in records if r.backend == "vllm" and r.ok]
@@ -70,7 +70,7 @@ def test_inprocess_breakdown_matches_each_requests_engine_stamps(prefix_run):
 
 @pytest.mark.engine
 def test_server_breakdown_and_honest_histogram_quantiles(prefix_run):
-    run, _ = prefix_run
+    run, _, _ = prefix_run
     s = run.backends["vllm-server"].levels[f"c{C}"]
     tb = s.time_breakdown
     assert tb is not None and tb.source.startswith("server histograms") and tb.n == N
@@ -89,7 +89,7 @@ def test_server_breakdown_and_honest_histogram_quantiles(prefix_run):
 def test_running_gauge_at_the_target_load(prefix_run, backend):
     """At concurrency 4 with 2 sequences allowed the engine runs 2: samples from the ramp-up, the
     drain and the idle engine are left out, so the mean is the steady state, not a diluted one."""
-    run, _ = prefix_run
+    run, _, _ = prefix_run
     g = run.backends[backend].levels[f"c{C}"].server_gauges
     assert g is not None
     running, waiting = g["vllm:num_requests_running"], g["vllm:num_requests_waiting"]
@@ -97,3 +97,25 @@ def test_running_gauge_at_the_target_load(prefix_run, backend):
     assert running.max == SEQS and 1.5 <= running.mean <= SEQS, running
     assert running.client_in_flight_mean == C and running.samples < running.samples_total
     assert running.mean + waiting.mean <= C + 1e-9
+
+
+@pytest.mark.engine
+def test_console_and_report_show_them(prefix_run):
+    from rich.console import Console
+
+    from compare.report.console import comparison_table
+    from compare.report.data import load_report_data
+    from compare.report.html import render_html
+    from compare.report.markdown import render_markdown
+
+    run, _, run_dir = prefix_run
+    con = Console(width=200, record=True)
+    con.print(comparison_table(run, 200))
+    text = con.export_text()
+    assert "engine" in text and "prefix" in text and "%" in text
+    d = load_report_data(run_dir)
+    md = render_markdown(d)
+    assert "## Where the time goes" in md and "## Server-side histograms (ms)" in md
+    queue_row = next(ln for ln in md.splitlines() if ln.startswith("| vllm-server | c4 | server_queue |"))
+    assert "<= " in queue_row or "(" in queue_row  # bucket bounds, not interpolated numbers
+    assert 'id="plot-time_breakdown"' in render_html(d)
