@@ -10,6 +10,12 @@ client and server CPU per event, tokens/s ingested vs offered, timing error p50/
 lag), then a summary line; ``--json OUT`` also writes the full results.
 
     .venv/bin/python benchmarks/bench_client.py [--streams 200,2000] [--loop auto|uvloop|asyncio] [--json OUT]
+
+``--scenario``: the exact-timing load of docs/benchmarks.md (e.g. 512 streams x 3 requests x 96
+tokens, TTFT 50 ms, ITL 10 ms) with TTFT error, ingest ratio and send lateness per line;
+``--ceiling N`` adds the zero-delay ingestion ceiling; ``LLM_COMPARE_RX_PARSE=0`` for the Python parser.
+
+    .venv/bin/python benchmarks/bench_client.py --scenario --streams 512 --ttft-ms 50 --itl-ms 10 --tokens 96 --ceiling 512
 """
 from __future__ import annotations
 
@@ -124,6 +130,130 @@ def wake_floor(client_cpu: int | None, writer_cpu: int | None, n: int = 2000) ->
             "samples": len(lat)}
 
 
+# ---------------------------------------------------------------- the exact-timing scenario
+async def _scenario(url: str, streams: int, rounds: int, tokens: int) -> dict:
+    """``streams`` closed-loop streams, each sending ``rounds`` requests of ``tokens`` tokens, through
+    the exact path of ``compare run`` (HttpStreamBackend -> run_level). Every event carries the
+    server's send stamp (SSE id); observed per event on either path (C parser or Python)."""
+    import gc
+
+    import numpy as np
+
+    from backends.http_backends import HttpStreamBackend
+    from compare.running.calibration import _cpu, _server_stats
+    from compare.running.executor import run_level
+    from compare.workload.schedule import LoadLevel
+    from core.records import GenerationRequest
+
+    srv_ids: list[int] = []
+    cli_t: list[int] = []
+    cli_rx: list[int] = []
+    first: dict[str, tuple[int, int]] = {}  # rid -> (server send stamp, client stamp) of its first event
+
+    def raw(rid, ev):  # the Python path: per event
+        if ev.id is not None:
+            s = int(ev.id)
+            srv_ids.append(s)
+            cli_t.append(ev.t_ns)
+            cli_rx.append(ev.rx_ns if ev.rx_ns is not None else ev.t_ns)
+            first.setdefault(rid, (s, ev.t_ns))
+
+    def batch(rid, t, rx, sids):  # the C path: per request
+        srv_ids.extend(sids)
+        cli_t.extend(t)
+        cli_rx.extend(rx)
+        if t:
+            first.setdefault(rid, (sids[0], t[0]))
+
+    reqs = [GenerationRequest(f"s{i}", tokens, prompt_token_ids=(1, 2, 3)) for i in range(streams * rounds)]
+    b = HttpStreamBackend(None, "bench", protocol="openai", base_url=url, metrics=None, max_connections=streams + 16)
+    b.raw_observer, b.batch_observer = raw, batch
+    async with b:
+        srv0 = await _server_stats(url)
+        gc.collect()
+        cpu0 = _cpu()
+        out = await run_level(b, reqs, LoadLevel("concurrency", streams), seed=0, timeout_s=120, max_errors=len(reqs))
+        cpu1 = _cpu()
+        srv1 = await _server_stats(url)
+        clock = b.describe().extra.get("event_clock", {})
+    recs = out.records
+    ok = [r for r in recs if r.ok]
+    srv, cli, rx = (np.asarray(x, dtype=np.int64) for x in (srv_ids, cli_t, cli_rx))
+    rate = 0.0
+    if rx.size > 10:  # steady state: the middle 60 % of the time events were read
+        lo, hi = np.percentile(rx, [20, 80])
+        rate = float(((rx >= lo) & (rx <= hi)).sum()) / ((hi - lo) / 1e9) if hi > lo else 0.0
+    by_id = {r.request_id: r for r in ok}
+    ttft_err = []  # recorded TTFT - true TTFT (server's first send - when the bytes left) = first stamp's error
+    ttft_nominal = []
+    for rid, (s, t) in first.items():
+        r = by_id.get(rid)
+        if r is not None and r.event_times_ns:
+            ttft_err.append((r.event_times_ns[0] - r.t_sent_ns - (s - r.t_sent_ns)) / 1e6)
+            ttft_nominal.append((r.event_times_ns[0] - r.t_sent_ns) / 1e6)
+    late = [r.send_lateness_ns / 1e6 for r in recs if r.send_lateness_ns is not None]
+
+    def dist(x) -> dict:
+        x = np.asarray(x, dtype=float)
+        if not x.size:
+            return {}
+        return {k: round(float(v), 3) for k, v in zip(("p50", "p99", "max"), (*np.percentile(x, [50, 99]), x.max()))}
+
+    events = int(cli.size)
+    return {"streams": streams, "requests": len(recs), "ok": len(ok), "events": events,
+            "tokens": sum(len(r.token_ids) for r in ok), "wall_s": round((out.t_end_ns - out.t_start_ns) / 1e9, 2),
+            "steady_events_per_s": rate, "event_error_ms": dist((cli - srv) / 1e6), "ttft_error_ms": dist(ttft_err),
+            "ttft_ms": dist(ttft_nominal), "send_lateness_ms": dist(late), "loop_lag_ms": out.loop_lag_ms,
+            "client_cpu_us_per_event": _per_event(cpu0, cpu1, events),
+            "server_cpu_us_per_event": _per_event(srv0, srv1, srv1["events"] - srv0["events"]) if srv0 and srv1 else None,
+            "parser": "python" if os.environ.get("LLM_COMPARE_RX_PARSE", "1") == "0" else "C (receive thread)",
+            "event_clock": clock}
+
+
+def _per_event(a: dict, b: dict, n: int) -> dict | None:
+    from compare.running.calibration import _per_event as pe
+    return pe(a, b, n)
+
+
+def scenario(a: argparse.Namespace) -> None:
+    """``--scenario``: the exact-timing load (TTFT, ITL, tokens, rounds per stream), client on the
+    first allowed CPU, server on the others; one line per stream count; ``--ceiling`` also runs
+    the zero-delay ingestion ceiling (the server sends each whole response at once)."""
+    from compare.running import aio
+    from compare.running.calibration import CalibrationServerProcess, CalibrationTiming, _raise_nofile
+
+    _raise_nofile()
+    cpus = sorted(os.sched_getaffinity(0))
+    client, server = {cpus[0]}, ",".join(str(c) for c in cpus[1:]) or str(cpus[0])
+    results = []
+    runs = [(a.ttft_ms, a.itl_ms, n) for n in (int(s) for s in a.streams.split(","))]
+    if a.ceiling:
+        runs.append((0.0, 0.0, a.ceiling))
+    for ttft, itl, n in runs:
+        before = os.sched_getaffinity(0)
+        with CalibrationServerProcess(CalibrationTiming(ttft, itl, a.tokens_per_event), cpus=server) as url:
+            os.sched_setaffinity(0, client)
+            try:
+                load0 = _load()
+                r = aio.run(_scenario(url, n, a.rounds, a.tokens))
+            finally:
+                os.sched_setaffinity(0, before)
+        r |= {"ttft_target_ms": ttft, "itl_ms": itl, "tokens_per_event": a.tokens_per_event, "rounds": a.rounds,
+              "offered_tokens_per_s": n * a.tokens_per_event * 1000 / itl if itl else None,
+              "load_before": load0, "load_after": _load()}
+        tok_s = r["steady_events_per_s"] * a.tokens_per_event
+        ing = f"{100 * tok_s / r['offered_tokens_per_s']:.1f}%" if r["offered_tokens_per_s"] else "ceiling"
+        print(f"streams={n} ttft={ttft:g}ms itl={itl:g}ms parser={r['parser']} ok={r['ok']}/{r['requests']} "
+              f"tok_s={tok_s:,.0f} ingested={ing} ttft_err_ms={r['ttft_error_ms']} event_err_ms={r['event_error_ms']} "
+              f"ttft_ms={r['ttft_ms']} send_late_ms={r['send_lateness_ms']} lag_ms={r['loop_lag_ms']} "
+              f"client_cpu_us_ev={r['client_cpu_us_per_event']} load=[{r['load_before']}]->[{r['load_after']}]",
+              flush=True)
+        results.append(r)
+    if a.json:
+        Path(a.json).write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M %Z"), "results": results},
+                                           indent=1, default=str) + "\n")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--streams", default="200,2000")
@@ -137,6 +267,12 @@ def main() -> None:
     p.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default=None,
                    help="client event loop (default: LLM_COMPARE_LOOP or auto = uvloop when installed)")
     p.add_argument("--json", metavar="OUT", help="also write the full results as JSON to OUT")
+    p.add_argument("--scenario", action="store_true",
+                   help="the exact-timing load instead of the calibration sweep: --streams, --ttft-ms, --itl-ms, "
+                        "--tokens, --rounds requests per stream; reports TTFT error, ingest %%, send lateness")
+    p.add_argument("--rounds", type=int, default=3, help="--scenario: requests per stream, one after another")
+    p.add_argument("--ceiling", type=int, default=0, metavar="STREAMS",
+                   help="--scenario: also measure the zero-delay ingestion ceiling with this many streams")
     a = p.parse_args()
     if a.loop:
         os.environ["LLM_COMPARE_LOOP"] = a.loop
@@ -148,6 +284,8 @@ def main() -> None:
             asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
         except ImportError:
             pass
+    if a.scenario:
+        return scenario(a)
     cpus = sorted(os.sched_getaffinity(0))
     floor = wake_floor(cpus[0], cpus[1] if len(cpus) > 1 else None)
     print(f"# machine floor (no event loop, no HTTP): a sleeping reader on CPU {cpus[0]} sees a socket write from "

@@ -20,6 +20,11 @@ def caveats(run: RunResults | dict[str, Any]) -> list[str]:
                 lagged.append(f"{name} {label} {lag:.0f} ms")
             if s.short_outputs:
                 out.append(f"{name} {label}: {s.short_outputs} request(s) returned fewer tokens than asked")
+            if s.coordinated_omission and s.send_delay_ms:
+                out.append(f"{name} {label}: requests left late (send delay p50 {s.send_delay_ms.p50:.1f} ms, p99 "
+                           f"{s.send_delay_ms.p99:.1f} ms, max {s.send_delay_ms.max:.1f} ms): the client held back "
+                           f"load it was to offer (coordinated omission); latencies count from when each request "
+                           f"left, so they are not inflated, but the offered load was lower than planned")
             refused = (s.errors or {}).get("overloaded", 0)
             if refused:  # a refusal is the server's admission limit, not a failed generation
                 out.append(f"{name} {label}: the server refused load: {refused} request(s) rejected as overloaded "

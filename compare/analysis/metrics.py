@@ -53,8 +53,15 @@ def tpot_ns(r: RequestRecord) -> float | None:
 
 
 def queue_delay_ns(r: RequestRecord) -> int | None:
-    """Open loop: how late the client actually sent vs the schedule (client overload)."""
-    return None if r.t_scheduled_ns is None else r.t_sent_ns - r.t_scheduled_ns
+    """How late the client actually sent: vs the schedule (open loop), else vs when it was ready
+    to send (closed loop; ``t_ready_ns``). Client overload, not the server's time."""
+    due = r.t_scheduled_ns if r.t_scheduled_ns is not None else r.t_ready_ns
+    return None if due is None else r.t_sent_ns - due
+
+
+# send delay p99 above this: the client held back load it was to offer (coordinated omission);
+# flagged in the level summary and as a caveat (docs/http-client.md)
+COORDINATED_OMISSION_MS = 10.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,7 @@ def summarize(records: Sequence[RequestRecord], wall_ns: int,
         "itl_ms": itl.as_dict() if itl else None,
         "e2e_ms": e2e.as_dict() if e2e else None,
         "send_delay_ms": qd.as_dict() if qd else None,
+        "coordinated_omission": bool(qd and qd.p99 > COORDINATED_OMISSION_MS),
         "short_outputs": sum(1 for r in ok if r.requested_tokens and r.output_tokens < r.requested_tokens),
     }
     summary.update(engine_side(records))

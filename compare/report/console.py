@@ -77,6 +77,10 @@ class ConsoleProgress(Progress):
         flags = console_line(summary)
         if flags:
             self._say(f"    ! {flags}")
+        if summary.coordinated_omission and summary.send_delay_ms:  # the client held back load
+            d = summary.send_delay_ms
+            self._say(f"    ! requests left late: send delay p50 {d.p50:.1f} / p99 {d.p99:.1f} / max {d.max:.1f} ms "
+                      f"(coordinated omission; latencies count from the send)")
 
     def note(self, name: str, text: str) -> None:
         self._say(text)

@@ -169,7 +169,9 @@ class LevelSummary(_Measured):
 
     failed: int = 0
     errors: dict[str, int] = Field(default_factory=dict)  # failure kind -> count
-    send_delay_ms: Dist | None = None  # how late requests were sent vs the schedule
+    send_delay_ms: Dist | None = None  # how late requests left vs the schedule (open loop) / when ready (closed)
+    # send delay p99 over compare.analysis.metrics.COORDINATED_OMISSION_MS: load was held back
+    coordinated_omission: bool = False
     short_outputs: int = 0  # ok requests that returned fewer tokens than asked
     # engine-core stamps on the client's clock (in-process vLLM only)
     engine_output_tok_s: float | None = None
