@@ -25,6 +25,9 @@ GROUPS = {
     "test_length_match_e2e.py": "tgi-double",
     "test_tgi_client_double.py": "tgi-double",
     "test_served_model_e2e.py": "tgi-double",  # also starts its own `vllm serve` (~60 s)
+    # Ray: `ray stop` in one file ends every Ray process of the machine, so both run on one worker
+    "test_ray_e2e.py": "ray",
+    "test_ray_start_e2e.py": "ray",
 }
 
 # group (or file) -> seconds with two workers, 2026-11-30 16:37 run (vLLM's worker inside its
@@ -61,6 +64,9 @@ WEIGHTS = {
     "test_console_e2e.py": 160,  # a vllm+hf run, an hf run and a vLLM start that fails
     "test_vary_e2e.py": 90,  # two vLLM starts (compare run --vary max_num_seqs=1,4), then re-checks
     "test_containers.py": 12,
+    # a 3-node local Ray cluster (6 transformers cells, 2 load shards), the run without Ray to match,
+    # and `ray start --head` + one cell + `ray stop`; measured alone at load 6-10: 285 s
+    "ray": 285,
     # --client-procs: a vLLM server start and two runs; loopback-server levels, a kill, a Ctrl-C
     "test_multiproc_vllm_server.py": 155,
     "test_multiproc.py": 55,

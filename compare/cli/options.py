@@ -179,3 +179,40 @@ def apply_topology(args: argparse.Namespace, backends: list[str]) -> list[Any]:
     if kill is not None and "replicas" not in kinds:
         raise UserError("--kill-replica-after applies to replicas; add replicas=N to --topology")
     return out
+
+
+# ---------------------------------------------------------------- Ray (compare/running/ray_cells.py)
+
+
+def add_ray_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("scale-out on Ray (docs/ray.md)")
+    g.add_argument("--ray", metavar="auto|HOST:PORT",
+                   help="run each backend x repeat as a Ray task on that cluster (auto: the one `ray start` "
+                        "left on this machine); results land here as without Ray")
+    g.add_argument("--ray-load-shards", type=int, default=0, metavar="N",
+                   help="already running endpoints: send each level from N load-generator actors (>= 2)")
+    g.add_argument("--ray-max-clock-error-ms", type=float, default=5.0, metavar="MS",
+                   help="refuse a load shard whose clock offset to this host is known less precisely "
+                        "(default 5 ms; the offset itself is measured and corrected)")
+
+
+def scaleout_from_args(args: argparse.Namespace) -> Any:
+    """``--ray ...`` -> a ScaleOut for RunConfig.scaleout, or None (Ray is not imported then)."""
+    address = getattr(args, "ray", None)
+    shards = getattr(args, "ray_load_shards", 0) or 0
+    if not address:
+        if shards:
+            raise UserError("--ray-load-shards needs --ray auto|HOST:PORT (the cluster the shards run on)")
+        return None
+    if shards == 1 or shards < 0:
+        raise UserError(f"--ray-load-shards {shards}: give 2 or more load generators, or leave it out")
+    if args.ray_max_clock_error_ms <= 0:
+        raise UserError("--ray-max-clock-error-ms must be > 0")
+    import os
+
+    from compare.running.ray_cells import ScaleOut
+    from compare.running.ray_cluster import check_address
+
+    check_address(address.strip())
+    return ScaleOut(address=address.strip(), load_shards=shards, max_clock_error_ms=args.ray_max_clock_error_ms,
+                    omp_threads=os.environ.get("OMP_NUM_THREADS"))

@@ -164,16 +164,19 @@ class _CancelledWithRecord(asyncio.CancelledError):
 
 async def run_level(backend: Backend, requests: list[GenerationRequest], level: LoadLevel, *,
                     seed: int, timeout_s: float, max_errors: int,
-                    on_record: Callable[[RequestRecord], None] | None = None) -> LevelOutcome:
-    """Send ``requests`` at ``level``; returns every record, including failed ones."""
+                    on_record: Callable[[RequestRecord], None] | None = None,
+                    offsets_ns: list[int] | None = None) -> LevelOutcome:
+    """Send ``requests`` at ``level``; returns every record, including failed ones. ``offsets_ns``:
+    open-loop arrivals given as they are (a shard of a level's schedule) instead of drawn from ``seed``."""
     with _gc_quiet():  # entered before the level's clock starts: the collection is not part of it
         return await _run_level(backend, requests, level, seed=seed, timeout_s=timeout_s,
-                                max_errors=max_errors, on_record=on_record)
+                                max_errors=max_errors, on_record=on_record, offsets_ns=offsets_ns)
 
 
 async def _run_level(backend: Backend, requests: list[GenerationRequest], level: LoadLevel, *,
                      seed: int, timeout_s: float, max_errors: int,
-                     on_record: Callable[[RequestRecord], None] | None) -> LevelOutcome:
+                     on_record: Callable[[RequestRecord], None] | None,
+                     offsets_ns: list[int] | None = None) -> LevelOutcome:
     records: list[RequestRecord] = []
     aborted: list[str] = []
     offsets = None
@@ -228,7 +231,7 @@ async def _run_level(backend: Backend, requests: list[GenerationRequest], level:
 
             tasks = [asyncio.create_task(worker()) for _ in range(min(int(level.value), len(requests)))]
         else:
-            offsets = poisson_offsets_ns(len(requests), level.value, seed)
+            offsets = list(offsets_ns) if offsets_ns is not None else poisson_offsets_ns(len(requests), level.value, seed)
 
             async def timed(r: GenerationRequest, off: int) -> None:
                 # loop until due: timers may fire early (uvloop's are whole milliseconds), and a

@@ -23,6 +23,7 @@ trip and how far its actual start was from the shared one (``start_skew_ms``).
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import socket
 import time
@@ -58,13 +59,20 @@ class LoadShard:
         return time.time_ns()
 
     async def run(self, requests: list[GenerationRequest], level: LoadLevel, offsets: list[int] | None,
-                  start_wall_ns: int, timeout_s: float, max_errors: int) -> tuple[LevelOutcome, int, int]:
-        while (left := start_wall_ns - time.time_ns()) > 0:
-            await asyncio.sleep(min(left / 1e9, 0.05))
+                  start_wall_ns: int, timeout_s: float, max_errors: int) -> tuple[LevelOutcome, int, int, float]:
+        arrived_ms = (time.time_ns() - start_wall_ns) / 1e6  # > 0: the call came after the start
+        # collected and frozen now, so that the level's own collection (executor._gc_quiet) finds
+        # almost nothing to walk: a full collection of a Ray worker's heap took 0.2-0.7 s here
+        gc.collect()
+        gc.freeze()
+        while (left := start_wall_ns - time.time_ns()) > 2_000_000:
+            await asyncio.sleep(min((left - 1_000_000) / 1e9, 0.05))
+        while time.time_ns() < start_wall_ns:  # the last 2 ms: timers fire early or late by ~1 ms
+            await asyncio.sleep(0)
         wall_ref, perf_ref = time.time_ns(), time.perf_counter_ns()
         outcome = await run_level(self.backend, requests, level, seed=0, timeout_s=timeout_s,
                                   max_errors=max_errors, offsets_ns=offsets)
-        return outcome, wall_ref, perf_ref
+        return outcome, wall_ref, perf_ref, arrived_ms
 
     async def close(self) -> None:
         await self.backend.__aexit__(None, None, None)
@@ -96,8 +104,10 @@ def split(level: LoadLevel, n_requests: int, shards: int, seed: int
     return [(list(range(i, n_requests, n)), level, offsets[i::n]) for i in range(n)]
 
 
-def _shift(rec: RequestRecord, d: int) -> RequestRecord:
-    return replace(rec, t_sent_ns=rec.t_sent_ns + d, t_end_ns=rec.t_end_ns + d,
+def _shift(rec: RequestRecord, d: int, label: str) -> RequestRecord:
+    """A shard's record on the driver's clock, under the level's label (a closed-loop shard ran
+    its share of the concurrency: c2 of c4)."""
+    return replace(rec, level=label, t_sent_ns=rec.t_sent_ns + d, t_end_ns=rec.t_end_ns + d,
                    t_scheduled_ns=None if rec.t_scheduled_ns is None else rec.t_scheduled_ns + d,
                    event_times_ns=tuple(t + d for t in rec.event_times_ns))
 
@@ -138,12 +148,14 @@ async def run_level_shards(cfg: Any, backend: Backend, level: LoadLevel, writer:
         for a in actors:
             ray.kill(a)
     records, starts, ends, lags, aborted = [], [], [], [], []
-    for (outcome, wall_ref, perf_ref), (off, _), s in zip(runs, clocks, info):
+    for (outcome, wall_ref, perf_ref, arrived_ms), (off, _), s in zip(runs, clocks, info):
         d = (wall_ref - perf_ref) - off - drv_wall + drv_perf  # shard perf -> driver perf
-        records += [_shift(r, d) for r in outcome.records]
+        records += [_shift(r, d, level.label) for r in outcome.records]
         starts.append(outcome.t_start_ns + d)
         ends.append(outcome.t_end_ns + d)
         s["start_skew_ms"] = round((outcome.t_start_ns + d - (drv_perf + start_wall - drv_wall)) / 1e6, 3)
+        if arrived_ms > 0:
+            s["late_call_ms"] = round(arrived_ms, 3)  # the start order reached it after the start
         lags.append(outcome.loop_lag_ms)
         if outcome.aborted:
             aborted.append(f"shard on {s['ip']}: {outcome.aborted}")

@@ -57,6 +57,7 @@ class RunConfig:
     backend_specs: dict[str, ServingSpec] = field(default_factory=dict)  # per-backend overrides
     repeats: int = 1  # engine restarts per backend, interleaved A B A B
     stream_logs: bool = False  # engine log lines also go to progress.log_line (`-v`)
+    scaleout: Any = None  # ray_cells.ScaleOut: the cells run as Ray tasks on a cluster (`--ray`)
     client_procs: int | None = 1  # processes sending each level (None: auto; compare/running/multiproc.py)
     # a further measurement in the same engine start, after the levels: awaited with
     # (cfg, name, backend, entry, repeat, progress); e.g. `--find-max-rate` (compare/tuning/max_rate.py)
@@ -115,7 +116,10 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
     pool = _Pool()
     failed: set[str] = set()
     try:
-        for rep in range(cfg.repeats):
+        cells = cfg.scaleout is not None and not cfg.scaleout.load_shards
+        if cells:  # the same cells, as Ray tasks (compare/running/ray_cells.py)
+            status = await cfg.scaleout.run(cfg, writer, progress)
+        for rep in range(0 if cells else cfg.repeats):
             for target in cfg.backends:
                 name = redact_url(str(target))  # credentials in a URL are never shown or stored
                 if name in failed:
@@ -318,6 +322,8 @@ async def _run_level(cfg: RunConfig, backend: Backend, level: LoadLevel, writer:
         progress.request_done(rec)
 
     max_errors = cfg.max_errors if cfg.max_errors is not None else max(1, len(cfg.requests) // 2)
+    if cfg.scaleout is not None and cfg.scaleout.load_shards:  # load generators as Ray actors (ray_load.py)
+        return await cfg.scaleout.run_level(cfg, backend, level, writer, max_errors, on_record)
     if cfg.client_procs != 1:
         from compare.running.multiproc import level_procs, run_level_procs
 

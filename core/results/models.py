@@ -332,6 +332,17 @@ class ClientInfo(_Closed):
     client_procs: int | str | None = None  # --client-procs as given: a count or "auto"
 
 
+class RayCluster(_Open):
+    """``compare run --ray``: the cluster as the run found it, where each cell (backend x repeat) ran,
+    and the load shards' nodes and clock offsets per level (compare/running/ray_*.py, docs/ray.md)."""
+
+    address: str
+    ray_version: str | None = None
+    nodes: list[dict[str, Any]] = Field(default_factory=list)
+    cells: list[dict[str, Any]] = Field(default_factory=list)
+    load_shards: list[dict[str, Any]] = Field(default_factory=list)
+
+
 class RunResults(_Open):
     """run.json. Extra top-level keys are provenance a harness adds (``extra_header``)."""
 
@@ -353,6 +364,7 @@ class RunResults(_Open):
     gpu_hour_price: float | None = None
     backends: dict[str, BackendResult] = Field(default_factory=dict)
     length_matched: LengthMatched | None = None
+    ray: RayCluster | None = None  # runs with --ray only
 
     @property
     def level_labels(self) -> list[str]:

@@ -19,7 +19,8 @@ from compare.cli.commands.common import (
 )
 from core.errors import UserError
 from compare.cli.options import (
-    add_spec_options, add_topology_options, add_workload_options, apply_topology, spec_from_args, workload_from_args,
+    add_ray_options, add_spec_options, add_topology_options, add_workload_options, apply_topology, scaleout_from_args,
+    spec_from_args, workload_from_args,
 )
 
 
@@ -69,6 +70,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--margin", type=float, default=None,
                    help="equivalence / non-inferiority margin for the verdict, e.g. 0.05")
     add_topology_options(p)
+    add_ray_options(p)
     max_rate.add_options(p)
     p.add_argument("--tuned", metavar="TUNE_DIR",
                    help="run each backend at its best config from `compare tune` (TUNE_DIR/tune.json)")
@@ -174,6 +176,7 @@ def _run(args: argparse.Namespace) -> int:
                     out_root=args.out, repeats=args.repeats, stream_logs=args.verbose, after_levels=after_levels,
                     **({"run_id": args.run_id} if args.run_id else {}))
     cfg.client_procs = _client_procs(args.client_procs)
+    cfg.scaleout = scaleout_from_args(args)  # --ray: the cells as Ray tasks (compare/running/ray_cells.py)
     if (args.out / cfg.run_id).exists():
         raise UserError(f"results directory {args.out / cfg.run_id} already exists; pick another --run-id")
     if args.tuned:  # each backend at its best config from `compare tune` (compare/tuning/report.py)

@@ -17,6 +17,9 @@ import pytest
 from backends.logs import log_file
 from tests.conftest import ROOT, TINY_SPEC_ARGS, run_cli
 
+# Ray's nodes advertise 127.0.0.1 (read when Ray is imported, so set before that)
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+os.environ.update(LOOPBACK)
 ray = pytest.importorskip("ray")
 
 VENV_BIN = Path(sys.executable).parent
@@ -25,7 +28,6 @@ MATRIX = ("--backends", "hf", "--vary", "max_model_len=256,512", "--repeats", "3
 WORKLOAD = ("--num-requests", "2", "--input-len", "12", "--output-len", "4", "--prompt-format", "token_ids",
             "--concurrency", "2", "--warmup", "1")
 SMALL_STORE = 80 * 2**20
-LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray's nodes advertise 127.0.0.1
 
 
 def _load(d: Path) -> tuple[dict, list[dict]]:
@@ -106,72 +108,94 @@ def _same_results(plain: Path, other: Path) -> dict:
     return b
 
 
-def test_matrix_on_a_local_multi_node_cluster(plain, tiny_model, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def cluster():
+    """A local multi-node Ray cluster: a head without slots (the driver's node) and two nodes with
+    one CPU and one "accelerator" (``llmc_slot``) each."""
     from ray.cluster_utils import Cluster
 
-    for k, v in LOOPBACK.items():
-        monkeypatch.setenv(k, v)
+    saved = {k: os.environ.get(k) for k in LOOPBACK}
+    os.environ.update(LOOPBACK)
     temp = tempfile.mkdtemp(prefix="llmc-ray-", dir="/tmp")  # Ray's socket paths must stay short
-    cluster = None
+    c = None
     try:
-        # a head without slots (the driver's node) and two nodes with one "accelerator" each
-        cluster = Cluster(initialize_head=True, head_node_args={
+        c = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 0, "object_store_memory": SMALL_STORE, "temp_dir": temp, "include_dashboard": False})
-        slots = [cluster.add_node(num_cpus=1, object_store_memory=SMALL_STORE, resources={"llmc_slot": 1})
+        slots = [c.add_node(num_cpus=1, object_store_memory=SMALL_STORE, resources={"llmc_slot": 1})
                  for _ in range(2)]
-        cluster.wait_for_nodes()
-        p = run_cli("run", *MATRIX, "--model", str(tiny_model), *TINY_SPEC_ARGS, *WORKLOAD, "--ray", cluster.address,
-                    "--out", str(tmp_path), "--run-id", "ray", env=LOOPBACK, timeout=900)
-        assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
-        run = _same_results(plain, tmp_path / "ray")
-        cells = run["ray"]["cells"]
-        assert [(c["backend"], c["repeat"]) for c in cells] == [  # merged in the interleaved order
-            (b, rep) for rep in range(3) for b in ("hf[max_model_len=256]", "hf[max_model_len=512]")]
-        assert all(c["resources"] == {"resources": {"llmc_slot": 1}, "num_cpus": 0} for c in cells)
-        assert {c["node_id"] for c in cells} == {n.node_id[:12] for n in slots}  # both nodes took cells
-        log = log_file(tmp_path / "ray", "hf[max_model_len=256]").read_text()
-        assert log.count("Ray node 127.0.0.1") == 3  # the remote engines' logs came back
+        c.wait_for_nodes()
+        yield c.address, {n.node_id[:12] for n in slots}
     finally:
-        if cluster is not None:
-            cluster.shutdown()
+        if c is not None:
+            c.shutdown()
         left = _kill_left(temp)
         shutil.rmtree(temp, ignore_errors=True)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     assert left == [], f"Ray processes left behind: {left}"
 
 
-def test_cli_against_ray_start_head(tiny_model, tmp_path):
-    """`ray start --head` on the loopback address, `compare run --ray 127.0.0.1:PORT`, `ray stop`."""
-    import socket
+def test_matrix_on_a_local_multi_node_cluster(plain, cluster, tiny_model, tmp_path):
+    address, slot_nodes = cluster
+    p = run_cli("run", *MATRIX, "--model", str(tiny_model), *TINY_SPEC_ARGS, *WORKLOAD, "--ray", address,
+                "--out", str(tmp_path), "--run-id", "ray", env=LOOPBACK, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
+    run = _same_results(plain, tmp_path / "ray")
+    cells = run["ray"]["cells"]
+    assert [(c["backend"], c["repeat"]) for c in cells] == [  # merged in the interleaved order
+        (b, rep) for rep in range(3) for b in ("hf[max_model_len=256]", "hf[max_model_len=512]")]
+    assert all(c["resources"] == {"resources": {"llmc_slot": 1}, "num_cpus": 0} for c in cells)
+    assert {c["node_id"] for c in cells} == slot_nodes  # both nodes took cells
+    log = log_file(tmp_path / "ray", "hf[max_model_len=256]").read_text()
+    assert log.count("Ray node 127.0.0.1") == 3  # the remote engines' logs came back
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    temp = tempfile.mkdtemp(prefix="llmc-ray-", dir="/tmp")
-    env = {**os.environ, **LOOPBACK}
-    ray_bin = str(VENV_BIN / "ray")
-    try:
-        start = subprocess.run([ray_bin, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
-                                "--num-cpus", "1", "--resources", '{"llmc_slot": 1}', "--object-store-memory",
-                                str(SMALL_STORE), "--include-dashboard", "false", "--temp-dir", temp,
-                                "--disable-usage-stats"], env=env, capture_output=True, text=True, timeout=180)
-        assert start.returncode == 0, start.stderr[-2000:]
-        p = run_cli("run", "--backends", "hf", "--model", str(tiny_model), *TINY_SPEC_ARGS, *WORKLOAD,
-                    "--ray", f"127.0.0.1:{port}", "--out", str(tmp_path), "--run-id", "cli", timeout=600)
-        assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
-        assert "hf c2: 2/2 ok" in p.stdout
-        run, records = _load(tmp_path / "cli")
-        assert run["status"] == "complete" and len(records) == 2
-        assert [c["ip"] for c in run["ray"]["cells"]] == ["127.0.0.1"]
-        assert run["ray"]["address"] == f"127.0.0.1:{port}"
-    finally:
-        stop = subprocess.run([ray_bin, "stop"], env=env, capture_output=True, text=True, timeout=120)
-        left = _kill_left(temp)
-        shutil.rmtree(temp, ignore_errors=True)
-    assert stop.returncode == 0, stop.stderr[-2000:]
-    assert left == [], f"Ray processes left behind: {left}"
+
+def test_load_shards_on_two_nodes(cluster, tmp_path):
+    """An already running endpoint driven by two load-generator actors, one per node."""
+    from compare.running.calibration import CalibrationServerProcess, CalibrationTiming
+
+    address, slot_nodes = cluster
+    with CalibrationServerProcess(CalibrationTiming(ttft_ms=20, itl_ms=5)) as url:
+        args = ("run", "--backends", f"openai@{url}", "--num-requests", "8", "--input-len", "8", "--output-len",
+                "16", "--concurrency", "4", "--rate", "40", "--warmup", "1", "--ray", address,
+                "--ray-load-shards", "2", "--out", str(tmp_path))
+        p = run_cli(*args, "--run-id", "shards", env=LOOPBACK, timeout=600)
+        refused = run_cli(*args, "--run-id", "refused", "--ray-max-clock-error-ms", "0.0001", env=LOOPBACK,
+                          timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
+    run, records = _load(tmp_path / "shards")
+    entry = run["backends"][f"openai@{url}"]
+    assert entry["status"] == "complete" and len(records) == 16 and all(r["error_kind"] is None for r in records)
+    shards = run["ray"]["load_shards"]
+    assert [s["level"] for s in shards] == ["c4", "r40"]
+    for level in shards:
+        assert {s["node_id"] for s in level["shards"]} == slot_nodes  # spread: one per node
+        assert sum(s["requests"] for s in level["shards"]) == 8
+        for s in level["shards"]:
+            assert s["error_ms"] <= 5.0 and abs(s["offset_ms"]) < 1000  # one machine: one clock, well measured
+            assert abs(s["start_skew_ms"]) < 100, level["shards"]  # started together
+    assert [s["concurrency"] for s in shards[0]["shards"]] == [2, 2]
+    # records moved onto the driver's clock: each level's requests fall inside its own span
+    for label in ("c4", "r40"):
+        mine = [r for r in records if r["level"] == label]
+        assert len(mine) == 8 and all(len(r["token_ids"]) == 16 for r in mine)
+    c4_end = max(r["t_end_ns"] for r in records if r["level"] == "c4")
+    assert c4_end < min(r["t_sent_ns"] for r in records if r["level"] == "r40")
+    offsets = entry["levels"]["r40"]["schedule_offsets_ns"]
+    assert len(offsets) == 8  # the whole level's one schedule
+    # above the bound: refused with one line, the level not sent
+    assert refused.returncode == 1, refused.stderr[-2000:]
+    bad = json.loads((tmp_path / "refused" / "run.json").read_text())
+    assert bad["status"] == "partial"
+    assert "refused: its clock offset" in bad["backends"][f"openai@{url}"]["error"]
+    assert (tmp_path / "refused" / "requests.jsonl").read_text() == ""
 
 
 def test_bad_addresses_are_one_line(tmp_path):
+    """Checked before anything is written: one line, exit 2."""
     with socket_port() as port:  # a port nothing listens on
         pass
     for arg, words in ((f"127.0.0.1:{port}", "no Ray head answers there"), ("nowhere", "expected auto or HOST:PORT")):
