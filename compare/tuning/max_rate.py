@@ -129,7 +129,7 @@ def fmt_rate(r: float | None) -> str:
 
 def probe_line(name: str, p: dict[str, Any]) -> str:
     """``  vllm max-rate r4: met (100% within SLO, 3.9 req/s achieved)``"""
-    what = "met" if p["met"] else "SLO met, engine fell behind" if p["slo_met"] else "missed"
+    what = "met" if p["met"] else "fell behind" if p["slo_met"] else "missed"
     return (f"  {name} max-rate r{fmt_rate(p['rate'])}: {what} ({p['slo_attainment'] or 0:.0%} within SLO, "
             f"{p['req_s']:.2f} req/s achieved)")
 
