@@ -217,10 +217,10 @@ def _per_event(a: dict, b: dict, n: int) -> dict | None:
 
 def scenario(a: argparse.Namespace) -> None:
     """``--scenario``: the exact-timing load (TTFT, ITL, tokens, rounds per stream), client on the
-    first allowed CPU, server on the others; one line per stream count; ``--ceiling`` also runs
-    the zero-delay ingestion ceiling (the server sends each whole response at once)."""
+    first allowed CPU, server (``_Server``) on the others; one line per stream count; ``--ceiling``
+    also runs the zero-delay ingestion ceiling (the server sends each whole response at once)."""
     from compare.running import aio
-    from compare.running.calibration import CalibrationServerProcess, CalibrationTiming, _raise_nofile
+    from compare.running.calibration import _raise_nofile
 
     _raise_nofile()
     cpus = sorted(os.sched_getaffinity(0))
@@ -231,7 +231,7 @@ def scenario(a: argparse.Namespace) -> None:
         runs.append((0.0, 0.0, a.ceiling))
     for ttft, itl, n in runs:
         before = os.sched_getaffinity(0)
-        with CalibrationServerProcess(CalibrationTiming(ttft, itl, a.tokens_per_event), cpus=server) as url:
+        with _Server(ttft, itl, a.tokens_per_event, server) as url:
             os.sched_setaffinity(0, client)
             try:
                 load0 = _load()
@@ -254,7 +254,66 @@ def scenario(a: argparse.Namespace) -> None:
                                            indent=1, default=str) + "\n")
 
 
+# ---------------------------------------------------------------- the zero-delay server
+def _serve_whole(argv: list[str]) -> None:
+    """The calibration server, but at zero delay each response leaves in one write: a write per
+    event made the one-core Python server, not the client under test, the ceiling's bottleneck."""
+    from compare.running import calibration as cal
+
+    per_event = cal._Conn.emit
+
+    def emit(self) -> None:
+        tr = self.tr
+        if self.itl_s or self.tgi or tr is None:
+            return per_event(self)
+        sent, n, parts = self.sent, self.n, []
+        while sent < n:  # every remaining event, each stamped as it is formatted
+            k = min(self.per_event, n - sent)
+            last = sent + k >= n
+            tmpl = cal._chunk(k, sent, cal._USAGE % (n, n + 1)) if last else cal._ONE_TOKEN[sent % 1000] \
+                if k == 1 else cal._chunk(k, sent, None)
+            parts.append(tmpl % time.perf_counter_ns())
+            sent += k
+        self.ticker.events += len(parts)
+        self.sent = n
+        tr.write(b"".join(parts))
+        self.busy = False
+        self._next()
+
+    cal._Conn.emit = emit
+    cal.main(argv)
+
+
+class _Server:
+    """``with _Server(ttft_ms, itl_ms, tokens_per_event, cpus) as url``: _serve_whole in a subprocess."""
+
+    def __init__(self, ttft: float, itl: float, per_event: int, cpus: str) -> None:
+        self.argv = ["--ttft-ms", str(ttft), "--itl-ms", str(itl), "--tokens-per-event", str(per_event), "--cpus", cpus]
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> str:
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve-whole", *self.argv], stdout=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line.startswith("READY "):
+            self.__exit__()
+            raise RuntimeError(f"the benchmark's server did not start (exit {self.proc.poll()})")
+        return f"http://127.0.0.1:{int(line.split()[1])}"
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--serve-whole"]:  # the scenario's server process (_Server)
+        return _serve_whole(sys.argv[2:])
     p = argparse.ArgumentParser()
     p.add_argument("--streams", default="200,2000")
     p.add_argument("--tokens", type=int, default=50)

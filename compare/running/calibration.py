@@ -201,8 +201,6 @@ class _Conn(asyncio.Protocol):
                 return self.ticker.add(self.due + self.itl_s, self)
             self.busy = False
             return self._next()
-        if self.itl_s == 0:  # zero delay (a client's ingestion ceiling): the whole response in one write
-            return self._emit_all(tr)
         k = self.per_event if n - sent > self.per_event else n - sent
         self.sent = sent + k
         self.ticker.events += 1
@@ -215,24 +213,6 @@ class _Conn(asyncio.Protocol):
         # the last token, usage, [DONE] and the end of the chunked body: one write
         tmpl = _chunk(k, sent, _USAGE % (n, n + 1))
         tr.write(tmpl % _perf())
-        self.busy = False
-        self._next()
-
-
-    def _emit_all(self, tr: asyncio.Transport) -> None:
-        """Every remaining event, each stamped as it is formatted, in one write: at zero delay a write
-        per event made the server (one core, Python) the bottleneck, not the client under test."""
-        sent, n, parts = self.sent, self.n, []
-        while sent < n:
-            k = self.per_event if n - sent > self.per_event else n - sent
-            last = sent + k >= n
-            tmpl = _chunk(k, sent, _USAGE % (n, n + 1)) if last else _ONE_TOKEN[sent % 1000] if k == 1 \
-                else _chunk(k, sent, None)
-            parts.append(tmpl % _perf())
-            sent += k
-        self.ticker.events += len(parts)
-        self.sent = n
-        tr.write(b"".join(parts))
         self.busy = False
         self._next()
 
@@ -317,7 +297,7 @@ async def measure(base_url: str, streams: int, tokens: int, rounds: int = 1, tim
     from compare.running.executor import run_level
     from compare.workload.schedule import LoadLevel
 
-    pairs_srv: list[str] = []  # the server's send stamps as sent (converted after the level)
+    pairs_srv: list[Any] = []  # the server's send stamps as sent (converted after the level)
     pairs_cli: list[int] = []  # the events' stamps (what the records carry)
     pairs_rx: list[int | None] = []  # when Python read them (None: same as the stamp)
 
@@ -331,15 +311,8 @@ async def measure(base_url: str, streams: int, tokens: int, rounds: int = 1, tim
             for i in range(streams * rounds)]
     backend = HttpStreamBackend(None, "calibration", protocol="openai", base_url=base_url, metrics=None,
                                 max_connections=streams + 16)
-    backend.raw_observer = observe
-
-    def observe_batch(rid: str, t: list[int], rx: list[int], sids: list[int]) -> None:
-        # the same per request, for streams the receive thread parsed (what compare run uses)
-        pairs_srv.extend(sids)  # type: ignore[arg-type]
-        pairs_cli.extend(t)
-        pairs_rx.extend(rx)
-
-    backend.batch_observer = observe_batch
+    backend.raw_observer = observe  # and per request for streams the receive thread parsed (compare run's path):
+    backend.batch_observer = lambda rid, t, rx, sids: (pairs_srv.extend(sids), pairs_cli.extend(t), pairs_rx.extend(rx))
     async with backend:
         srv0 = await _server_stats(base_url)
         gc.collect()  # run_level collects and freezes the heap too; this one stays out of the CPU count
@@ -397,7 +370,6 @@ async def measure(base_url: str, streams: int, tokens: int, rounds: int = 1, tim
 def _cpu() -> dict[str, float]:
     """This process's CPU seconds so far: user (Python + libraries) and sys (socket syscalls)."""
     import resource
-
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return {"user_s": ru.ru_utime, "sys_s": ru.ru_stime}
 
