@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -14,6 +16,44 @@ from tests.compare.running.test_ray_e2e import LOOPBACK, SMALL_STORE, VENV_BIN, 
 from tests.conftest import TINY_SPEC_ARGS, run_cli
 
 ray = pytest.importorskip("ray")
+
+
+def _cells_running() -> list[int]:
+    import psutil
+
+    return [p.pid for p in psutil.process_iter(["cmdline"]) if "ray::run_cell" in " ".join(p.info["cmdline"] or ())]
+
+
+def _ctrl_c_mid_cell(tiny_model, tmp_path, port: int) -> None:
+    """Ctrl-C while a cell runs on the cluster: the cell is interrupted in its worker (its engine
+    torn down there), what it measured comes back, the run ends interrupted with exit 130."""
+    proc = subprocess.Popen([str(VENV_BIN / "compare"), "run", "--backends", "hf", "--model", str(tiny_model),
+                             *TINY_SPEC_ARGS, "--num-requests", "40", "--input-len", "8", "--output-len", "64",
+                             "--prompt-format", "token_ids", "--concurrency", "2", "--warmup", "1",
+                             "--ray", f"127.0.0.1:{port}", "--out", str(tmp_path), "--run-id", "stopped"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not _cells_running() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+        assert _cells_running(), "no cell started"
+        time.sleep(15)  # into its engine's start or its level
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    run = json.loads((tmp_path / "stopped" / "run.json").read_text())
+    assert run["status"] == "interrupted"
+    entry = run["backends"]["hf"]
+    assert entry["status"] == "interrupted" and "stopped by SIGINT" in entry["error"]
+    recs = (tmp_path / "stopped" / "requests.jsonl").read_text().splitlines()
+    assert len(recs) < 40  # the level was cut short; what finished (and what was cancelled) is kept
+    deadline = time.monotonic() + 30
+    while _cells_running() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _cells_running()  # no cell is still measuring
 
 
 def test_cli_against_ray_start_head(tiny_model, tmp_path):
@@ -41,6 +81,7 @@ def test_cli_against_ray_start_head(tiny_model, tmp_path):
         assert run["status"] == "complete" and len(records) == 2
         assert [c["ip"] for c in run["ray"]["cells"]] == ["127.0.0.1"]
         assert run["ray"]["address"] == f"127.0.0.1:{port}"
+        _ctrl_c_mid_cell(tiny_model, tmp_path, port)
     finally:
         stop = subprocess.run([ray_bin, "stop"], env=env, capture_output=True, text=True, timeout=120)
         left = _kill_left(temp)
