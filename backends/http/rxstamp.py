@@ -95,10 +95,11 @@ OFFSET_BRACKET_NS = 4000
 class ReadCounts:
     """Kernel-stamped vs user-stamped reads, and the last good realtime - monotonic offset (per pool)."""
 
-    __slots__ = ("kernel", "user", "off", "delay_max")
+    __slots__ = ("kernel", "user", "off", "delay_max", "parsed")
 
     def __init__(self) -> None:
         self.kernel = self.user = 0
+        self.parsed = [0, 0, 0, 0]  # responses the receive thread parsed: [-, ended, handed back, cut short]
         self.off = _offset()
         # the longest a kernel-stamped read waited in the socket (ns): under one inter-token gap, no two events shared a read
         self.delay_max = 0
@@ -135,13 +136,13 @@ class _Receiver:
                         if x:  # the head ended in this read: the thread parses the body
                             s.protocol.fast_body()
                     else:
+                        s.counts.parsed[x[0]] += 1
                         s.protocol.fast_result(x)
                 except Exception as e:  # never into the loop: the other sockets' reads of this drain
                     s._fail(e)          # would be lost; only this connection fails
 
     def add(self, s: "StampedSocket") -> int:
-        key = self.rx.add(s.fd)
-        self.socks[key] = s
+        self.socks[key := self.rx.add(s.fd)] = s
         return key
 
     def remove(self, key: int) -> None:
@@ -320,11 +321,8 @@ class StampedSocket:
     def is_closing(self) -> bool:
         return self.closing
 
-    def close(self) -> None:
+    def close(self) -> None:  # (asyncio's transport.close)
         self._shut(None)
-
-    def _fail(self, exc: Exception) -> None:
-        self._shut(exc)
 
     def _shut(self, exc: Exception | None) -> None:
         if self.closing:
@@ -339,6 +337,8 @@ class StampedSocket:
             self.wbuf.clear()
         self.sock.close()
         self.loop.call_soon(self.protocol.connection_lost, exc)
+
+    _fail = _shut  # a socket error: the connection is lost with it
 
 
 def _numeric(host: str, port: int) -> list[tuple[Any, ...]] | None:

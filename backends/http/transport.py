@@ -153,7 +153,9 @@ class StreamingTransport(httpx.AsyncBaseTransport):
                 "reader": rxstamp.reader_name(),
                 # longest wait of a read in its socket: under one inter-token gap, no event shared
                 # its read (and stamp) with the next event of its stream
-                "read_delay_max_ms": round(self._reads.delay_max / 1e6, 3)}
+                "read_delay_max_ms": round(self._reads.delay_max / 1e6, 3),
+                # responses the receive thread parsed (_fastsse.h): whole, handed back to Python, cut short
+                "thread_parsed": dict(zip(("ended", "handed_back", "cut_short"), self._reads.parsed[1:]))}
 
     async def _connect(self, key: tuple[str, int], timeout: float | None) -> _Conn:
         loop = asyncio.get_running_loop()

@@ -37,6 +37,8 @@ async def _level(url: str, protocol: str, n: int, tokens: int, observe: dict | N
     reqs = [GenerationRequest(f"r{i}", tokens, prompt_token_ids=(1, 2), prompt_text="hi") for i in range(n)]
     async with b:
         out = await run_level(b, reqs, LoadLevel("concurrency", n), seed=0, timeout_s=20, max_errors=n)
+        if observe is not None:
+            observe["clock"] = b.describe().extra["event_clock"]
     return sorted(out.records, key=lambda r: r.request_id)
 
 
@@ -65,6 +67,9 @@ def test_loopback_server_same_records_and_stamps(monkeypatch, protocol, per_even
         assert errs[0] >= 0, path  # never stamped before the server sent it
         # kernel receive stamps: transit only, unless a read came a whole gap (20 ms) late
         assert path == "slow" or errs[len(errs) // 2] < 10.0, (path, errs[:3], errs[-3:])
+    # run.json says who parsed: every response whole in the thread, none in the Python run
+    assert obs["fast"]["clock"]["thread_parsed"] == {"ended": 6, "handed_back": 0, "cut_short": 0}
+    assert obs["slow"]["clock"]["thread_parsed"] == {"ended": 0, "handed_back": 0, "cut_short": 0}
     # the records' stamps are the observed ones, and the send stamp is after the write
     for r in fast:
         assert list(r.event_times_ns) == sorted(r.event_times_ns) and r.t_ready_ns <= r.t_sent_ns < r.event_times_ns[0]
