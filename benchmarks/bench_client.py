@@ -183,6 +183,10 @@ async def _scenario(url: str, streams: int, rounds: int, tokens: int) -> dict:
     if rx.size > 10:  # steady state: the middle 60 % of the time events were read
         lo, hi = np.percentile(rx, [20, 80])
         rate = float(((rx >= lo) & (rx <= hi)).sum()) / ((hi - lo) / 1e9) if hi > lo else 0.0
+    sent_rate = 0.0  # what the server actually sent, same window rule (by its send stamps)
+    if srv.size > 10:
+        lo, hi = np.percentile(srv, [20, 80])
+        sent_rate = float(((srv >= lo) & (srv <= hi)).sum()) / ((hi - lo) / 1e9) if hi > lo else 0.0
     by_id = {r.request_id: r for r in ok}
     ttft_err = []  # recorded TTFT - true TTFT (server's first send - when the bytes left) = first stamp's error
     ttft_nominal = []
@@ -202,7 +206,10 @@ async def _scenario(url: str, streams: int, rounds: int, tokens: int) -> dict:
     events = int(cli.size)
     return {"streams": streams, "requests": len(recs), "ok": len(ok), "events": events,
             "tokens": sum(len(r.token_ids) for r in ok), "wall_s": round((out.t_end_ns - out.t_start_ns) / 1e9, 2),
-            "steady_events_per_s": rate, "event_error_ms": dist((cli - srv) / 1e6), "ttft_error_ms": dist(ttft_err),
+            "steady_events_per_s": rate, "server_sent_events_per_s": sent_rate,
+            # read by the client within 1 ms of the server's write: it kept up with what was sent
+            "read_within_1ms": round(float(((rx - srv) < 1_000_000).mean()), 4) if rx.size else None,
+            "event_error_ms": dist((cli - srv) / 1e6), "ttft_error_ms": dist(ttft_err),
             "ttft_ms": dist(ttft_nominal), "send_lateness_ms": dist(late), "loop_lag_ms": out.loop_lag_ms,
             "client_cpu_us_per_event": _per_event(cpu0, cpu1, events),
             "server_cpu_us_per_event": _per_event(srv0, srv1, srv1["events"] - srv0["events"]) if srv0 and srv1 else None,
@@ -244,7 +251,8 @@ def scenario(a: argparse.Namespace) -> None:
         tok_s = r["steady_events_per_s"] * a.tokens_per_event
         ing = f"{100 * tok_s / r['offered_tokens_per_s']:.1f}%" if r["offered_tokens_per_s"] else "ceiling"
         print(f"streams={n} ttft={ttft:g}ms itl={itl:g}ms parser={r['parser']} ok={r['ok']}/{r['requests']} "
-              f"tok_s={tok_s:,.0f} ingested={ing} ttft_err_ms={r['ttft_error_ms']} event_err_ms={r['event_error_ms']} "
+              f"tok_s={tok_s:,.0f} ingested={ing} server_sent_tok_s={r['server_sent_events_per_s'] * a.tokens_per_event:,.0f} "
+              f"read_within_1ms={r['read_within_1ms']} ttft_err_ms={r['ttft_error_ms']} event_err_ms={r['event_error_ms']} "
               f"ttft_ms={r['ttft_ms']} send_late_ms={r['send_lateness_ms']} lag_ms={r['loop_lag_ms']} "
               f"client_cpu_us_ev={r['client_cpu_us_per_event']} load=[{r['load_before']}]->[{r['load_after']}]",
               flush=True)
