@@ -125,10 +125,8 @@ async def run_cells(cfg: Any, writer: ResultsWriter, progress: Any) -> str:
             except Exception as e:  # the task itself failed (worker died, node lost, cancelled)
                 res = _lost_cell(name, rep, e)
             merger.merge(res, opts)
-            if not res.ok:
+            if not res.ok:  # a cell interrupted on its node alone (not by our stop) fails its column
                 status = "partial"
-                if res.interrupted:
-                    raise asyncio.CancelledError()
     except (KeyboardInterrupt, asyncio.CancelledError):
         await _stop_cells(ray, plan, merger)
         raise

@@ -18,9 +18,13 @@ ENV_PREFIXES = ("LLM_COMPARE_", "VLLM_", "OMP_", "HF_HUB_OFFLINE", "TRANSFORMERS
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 
 
+# the driver's own process tag (containers/watchdog.py): a cell tags its engines with its own
+NOT_FORWARDED = ("LLM_COMPARE_OWNER",)
+
+
 def _forwarded_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items()
-            if k.startswith(ENV_PREFIXES) and not any(w in k for w in SECRET_WORDS)}
+            if k.startswith(ENV_PREFIXES) and k not in NOT_FORWARDED and not any(w in k for w in SECRET_WORDS)}
 
 
 def check_address(address: str) -> None:
