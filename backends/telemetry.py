@@ -109,10 +109,13 @@ class ProcessSampler:
 
     def sample(self) -> None:
         ps = self._psutil
-        now = time.monotonic()
         for p, prefix in self._tree():
             try:
                 with p.oneshot():
+                    # stamped at the read itself (oneshot reads /proc/PID/stat once, at the first
+                    # call): a tick delayed part-way through the tree (a busy machine) would
+                    # otherwise divide one process's CPU time by the wrong interval
+                    now = time.monotonic()
                     key = (p.pid, p.create_time())
                     cpu = sum(p.cpu_times()[:2])
                     nthreads = p.num_threads()
