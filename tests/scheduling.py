@@ -46,7 +46,7 @@ WEIGHTS = {
     "test_topology.py": 47,
     "test_trtllm_serve_http.py": 32,
     "test_http_vllm_server_tmp.py": 44,
-    "test_http_fastsse.py": 22,  # every scripted stream twice (C and Python parser), 20 ms between chunks
+    "test_http_fastsse.py": 22,  # every scripted stream twice (C and Python parser) + the loopback server
     "test_results_io.py": 21,
     "test_bundle.py": 21,
     "test_engine_cache.py": 15,

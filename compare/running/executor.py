@@ -109,9 +109,10 @@ async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_
     lps: list[float] = []
     end: StreamEnd | None = None
     err_kind = err = None
-    ACCEPTS_BATCHES.set(True)  # (this task's context: the requests it runs, one after another)
+    # for this request only (reset below: a caller's later backend.stream gets TokenEvents again)
+    batches = ACCEPTS_BATCHES.set(True)
     sent = [0]
-    SEND_STAMP.set(sent)  # a backend that knows when the bytes left fills it in
+    stamp = SEND_STAMP.set(sent)  # a backend that knows when the bytes left fills it in
     t_ready = time.perf_counter_ns()
     try:
         async with asyncio.timeout(timeout_s):
@@ -137,6 +138,9 @@ async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_
         err_kind, err = e.kind, e.message
     except asyncio.CancelledError:
         err_kind, err = FailureKind.CANCELLED, "run stopped before the request finished"
+    finally:
+        ACCEPTS_BATCHES.reset(batches)
+        SEND_STAMP.reset(stamp)
     t_sent = sent[0] or t_ready
     rec = RequestRecord(
         request_id=req.request_id, backend=backend.name, level=level, t_sent_ns=t_sent,
