@@ -20,7 +20,7 @@ def backend_report(backend: str, trials: list[dict[str, Any]], default_label: st
     out: dict[str, Any] = {
         "backend": backend, "trials": trials, "best": best, "default": default,
         "frontier": {lat: pareto_frontier(probes, lat) for lat in ("ttft_p95_ms", "tpot_p95_ms")},
-        "engine_starts": sum(1 for t in trials if t["status"] not in ("rejected",) and not t.get("cached")),
+        "engine_starts": sum(1 for t in trials if t["status"] not in ("rejected", "same as default") and not t.get("cached")),
         "cache_hits": sum(1 for t in trials if t.get("cached")),
     }
     out["gain"] = gain(best, default)

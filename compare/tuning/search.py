@@ -50,7 +50,7 @@ class SearchLog:
     @property
     def measured(self) -> int:
         """Engine starts spent: configs rejected by the rules never start an engine."""
-        return sum(1 for t in self.trials if t["status"] != "rejected")
+        return sum(1 for t in self.trials if t["status"] not in ("rejected", "same as default"))
 
 
 def search(grid: dict[str, tuple[Any, ...]], budget: int, evaluate: Evaluate, *, seed: int = 0,
@@ -87,8 +87,25 @@ def search(grid: dict[str, tuple[Any, ...]], budget: int, evaluate: Evaluate, *,
     def cfg_of(x: tuple[int, ...]) -> Config:
         return {n: grid[n][i] for n, i in zip(names, x)}
 
+    def default_twin(cfg: Config) -> dict[str, Any] | None:
+        """The baseline's trial when ``cfg`` names exactly what the default resolved to (its
+        engine reports the values it chose, e.g. vLLM's max_num_seqs 1024 on an H200): measuring
+        it again would spend an engine start on the default."""
+        base = seen.get(json.dumps(baseline, sort_keys=True)) if baseline is not None else None
+        res = (((base or {}).get("describe") or {}).get("native_config") or {}).get("resolved") or {}
+        if base and cfg and all(n in res and res[n] == v for n, v in cfg.items()):
+            return base
+        return None
+
     def measure(cfg: Config) -> dict[str, Any]:
         key = json.dumps(cfg, sort_keys=True)
+        if key not in seen and (twin := default_twin(cfg)) is not None:
+            t = {**twin, "config": cfg, "label": config_label(cfg), "status": "same as default",
+                 "reason": "the default resolved to these values: its measurement, no engine start"}
+            seen[key] = t
+            log.trials.append(t)
+            if on_trial:
+                on_trial(t)
         if key not in seen:
             reason = rules(cfg)
             res = {"status": "rejected", "reason": reason, "goodput": 0.0} if reason else evaluate(cfg)

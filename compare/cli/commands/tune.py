@@ -124,6 +124,8 @@ def _execute(args, backends, grids, spec, workload, requests, slo, out_dir, form
             if t["status"] == "measured" and t.get("feasible"):
                 ci = t["goodput_req_s"]
                 what = f"goodput {_max_load(t)} {args.load} (measured {ci['mean']:.2f} req/s [{ci['lo']:.2f}, {ci['hi']:.2f}])"
+            elif t["status"] == "same as default":
+                what = "the default's own values: its measurement reused, no engine start"
             else:
                 what = f"infeasible: {t.get('reason')}"
             console.print(f"  {b} {t['label']}: {what}{' (cached)' if t.get('cached') else ''}")

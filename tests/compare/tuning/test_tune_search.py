@@ -120,3 +120,23 @@ def test_search_spends_no_budget_on_rejected_or_repeated_configs():
     log = search(knobs, 4, evaluate, seed=3, rules=lambda c: "too big" if c["a"] > 8 else None)
     assert len(calls) == len(set(calls)) == log.measured == 4
     assert all(int(lbl.split("a=")[1].split()[0]) <= 8 for lbl in calls)
+
+
+def test_a_grid_point_equal_to_what_the_default_resolved_to_reuses_its_measurement():
+    """The default (baseline {}) reports the values its engine chose, e.g. vLLM's max_num_seqs 1024
+    / max_num_batched_tokens 8192 on an H200: the grid point naming exactly those is the default
+    again and spends no engine start (on the H200 one of three starts was spent so)."""
+    knobs = {"max_num_seqs": (128, 256, 512, 1024), "max_num_batched_tokens": (2048, 8192, 16384)}
+    calls = []
+
+    def evaluate(cfg):
+        calls.append(dict(cfg))
+        resolved = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, **cfg}
+        return {"status": "measured", "feasible": True, "goodput": float(cfg.get("max_num_seqs", 1024)),
+                "goodput_req_s": {"mean": 1.0}, "describe": {"native_config": {"resolved": resolved}}}
+
+    log = search(knobs, 4, evaluate, seed=0, baseline={})
+    twins = [t for t in log.trials if t["status"] == "same as default"]
+    assert {"max_num_seqs": 1024, "max_num_batched_tokens": 8192} not in calls
+    assert [t["config"] for t in twins] == [{"max_num_seqs": 1024, "max_num_batched_tokens": 8192}]
+    assert twins[0]["goodput"] == log.trials[0]["goodput"] and log.measured == len(calls) == 4
