@@ -175,9 +175,10 @@ def run_cell(cfg: Any, target: Any, rep: int, submitted: float) -> CellResult:
         os.environ["OMP_NUM_THREADS"] = cfg.scaleout.omp_threads
     os.environ.setdefault("LLM_COMPARE_RUN_ID", cfg.run_id)
     aio.install_signal_policy()  # ray.cancel interrupts the cell like Ctrl-C: engines are torn down
-    tmp = Path(tempfile.mkdtemp(prefix="llmc-cell-"))
     name = redact_url(str(target))
+    tmp: Path | None = None
     try:
+        tmp = Path(tempfile.mkdtemp(prefix="llmc-cell-"))
         writer = CellWriter(tmp, "cell", {})
         progress = Progress()  # the driver reports each cell's levels when it merges them
         pool = _Pool()
@@ -203,4 +204,15 @@ def run_cell(cfg: Any, target: Any, rep: int, submitted: float) -> CellResult:
                              "host": socket.gethostname(), "pid": os.getpid(),
                              "queued_s": round(started - submitted, 3), "wall_s": round(time.time() - started, 3)})
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
+
+
+def _remove(tmp: Path | None) -> None:
+    """The cell's scratch directory goes, also when a cancellation (an interrupt) lands mid-removal."""
+    for _ in range(3):
+        try:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            return
+        except KeyboardInterrupt:
+            continue
