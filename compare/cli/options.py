@@ -206,6 +206,15 @@ def scaleout_from_args(args: argparse.Namespace) -> Any:
         return None
     if shards == 1 or shards < 0:
         raise UserError(f"--ray-load-shards {shards}: give 2 or more load generators, or leave it out")
+    if shards:
+        from backends.served_model import endpoint
+
+        engines = [b.strip() for b in str(getattr(args, "backends", "") or "").split(",")
+                   if b.strip() and endpoint(b.strip()) is None]
+        if engines:
+            raise UserError(f"--ray-load-shards applies to already running endpoints (openai@URL, tgi@URL); "
+                            f"{engines[0]} starts its engine here: drop --ray-load-shards (--ray alone runs "
+                            f"engines as cells)")
     if args.ray_max_clock_error_ms <= 0:
         raise UserError("--ray-max-clock-error-ms must be > 0")
     import os

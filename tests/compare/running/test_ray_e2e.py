@@ -206,6 +206,11 @@ def test_bad_addresses_are_one_line(tmp_path):
         assert not (tmp_path / "x").exists()  # nothing half-written
     p = run_cli("run", "--backends", "hf", "--ray-load-shards", "2", *WORKLOAD, "--out", str(tmp_path))
     assert p.returncode == 2 and "needs --ray" in p.stderr
+    with socket_port() as port:
+        p = run_cli("run", "--backends", "hf", "--ray", f"127.0.0.1:{port}", "--ray-load-shards", "2", *WORKLOAD,
+                    "--out", str(tmp_path), "--run-id", "y")
+    assert p.returncode == 2 and "applies to already running endpoints" in p.stderr, p.stderr
+    assert not (tmp_path / "y").exists()
 
 
 class socket_port:
