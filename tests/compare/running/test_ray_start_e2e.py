@@ -9,6 +9,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -24,20 +25,32 @@ def _cells_running() -> list[int]:
     return [p.pid for p in psutil.process_iter(["cmdline"]) if "ray::run_cell" in " ".join(p.info["cmdline"] or ())]
 
 
+def _engine_started(since: float) -> bool:
+    """A cell's scratch run.json (its engine up: ``describe`` written), newer than ``since``."""
+    for p in Path(tempfile.gettempdir()).glob("llmc-cell-*/cell/run.json"):
+        try:
+            if p.stat().st_mtime >= since and '"describe"' in p.read_text():
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _ctrl_c_mid_cell(tiny_model, tmp_path, port: int) -> None:
     """Ctrl-C while a cell runs on the cluster: the cell is interrupted in its worker (its engine
     torn down there), what it measured comes back, the run ends interrupted with exit 130."""
+    started = time.time()
     proc = subprocess.Popen([str(VENV_BIN / "compare"), "run", "--backends", "hf", "--model", str(tiny_model),
-                             *TINY_SPEC_ARGS, "--num-requests", "40", "--input-len", "8", "--output-len", "64",
+                             *TINY_SPEC_ARGS, "--num-requests", "400", "--input-len", "8", "--output-len", "64",
                              "--prompt-format", "token_ids", "--concurrency", "2", "--warmup", "1",
                              "--ray", f"127.0.0.1:{port}", "--out", str(tmp_path), "--run-id", "stopped"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
-        while not _cells_running() and time.monotonic() < deadline and proc.poll() is None:
+        while not _engine_started(started) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.5)
         assert _cells_running(), "no cell started"
-        time.sleep(15)  # into its engine's start or its level
+        time.sleep(5)  # past the one short warm-up request, into the level (400 requests: minutes)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -49,7 +62,9 @@ def _ctrl_c_mid_cell(tiny_model, tmp_path, port: int) -> None:
     entry = run["backends"]["hf"]
     assert entry["status"] == "interrupted" and "stopped by SIGINT" in entry["error"]
     recs = (tmp_path / "stopped" / "requests.jsonl").read_text().splitlines()
-    assert len(recs) < 40  # the level was cut short; what finished (and what was cancelled) is kept
+    assert len(recs) < 400  # the level was cut short; what finished (and what was cancelled) is kept
+    for level in entry["levels"].values():
+        assert level["aborted"].startswith("interrupted")
     deadline = time.monotonic() + 30
     while _cells_running() and time.monotonic() < deadline:
         time.sleep(0.5)
