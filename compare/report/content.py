@@ -80,6 +80,15 @@ def sections(d: ReportData) -> list[Section]:
                            paragraphs=["the difference is client/network/API overhead and queueing outside the engine"],
                            headers=["backend", "load", "client", "server", "difference"],
                            rows=[[name(b), lv, f"{c:.1f}", f"{s:.1f}", f"{c - s:+.1f}"] for b, lv, c, s in sc]))
+    from compare.analysis import bottleneck  # CPU per process and GPUs per level (backends/telemetry.py)
+
+    if bottleneck.cpu_rows(run, name):
+        out.append(Section("Who is busy: CPU per process (% of one core)", paragraphs=[bottleneck.CPU_MEANING],
+                           headers=bottleneck.CPU_HEADERS, rows=bottleneck.cpu_rows(run, name)))
+    if bottleneck.gpu_rows(run, name) or bottleneck.gpu_note(run):
+        out.append(Section("GPUs (NVML)", paragraphs=[bottleneck.gpu_note(run) or bottleneck.GPU_MEANING],
+                           headers=bottleneck.GPU_HEADERS if bottleneck.gpu_rows(run, name) else [],
+                           rows=bottleneck.gpu_rows(run, name)))
     from compare.report import server_side
 
     bd = server_side.breakdown_rows(run, d.backends, name)
@@ -90,15 +99,6 @@ def sections(d: ReportData) -> list[Section]:
     if hr:
         out.append(Section("Server-side histograms (ms)", paragraphs=[server_side.HIST_NOTE],
                            headers=server_side.HIST_HEADERS, rows=hr))
-    from compare.analysis import bottleneck  # CPU per process and GPUs per level (backends/telemetry.py)
-
-    if bottleneck.cpu_rows(run, name):
-        out.append(Section("Who is busy: CPU per process (% of one core)", paragraphs=[bottleneck.CPU_MEANING],
-                           headers=bottleneck.CPU_HEADERS, rows=bottleneck.cpu_rows(run, name)))
-    if bottleneck.gpu_rows(run, name) or bottleneck.gpu_note(run):
-        out.append(Section("GPUs (NVML)", paragraphs=[bottleneck.gpu_note(run) or bottleneck.GPU_MEANING],
-                           headers=bottleneck.GPU_HEADERS if bottleneck.gpu_rows(run, name) else [],
-                           rows=bottleneck.gpu_rows(run, name)))
     out.append(Section("Distributions", plots=["ttft_cdf", "itl_cdf", "bars_ci", "server_vs_client_ttft"]))
     env = []
     hw = run.hardware

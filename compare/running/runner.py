@@ -57,8 +57,8 @@ class RunConfig:
     backend_specs: dict[str, ServingSpec] = field(default_factory=dict)  # per-backend overrides
     repeats: int = 1  # engine restarts per backend, interleaved A B A B
     stream_logs: bool = False  # engine log lines also go to progress.log_line (`-v`)
-    scaleout: Any = None  # ray_cells.ScaleOut: the cells run as Ray tasks on a cluster (`--ray`)
     client_procs: int | None = 1  # processes sending each level (None: auto; compare/running/multiproc.py)
+    scaleout: Any = None  # ray_cells.ScaleOut: the cells run as Ray tasks on a cluster (`--ray`)
     # a further measurement in the same engine start, after the levels: awaited with
     # (cfg, name, backend, entry, repeat, progress); e.g. `--find-max-rate` (compare/tuning/max_rate.py)
     after_levels: Callable[..., Awaitable[None]] | None = None
@@ -208,9 +208,9 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
                 summary = _level_summary(cfg, records, outcome.t_end_ns - outcome.t_start_ns,
                                          outcome.loop_lag_ms.get("max", 0.0))
                 summary["loop_lag_ms"] = outcome.loop_lag_ms
-                summary["telemetry"] = tel.summary(summary["output_tokens"])
                 if outcome.client_procs is not None:
                     summary["client_procs"] = outcome.client_procs
+                summary["telemetry"] = tel.summary(summary["output_tokens"])
                 if hasattr(backend, "on_level_end"):
                     summary["server_metrics"] = await backend.on_level_end(level.label)
                 # queue/prefill/decode vs outside the engine, prefix-cache hits, gauges at the target load
