@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from compare.cli.commands.calibrate import run_calibration  # noqa: E402
+from compare.running.calibration import CalibrationServerProcess, CalibrationTiming  # noqa: E402
 
 
 def _load() -> str:
@@ -238,7 +239,7 @@ def scenario(a: argparse.Namespace) -> None:
         runs.append((0.0, 0.0, a.ceiling))
     for ttft, itl, n in runs:
         before = os.sched_getaffinity(0)
-        with _Server(ttft, itl, a.tokens_per_event, server) as url:
+        with _Server(CalibrationTiming(ttft, itl, a.tokens_per_event), server) as url:
             os.sched_setaffinity(0, client)
             try:
                 load0 = _load()
@@ -292,31 +293,11 @@ def _serve_whole(argv: list[str]) -> None:
     cal.main(argv)
 
 
-class _Server:
-    """``with _Server(ttft_ms, itl_ms, tokens_per_event, cpus) as url``: _serve_whole in a subprocess."""
+class _Server(CalibrationServerProcess):
+    """``with _Server(timing, cpus) as url``: _serve_whole in a subprocess, always stopped."""
 
-    def __init__(self, ttft: float, itl: float, per_event: int, cpus: str) -> None:
-        self.argv = ["--ttft-ms", str(ttft), "--itl-ms", str(itl), "--tokens-per-event", str(per_event), "--cpus", cpus]
-        self.proc: subprocess.Popen | None = None
-
-    def __enter__(self) -> str:
-        self.proc = subprocess.Popen([sys.executable, __file__, "--serve-whole", *self.argv], stdout=subprocess.PIPE,
-                                     text=True, start_new_session=True)
-        line = self.proc.stdout.readline() if self.proc.stdout else ""
-        if not line.startswith("READY "):
-            self.__exit__()
-            raise RuntimeError(f"the benchmark's server did not start (exit {self.proc.poll()})")
-        return f"http://127.0.0.1:{int(line.split()[1])}"
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
+    def command(self) -> list[str]:
+        return [sys.executable, __file__, "--serve-whole", *super().command()[3:]]
 
 
 def main() -> None:

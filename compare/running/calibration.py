@@ -262,12 +262,15 @@ class CalibrationServerProcess:
     cpus: str = ""
     proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> str:
+    def command(self) -> list[str]:
+        """The server's argv (a benchmark's own variant of the server overrides it)."""
         t = self.timing
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "compare.running.calibration", "--ttft-ms", str(t.ttft_ms), "--itl-ms", str(t.itl_ms),
-             "--tokens-per-event", str(t.tokens_per_event), *(["--cpus", self.cpus] if self.cpus else [])],
-            stdout=subprocess.PIPE, text=True, start_new_session=True)
+        return [sys.executable, "-m", "compare.running.calibration", "--ttft-ms", str(t.ttft_ms),
+                "--itl-ms", str(t.itl_ms), "--tokens-per-event", str(t.tokens_per_event),
+                *(["--cpus", self.cpus] if self.cpus else [])]
+
+    def __enter__(self) -> str:
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, text=True, start_new_session=True)
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         if not line.startswith("READY "):
             self.__exit__()
