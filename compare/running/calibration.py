@@ -262,12 +262,10 @@ class CalibrationServerProcess:
     cpus: str = ""
     proc: subprocess.Popen | None = None
 
-    def command(self) -> list[str]:
-        """The server's argv (a benchmark's own variant of the server overrides it)."""
-        t = self.timing
-        return [sys.executable, "-m", "compare.running.calibration", "--ttft-ms", str(t.ttft_ms),
-                "--itl-ms", str(t.itl_ms), "--tokens-per-event", str(t.tokens_per_event),
-                *(["--cpus", self.cpus] if self.cpus else [])]
+    def command(self) -> list[str]:  # a benchmark's own variant of the server overrides it
+        t, cpus = self.timing, (["--cpus", self.cpus] if self.cpus else [])
+        return [sys.executable, "-m", "compare.running.calibration", "--ttft-ms", str(t.ttft_ms), "--itl-ms",
+                str(t.itl_ms), "--tokens-per-event", str(t.tokens_per_event), *cpus]
 
     def __enter__(self) -> str:
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, text=True, start_new_session=True)
