@@ -239,9 +239,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="loopback streaming server with known TTFT/ITL")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
-    p.add_argument("--ttft-ms", type=float, default=20.0)
-    p.add_argument("--itl-ms", type=float, default=40.0)
-    p.add_argument("--tokens-per-event", type=int, default=1)
+    for flag, default in (("--ttft-ms", 20.0), ("--itl-ms", 40.0), ("--tokens-per-event", 1)):
+        p.add_argument(flag, type=type(default), default=default)
     p.add_argument("--cpus", default="", help="pin to these CPUs, e.g. 1 or 1,2")
     a = p.parse_args(argv)
     _raise_nofile()
