@@ -88,6 +88,33 @@ def tgi_url(tiny_model, fixtures_dir, tmp_path_factory):
         proc.stop()
 
 
+SERVED_NAME = "acme/served-7b"  # a hub-style id: no local directory of that name exists
+
+
+@pytest.fixture(scope="session")
+def served_vllm_url(tiny_model, tmp_path_factory):
+    """A real `vllm serve` of the tiny model under another name (SERVED_NAME), ONE start per session
+    for the tests that need an already running OpenAI server (tests/scheduling.py keeps them on one
+    worker)."""
+    import asyncio
+
+    from backends.vllm_server import ServerProcess, free_port
+
+    port = free_port()
+    d = tmp_path_factory.mktemp("vllm-serve")
+    (d / "tmp").mkdir()
+    proc = ServerProcess([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model),
+                          "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
+                          "--dtype", "float32", "--max-model-len", "512", "--kv-cache-memory-bytes", str(64 << 20),
+                          "--enforce-eager"], d / "server.log", env={"TMPDIR": str(d / "tmp")})
+    proc.start()
+    try:
+        asyncio.run(proc.wait_healthy(f"http://127.0.0.1:{port}/health", 900))
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.stop()
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run the installed `compare` entry point as a user would."""

@@ -24,7 +24,8 @@ GROUPS = {
     "test_tgi_double_protocol.py": "tgi-double",
     "test_length_match_e2e.py": "tgi-double",
     "test_tgi_client_double.py": "tgi-double",
-    "test_served_model_e2e.py": "tgi-double",  # also starts its own `vllm serve` (~60 s)
+    "test_served_model_e2e.py": "tgi-double",  # and served_vllm_url: one `vllm serve` (~60 s)
+    "test_multiproc_vllm_server.py": "tgi-double",  # served_vllm_url too
     # Ray: `ray stop` in one file ends every Ray process of the machine, so both run on one worker
     "test_ray_e2e.py": "ray",
     "test_ray_start_e2e.py": "ray",
@@ -43,7 +44,7 @@ WEIGHTS = {
     "test_max_rate.py": 120,
     "test_quant_engine.py": 85,
     "test_trtllm_pipeline.py": 75,
-    "tgi-double": 200,  # 73 s, plus the text-generation client (~30 s) and served-model runs (~95 s)
+    "tgi-double": 250,  # 73 s, the text-generation client (~30 s), served-model runs (~95 s), client-procs runs (~50 s)
     "test_topology.py": 47,
     "test_trtllm_serve_http.py": 32,
     "test_http_vllm_server_tmp.py": 44,
@@ -71,7 +72,6 @@ WEIGHTS = {
     # 6-10: 285 s before the Ctrl-C case (+10-40 s)
     "ray": 310,
     # --client-procs: a vLLM server start and two runs; loopback-server levels, a kill, a Ctrl-C
-    "test_multiproc_vllm_server.py": 155,
     "test_multiproc.py": 55,
     # a vLLM start and a vllm-server start, one shared-prefix level each (390 s on a box at load 12)
     "test_breakdown_e2e.py": 110,

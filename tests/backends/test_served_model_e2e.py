@@ -4,38 +4,19 @@ The run's model is what each server says it serves; prompts are text unless --to
 token counts come from the server; the embedded tiny model is never built or used by the run."""
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import SERVED_NAME, run_cli
 
 pytestmark = pytest.mark.engine
 
-SERVED_NAME = "acme/served-7b"  # a hub-style id: no local directory of that name exists
-
-
-@pytest.fixture(scope="module")
-def vllm_url(tiny_model, tmp_path_factory):
-    from backends.vllm_server import ServerProcess, free_port
-
-    port = free_port()
-    d = tmp_path_factory.mktemp("vllm-serve")
-    (d / "tmp").mkdir()
-    proc = ServerProcess([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model),
-                          "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
-                          "--dtype", "float32", "--max-model-len", "512", "--kv-cache-memory-bytes", str(64 << 20),
-                          "--enforce-eager"], d / "server.log", env={"TMPDIR": str(d / "tmp")})
-    proc.start()
-    try:
-        asyncio.run(proc.wait_healthy(f"http://127.0.0.1:{port}/health", 900))
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.stop()
+@pytest.fixture
+def vllm_url(served_vllm_url):
+    return served_vllm_url
 
 
 @pytest.fixture(scope="module")

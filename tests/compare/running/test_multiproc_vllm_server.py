@@ -1,33 +1,20 @@
-"""``--client-procs 2`` against the real vLLM OpenAI server (one start, tiny model on CPU): the same
+"""``--client-procs 2`` against the real vLLM OpenAI server (the session's, tiny model on CPU): the same
 records, per-request fields and level summaries as one client process."""
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
 
-from adapters.spec import ServingSpec
 from tests.conftest import run_cli
 
 WORKLOAD = ("--num-requests", "6", "--input-len", "16", "--output-len", "12", "--concurrency", "4",
             "--rate", "20", "--warmup", "1")
 
 
-@pytest.fixture(scope="module")
-def vllm_url(tiny_model, tmp_path_factory):
-    from backends.vllm_server import HOST, ServerProcess, free_port, server_command
-
-    spec = ServingSpec(model=str(tiny_model), dtype="float32", max_model_len=512,
-                       kv_cache_memory_bytes=64 << 20, enforce_eager=True)
-    port = free_port()
-    srv = ServerProcess(server_command(spec, port), tmp_path_factory.mktemp("srv") / "vllm.log")
-    srv.start()
-    try:
-        asyncio.run(srv.wait_healthy(f"http://{HOST}:{port}/health", 900))
-        yield f"http://{HOST}:{port}"
-    finally:
-        srv.stop()
+@pytest.fixture
+def vllm_url(served_vllm_url):  # the session's `vllm serve` of the tiny model (tests/conftest.py)
+    return served_vllm_url
 
 
 def _run(url, tiny_model, out, procs: str) -> tuple[dict, list[dict]]:
@@ -52,8 +39,10 @@ def test_two_client_processes_measure_what_one_does(vllm_url, tiny_model, tmp_pa
     for key, a in by1.items():
         b = by2[key]
         for field in ("ok", "error_kind", "finish_reason", "prompt_tokens", "requested_tokens", "token_ids",
-                      "usage_completion_tokens", "event_token_counts", "backend", "repeat"):
+                      "usage_completion_tokens", "backend", "repeat"):
             assert a.get(field) == b.get(field), (key, field)
+        # how the server grouped tokens into events is its timing, not ours: only the total must match
+        assert sum(a["event_token_counts"]) == sum(b["event_token_counts"]) == len(b["token_ids"]), key
         assert b["t_sent_ns"] <= b["event_times_ns"][0] <= b["t_end_ns"]
     for level in ("r20",):  # open loop: each request scheduled at the same offset of its level
         t0_1 = min(r["t_scheduled_ns"] for r in recs1 if r["level"] == level)
