@@ -71,8 +71,6 @@ def tgi_url(tiny_model, fixtures_dir, tmp_path_factory):
     if os.environ.get("LLM_COMPARE_TGI_URL"):
         yield os.environ["LLM_COMPARE_TGI_URL"].rstrip("/")
         return
-    import asyncio
-
     from backends.vllm_server import ServerProcess, free_port
 
     port = free_port()
@@ -80,6 +78,13 @@ def tgi_url(tiny_model, fixtures_dir, tmp_path_factory):
     proc = ServerProcess([sys.executable, str(ROOT / "tests/doubles/tgi_protocol_server.py"), "--model", str(tiny_model),
                           "--port", str(port), "--max-concurrent-requests", str(TGI_DOUBLE_MAX_CONCURRENT),
                           "--openapi", str(fixtures_dir / "specs" / "tgi-3.3-openapi.json")], log)
+    yield from _serving(proc, port)
+
+
+def _serving(proc, port: int):
+    """Start a server process, yield its URL once healthy, always stop it."""
+    import asyncio
+
     proc.start()
     try:
         asyncio.run(proc.wait_healthy(f"http://127.0.0.1:{port}/health", 900))
@@ -96,8 +101,6 @@ def served_vllm_url(tiny_model, tmp_path_factory):
     """A real `vllm serve` of the tiny model under another name (SERVED_NAME), ONE start per session
     for the tests that need an already running OpenAI server (tests/scheduling.py keeps them on one
     worker)."""
-    import asyncio
-
     from backends.vllm_server import ServerProcess, free_port
 
     port = free_port()
@@ -107,12 +110,7 @@ def served_vllm_url(tiny_model, tmp_path_factory):
                           "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
                           "--dtype", "float32", "--max-model-len", "512", "--kv-cache-memory-bytes", str(64 << 20),
                           "--enforce-eager"], d / "server.log", env={"TMPDIR": str(d / "tmp")})
-    proc.start()
-    try:
-        asyncio.run(proc.wait_healthy(f"http://127.0.0.1:{port}/health", 900))
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.stop()
+    yield from _serving(proc, port)
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600,
