@@ -95,7 +95,9 @@ def test_running_gauge_at_the_target_load(prefix_run, backend):
     running, waiting = g["vllm:num_requests_running"], g["vllm:num_requests_waiting"]
     assert running.measured, running.note
     assert running.max == SEQS and 1.5 <= running.mean <= SEQS, running
-    assert running.client_in_flight_mean == C and running.samples < running.samples_total
+    # only samples taken while the client held C in flight count (whether a scrape fell into the
+    # ramp or the drain, and so was left out, is timing: not asserted)
+    assert running.client_in_flight_mean == C and 3 <= running.samples <= running.samples_total
     assert running.mean + waiting.mean <= C + 1e-9
 
 
