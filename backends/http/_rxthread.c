@@ -440,15 +440,30 @@ static PyObject *rx_drain(RxThread *self, PyObject *unused) {
     return out;
 }
 
+/* (fd, key) of expect/take/last: 0 with a TypeError set when the call is malformed */
+static int fd_key_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *usage,
+                       long *fd, unsigned long *key) {
+    if (nargs != want) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return 0;
+    }
+    *fd = PyLong_AsLong(args[0]);
+    *key = PyLong_AsUnsignedLong(args[1]);
+    return !PyErr_Occurred();
+}
+
+/* the socket fd is still the one registered under key (call with self->mu held) */
+static int slot_is(RxThread *self, long fd, unsigned long key) {
+    return fd >= 0 && (size_t)fd < self->nkeys && self->keys[fd] == key && key;
+}
+
 /* expect(fd, key, format) -> bool: parse the next response on that socket here (_fastsse.h).
    Called before the request is written, so no byte of the response can be read before it. */
 static PyObject *rx_expect(RxThread *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "expect(fd, key, format)");
+    long fd;
+    unsigned long key;
+    if (!fd_key_args(args, nargs, 3, "expect(fd, key, format)", &fd, &key))
         return NULL;
-    }
-    long fd = PyLong_AsLong(args[0]);
-    unsigned long key = PyLong_AsUnsignedLong(args[1]);
     long fmt = PyLong_AsLong(args[2]);
     if (PyErr_Occurred())
         return NULL;
@@ -458,7 +473,7 @@ static PyObject *rx_expect(RxThread *self, PyObject *const *args, Py_ssize_t nar
     }
     int ok = 0;
     pthread_mutex_lock(&self->mu);
-    if (fd >= 0 && (size_t)fd < self->nkeys && self->keys[fd] == key && key) {
+    if (slot_is(self, fd, key)) {
         fast_free(self->fast[fd]);
         self->fast[fd] = fast_new((int)fmt);
         ok = self->fast[fd] != NULL;
@@ -469,17 +484,13 @@ static PyObject *rx_expect(RxThread *self, PyObject *const *args, Py_ssize_t nar
 
 /* take(fd, key) -> the records parsed so far (a result tuple, status 3) or None; parsing stops */
 static PyObject *rx_take(RxThread *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "take(fd, key)");
-        return NULL;
-    }
-    long fd = PyLong_AsLong(args[0]);
-    unsigned long key = PyLong_AsUnsignedLong(args[1]);
-    if (PyErr_Occurred())
+    long fd;
+    unsigned long key;
+    if (!fd_key_args(args, nargs, 2, "take(fd, key)", &fd, &key))
         return NULL;
     Fast *f = NULL;
     pthread_mutex_lock(&self->mu);
-    if (fd >= 0 && (size_t)fd < self->nkeys && self->keys[fd] == key && key) {
+    if (slot_is(self, fd, key)) {
         f = self->fast[fd];
         self->fast[fd] = NULL;
     }
@@ -493,17 +504,13 @@ static PyObject *rx_take(RxThread *self, PyObject *const *args, Py_ssize_t nargs
 
 /* last(fd, key) -> CLOCK_MONOTONIC ns of the last read parsed here (0: none): the read timeout */
 static PyObject *rx_last(RxThread *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "last(fd, key)");
-        return NULL;
-    }
-    long fd = PyLong_AsLong(args[0]);
-    unsigned long key = PyLong_AsUnsignedLong(args[1]);
-    if (PyErr_Occurred())
+    long fd;
+    unsigned long key;
+    if (!fd_key_args(args, nargs, 2, "last(fd, key)", &fd, &key))
         return NULL;
     long long last = 0;
     pthread_mutex_lock(&self->mu);
-    if (fd >= 0 && (size_t)fd < self->nkeys && self->keys[fd] == key && key && self->fast[fd] != NULL)
+    if (slot_is(self, fd, key) && self->fast[fd] != NULL)
         last = self->fast[fd]->last_u;
     pthread_mutex_unlock(&self->mu);
     return PyLong_FromLongLong(last);
