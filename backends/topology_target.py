@@ -95,6 +95,13 @@ class Topology:
         """The registry entry that builds and plans this target."""
         return self.kind
 
+    def devices(self, tensor_parallel: int = 1) -> int:
+        """Devices occupied: tp@N -> N; N replicas of ``tensor_parallel`` devices, K per device ->
+        ceil(N / K) x tensor_parallel."""
+        if self.kind == "tp":
+            return self.count
+        return math.ceil(self.count / self.per_device) * tensor_parallel
+
     @property
     def policy(self) -> str:
         return self.lb or "rr"

@@ -76,6 +76,9 @@ def test_replicas_sharing_one_device_split_its_memory():
     plan = registry.plan(t, spec)
     assert plan["per_device"] == 2 and plan["devices"][0] == plan["devices"][1]
     assert plan["engine"]["engine_args"]["kv_cache_memory_bytes"] == 32 << 20
+    from compare.analysis.cost import devices
+
+    assert devices(t.name, spec) == 1 and devices("replicas@2*vllm", spec) == 2  # what a device-hour is charged for
     # without sharing, two replicas need two devices
     assert registry.build(Topology.from_name("replicas@1*vllm"), spec).replicas[0].spec == spec
 
