@@ -75,13 +75,7 @@ class CellResult:
 def devices_of(target: Any, tensor_parallel: int) -> int:
     """Accelerators one engine start of ``target`` occupies (topologies hold several)."""
     inner = getattr(target, "base", target)  # a knob variant occupies what its base does
-    kind, count = getattr(inner, "kind", None), getattr(inner, "count", 1)
-    if kind == "tp":
-        return count * tensor_parallel
-    if kind == "replicas":
-        per = getattr(inner, "per_device", 1)
-        return -(-count // per) * tensor_parallel
-    return tensor_parallel
+    return inner.devices(tensor_parallel) if hasattr(inner, "devices") else tensor_parallel  # a Topology
 
 
 def cell_options(devices: int, cluster: dict[str, float]) -> dict[str, Any]:
