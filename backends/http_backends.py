@@ -27,13 +27,13 @@ from typing import Any, AsyncIterator, Callable
 import httpx
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from core.records import (ACCEPTS_BATCHES, BackendDescription, Capabilities, GenerationRequest, StreamEnd,
-                          StreamItem)
+from core.records import (ACCEPTS_BATCHES, LANE, BackendDescription, Capabilities, GenerationRequest,
+                          StreamEnd, StreamItem)
 from core.errors import BackendRequestError, BackendStartError, FailureKind
 from backends.http.protocol import FAST_FORMATS, EventSink, Protocol
 from backends.http.protocols import get_protocol
 from backends.http.sse import RawEvent, read_events
-from backends.http.transport import StreamingTransport
+from backends.http.transport import Chain, StreamingTransport
 from backends.http.urls import redact_url, split_userinfo
 from backends.registry import BackendEntry, register
 
@@ -239,6 +239,10 @@ class HttpStreamBackend:
             # takes TokenBatch items, and no per-event observer needs the raw events
             sink.fast = FAST_FORMATS.get(self.protocol.name, 0)
             sink.observe_batch = self.batch_observer
+            lane = LANE.get()
+            if sink.fast and lane is not None:  # a closed loop: the receive thread may send the next request
+                sink.chain = Chain(lane, req.request_id,
+                                   lambda r: self.protocol.build_payload(self._adapt(r), self.model or ""))
         try:
             async for batch in read_events(self._client, self.protocol.path, payload, sink, self._post):
                 for item in batch:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +84,36 @@ ACCEPTS_BATCHES: ContextVar[bool] = ContextVar("llm_compare_accepts_batches", de
 # right after the request's bytes left (the send stamp: a busy client delays the request, and
 # the delay is then not counted as the server's time to the first token).
 SEND_STAMP: ContextVar[list[int] | None] = ContextVar("llm_compare_send_stamp", default=None)
+
+
+
+class Lane:
+    """One closed-loop stream of a level (an executor worker). Its next request is taken early so a
+    backend that can send it the moment the current response ends -- the HTTP client's receive
+    thread -- does so without waiting on Python (after many streams end together, the event loop
+    reaches each resend late). ``take_next()``: that request (taken once; None: none left, or the
+    level is stopping). ``sent_on``: the backend's handle once it handed the request over; its
+    ``left()`` says (once the current request has ended) whether it was sent."""
+
+    __slots__ = ("_pop", "next", "sent_on")
+
+    def __init__(self, pop: Callable[[], "GenerationRequest | None"]) -> None:
+        self._pop = pop
+        self.next: GenerationRequest | None = None
+        self.sent_on: Any = None
+
+    def take_next(self) -> "GenerationRequest | None":
+        if self.next is None:
+            self.next = self._pop()
+        return self.next
+
+    def next_left(self) -> bool:
+        """The next request was already sent by the backend (it must be read, even by a stopping level)."""
+        return self.sent_on is not None and self.sent_on.left()
+
+
+# Set by the executor in each closed-loop worker's task (its lane); None elsewhere.
+LANE: ContextVar[Lane | None] = ContextVar("llm_compare_lane", default=None)
 
 StreamItem = TokenEvent | TokenBatch | StreamEnd
 

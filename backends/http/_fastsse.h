@@ -65,6 +65,12 @@ typedef struct {
     int terminal, ended, bailed;
     Buf rest;          /* on a bail: de-chunked bytes from the failed event on */
     long long pend_len, rest_t, rest_u; /* rest[:pend_len] began in an earlier read (ev_t/ev_u) */
+    int close;         /* the head said "connection: close": nothing may follow on this socket */
+    /* the closed loop's next request on this connection (_rxthread.c chain): sent the moment this
+       response ends cleanly; chain_n: bytes it sent (0: not sent; < 0: -errno), chain_ns: when */
+    Buf next;
+    int next_fmt;
+    long long chain_n, chain_ns;
 } Fast;
 
 static Fast *fast_new(int fmt) {
@@ -80,7 +86,8 @@ static Fast *fast_new(int fmt) {
 static void fast_free(Fast *f) {
     if (f == NULL)
         return;
-    Buf *bs[] = {&f->head, &f->line, &f->ev, &f->times, &f->rx, &f->counts, &f->ids, &f->sids, &f->lps, &f->rest};
+    Buf *bs[] = {&f->head, &f->line, &f->ev, &f->times, &f->rx, &f->counts, &f->ids, &f->sids, &f->lps, &f->rest,
+                 &f->next};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++)
         free(bs[i]->p);
     free(f);
@@ -625,6 +632,9 @@ static long long fast_head(Fast *f, const char *d, size_t n) {
         if (ln > 18 && strncasecmp(line, "transfer-encoding:", 18) == 0 && memmem(line, ln, "chunked", 7)) chunked = 1;
         if (ln > 13 && strncasecmp(line, "content-type:", 13) == 0 && memmem(line, ln, "text/event-stream", 17)) sse = 1;
         if (ln > 15 && strncasecmp(line, "content-length:", 15) == 0) return -2;
+        if (ln > 11 && strncasecmp(line, "connection:", 11) == 0)
+            for (size_t i = 11; i + 5 <= ln; i++) /* (as Python: b"close" in the lowered value) */
+                if (strncasecmp(line + i, "close", 5) == 0) f->close = 1;
         line = eol + 1;
     }
     if (!chunked || !sse) return -2;

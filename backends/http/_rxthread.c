@@ -15,6 +15,9 @@
  *   .remove(key)        stop watching; after it returns the thread never touches that fd again
  *   .drain() -> list    [(key, data, t_ns, rx_ns), ...] in read order; data b"" = EOF,
  *                       data None = the read failed with errno t_ns (the fd is no longer watched)
+ *   .expect(fd, key, fmt) / .take(fd, key) / .last(fd, key): the response parsed here (_fastsse.h)
+ *   .chain(fd, key, fmt, wire) -> bool: the closed loop's next request on this connection, written
+ *                       by this thread the moment the current response ends cleanly (see finish)
  *   .close()            stop and join the thread (also on dealloc)
  *   .priority()         the thread's priority in words (nice RX_NICE needs CAP_SYS_NICE)
  * t_ns/rx_ns as recv_stamped in _native.c: the kernel stamp in the CLOCK_MONOTONIC domain and
@@ -29,6 +32,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -86,6 +90,22 @@ static void read_one(RxThread *self, int fd, char *buf, Rec *r) {
     }
 }
 
+/* The response parsed here on fd ended (or bailed). Its chained request (chain()) leaves now, from
+   this thread: a closed-loop stream's next request then waits on no Python -- after thousands of
+   streams end together the event loop takes ~0.2 ms of Python per request to get to each resend,
+   which delayed the last ones by tens of ms (docs/benchmarks.md). Only after a clean end on a
+   connection that stays open; the next response is parsed here too. Called with the lock held. */
+static void finish(RxThread *self, int fd, Fast *f) {
+    self->fast[fd] = NULL;
+    if (f->next.n == 0 || !f->ended || f->bailed || f->close)
+        return; /* (not sent: Python sends it the usual way) */
+    ssize_t n = send(fd, f->next.p, f->next.n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    f->chain_ns = now_ns(CLOCK_MONOTONIC); /* right after the bytes left, as the Python path stamps */
+    f->chain_n = n < 0 ? -errno : (long long)n;
+    if (n > 0)
+        self->fast[fd] = fast_new(f->next_fmt); /* NULL (no memory): Python parses it */
+}
+
 /* A read of a socket whose response is parsed here: how many records it leaves in the queue at r
    (0: all consumed; the bytes are freed). Called with the lock held. */
 static int fast_read(RxThread *self, int fd, Rec *r) {
@@ -123,7 +143,7 @@ static int fast_read(RxThread *self, int fd, Rec *r) {
         next->data = NULL;
         next->t = r->t;
         next->u = r->u;
-        self->fast[fd] = NULL;
+        finish(self, fd, f);
         return 2;
     }
     int ready = fast_feed(f, r->data, (size_t)r->n, r->t, r->u);
@@ -134,7 +154,7 @@ static int fast_read(RxThread *self, int fd, Rec *r) {
     r->kind = 2;
     r->res = f;
     r->n = 0;
-    self->fast[fd] = NULL;
+    finish(self, fd, f);
     return 1;
 }
 
@@ -357,9 +377,11 @@ static PyObject *rx_remove(RxThread *self, PyObject *arg) {
 }
 
 /* a response's records for Python: (status, times, rx, counts, ids, sids, lps, finish, prompt,
-   completion, terminal, ended, pend, pend_t, pend_u, rest, rest_t, rest_u, csize, cbuf);
+   completion, terminal, ended, pend, pend_t, pend_u, rest, rest_t, rest_u, csize, cbuf, chain_n,
+   chain_ns);
    status 1: the body ended here; 2: bailed (Python's path continues from pend + rest, then the
-   raw chunk-coded cbuf with csize); 3: cut short (EOF, error, take). Arrays as native bytes:
+   raw chunk-coded cbuf with csize); 3: cut short (EOF, error, take). chain_n/chain_ns: the chained
+   request's bytes sent and when (0: not sent; < 0: -errno, nothing sent). Arrays as native bytes:
    int64 times/rx/ids/sids, int32 counts, double lps. */
 static PyObject *fast_result(Fast *f) {
     int status = f->bailed ? 2 : f->ended ? 1 : 3;
@@ -367,10 +389,10 @@ static PyObject *fast_result(Fast *f) {
 #define B(b) ((b).p ? (b).p : ""), (Py_ssize_t)(b).n
     const char *rp = f->bailed && f->rest.p ? f->rest.p : "";
     size_t rn = f->bailed ? f->rest.n : 0;
-    return Py_BuildValue("(iy#y#y#y#y#y#zLLiiy#LLy#LLLy#)", status, B(f->times), B(f->rx), B(f->counts), B(f->ids),
+    return Py_BuildValue("(iy#y#y#y#y#y#zLLiiy#LLy#LLLy#LL)", status, B(f->times), B(f->rx), B(f->counts), B(f->ids),
         B(f->sids), B(f->lps), f->finish[0] ? f->finish : NULL, f->prompt, f->completion, f->terminal, f->ended,
         rp, (Py_ssize_t)pl, f->ev_t, f->ev_u, rp + pl, (Py_ssize_t)(rn - (size_t)pl), f->rest_t, f->rest_u,
-        f->csize, f->line.p ? f->line.p : "", (Py_ssize_t)(f->bailed ? f->line.n : 0));
+        f->csize, f->line.p ? f->line.p : "", (Py_ssize_t)(f->bailed ? f->line.n : 0), f->chain_n, f->chain_ns);
 #undef B
 }
 
@@ -516,6 +538,35 @@ static PyObject *rx_last(RxThread *self, PyObject *const *args, Py_ssize_t nargs
     return PyLong_FromLongLong(last);
 }
 
+/* chain(fd, key, format, wire) -> bool: write ``wire`` (the next request on this connection) the
+   moment the response parsed here ends cleanly, then parse its response here too (finish). False:
+   nothing is being parsed on that socket (already ended, bailed, not expected): Python sends it. */
+static PyObject *rx_chain(RxThread *self, PyObject *const *args, Py_ssize_t nargs) {
+    long fd;
+    unsigned long key;
+    if (!fd_key_args(args, nargs, 4, "chain(fd, key, format, wire)", &fd, &key))
+        return NULL;
+    long fmt = PyLong_AsLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    char *p;
+    Py_ssize_t n;
+    if (fmt < FAST_COMPLETIONS || fmt > FAST_TGI || PyBytes_AsStringAndSize(args[3], &p, &n) < 0 || n == 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "chain(fd, key, format 1-3, non-empty bytes)");
+        return NULL;
+    }
+    int ok = 0;
+    pthread_mutex_lock(&self->mu);
+    Fast *f = slot_is(self, fd, key) ? self->fast[fd] : NULL;
+    if (f != NULL && !f->ended && !f->bailed && f->next.n == 0) {
+        ok = buf_add(&f->next, p, (size_t)n) == 0;
+        f->next_fmt = (int)fmt;
+    }
+    pthread_mutex_unlock(&self->mu);
+    return PyBool_FromLong(ok);
+}
+
 static PyObject *rx_priority(RxThread *self, PyObject *unused) {
     if (self->niced)
         return PyUnicode_FromFormat("nice %d", RX_NICE);
@@ -531,6 +582,7 @@ static PyMethodDef rx_methods[] = {
     {"expect", (PyCFunction)(void (*)(void))rx_expect, METH_FASTCALL, "expect(fd, key, format) -> bool"},
     {"take", (PyCFunction)(void (*)(void))rx_take, METH_FASTCALL, "take(fd, key) -> result or None"},
     {"last", (PyCFunction)(void (*)(void))rx_last, METH_FASTCALL, "last(fd, key) -> ns of the last read parsed"},
+    {"chain", (PyCFunction)(void (*)(void))rx_chain, METH_FASTCALL, "chain(fd, key, format, wire) -> bool"},
     {"close", (PyCFunction)rx_close, METH_NOARGS, "stop and join the thread"},
     {NULL, NULL, 0, NULL},
 };

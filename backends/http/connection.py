@@ -68,6 +68,8 @@ class _Conn(asyncio.Protocol):
         self.broken: BackendRequestError | None = None  # the response failed to parse (protocol)
         self.fast = False  # the receive thread parses this body (rxstamp.StampedSocket.expect)
         self.fast_res: tuple | None = None  # its records, before the reader attached a sink
+        self.chain_rid: str | None = None  # the request the thread writes when this response ends
+        self.chained: tuple[str, int, int] | None = None  # it did: (request id, sent ns, bytes sent)
 
     # ---------------------------------------------------------------- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -354,6 +356,8 @@ class _Conn(asyncio.Protocol):
             return  # (a response that never reached its body here: nothing was parsed)
         self.fast = False
         status, ended = res[0], res[11]
+        if res[20] > 0 and self.chain_rid is not None:  # the next request left (rxstamp holds its reads)
+            self.chained = (self.chain_rid, res[21], res[20])
         if self.sink is not None:
             self.sink.add_fast(res)  # type: ignore[attr-defined]
         else:
@@ -374,6 +378,18 @@ class _Conn(asyncio.Protocol):
             self._fault(e, res[15] or b"")
             return
         self._wake()
+
+    def claim(self, wire: bytes) -> None:
+        """The reader of the request the thread chained (``chained``) takes the connection: a new
+        response whose send stamp is the thread's; the rest of ``wire`` if the thread sent part."""
+        _, sent_ns, n = self.chained  # type: ignore[misc]
+        self.reset()
+        self.sent_ns = self.rx_ns = sent_ns
+        if n < len(wire):
+            self.tr.write(wire[n:])  # type: ignore[union-attr]
+            self.sent_ns = self.rx_ns = _perf()
+        self.tr.counts.chained += 1  # type: ignore[union-attr]
+        self.tr.release()  # type: ignore[union-attr]
 
     def stop_watch(self) -> None:
         if self.watchdog is not None:

@@ -152,7 +152,7 @@ class EventSink(Sink):
     collections run often and long."""
 
     __slots__ = ("parse", "observe", "rid", "finish", "prompt_tokens", "completion_tokens", "terminal", "fast",
-                 "observe_batch")
+                 "observe_batch", "chain")
 
     def __init__(self, parse: Callable[[RawEvent], list[Parsed]],
                  observe: Callable[[str, RawEvent], None] | None = None, rid: str = "", bound: int = BATCH) -> None:
@@ -166,6 +166,7 @@ class EventSink(Sink):
         self.fast = 0
         # with ``fast``: sees (rid, times, rx_times, sse_ids) of the thread's token events
         self.observe_batch: Callable[[str, list[int], list[int], list[int]], None] | None = None
+        self.chain: Any = None  # with ``fast``, in a closed loop: the next request (transport.Chain)
 
     def add_fast(self, res: tuple) -> None:
         """The receive thread's records of this response (backends/http/_fastsse.h): one

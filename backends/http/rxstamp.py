@@ -35,7 +35,6 @@ parses every event).
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 import socket
 import struct
@@ -95,11 +94,12 @@ OFFSET_BRACKET_NS = 4000
 class ReadCounts:
     """Kernel-stamped vs user-stamped reads, and the last good realtime - monotonic offset (per pool)."""
 
-    __slots__ = ("kernel", "user", "off", "delay_max", "parsed")
+    __slots__ = ("kernel", "user", "off", "delay_max", "parsed", "chained")
 
     def __init__(self) -> None:
         self.kernel = self.user = 0
         self.parsed = [0, 0, 0, 0]  # responses the receive thread parsed: [-, ended, handed back, cut short]
+        self.chained = 0  # requests the receive thread sent as the previous one on their connection ended
         self.off = _offset()
         # the longest a kernel-stamped read waited in the socket (ns): under one inter-token gap, no two events shared a read
         self.delay_max = 0
@@ -125,21 +125,19 @@ class _Receiver:
         self.socks: dict[int, StampedSocket] = {}  # RxThread key -> socket
         loop.add_reader(self.rx.fileno(), self._drain)
 
-    def _drain(self) -> None:  # x: None a read; True a read ending a head; else a response's records
+    def _drain(self) -> None:
         socks = self.socks
-        for key, data, t, u, x in self.rx.drain():
-            s = socks.get(key)
-            if s is not None:  # (else closed after the thread read it: dropped with the socket)
-                try:
-                    if x is None or x is True:
-                        s._on_read(data, t, u)
-                        if x:  # the head ended in this read: the thread parses the body
-                            s.protocol.fast_body()
-                    else:
-                        s.counts.parsed[x[0]] += 1
-                        s.protocol.fast_result(x)
-                except Exception as e:  # never into the loop: the other sockets' reads of this drain
-                    s._fail(e)          # would be lost; only this connection fails
+        for rec in self.rx.drain():
+            s = socks.get(rec[0])
+            if s is None:  # closed after the thread read it: dropped with the socket
+                continue
+            if s.hold is not None:  # a chained request's response, before its reader took the connection
+                s.hold.append(rec)
+                continue
+            _dispatch(s, rec)
+            x = rec[4]
+            if x is not None and x is not True and x[20] > 0:
+                s.hold = []  # the thread sent the chained request: what follows is its response
 
     def add(self, s: "StampedSocket") -> int:
         self.socks[key := self.rx.add(s.fd)] = s
@@ -157,17 +155,32 @@ class _Receiver:
             self.rx.close()
 
 
+def _dispatch(s: "StampedSocket", rec: tuple) -> None:
+    """One record of the receive thread: x None a read; True a read ending a head; else a response's records."""
+    _, data, t, u, x = rec
+    try:
+        if x is None or x is True:
+            s._on_read(data, t, u)
+            if x:  # the head ended in this read: the thread parses the body
+                s.protocol.fast_body()
+        else:
+            s.counts.parsed[x[0]] += 1
+            s.protocol.fast_result(x)
+    except Exception as e:  # never into the loop: the other sockets' reads of this drain
+        s._fail(e)          # would be lost; only this connection fails
+
+
 _receiver: _Receiver | None = None
 
 
-def _thread_wanted() -> bool:
+def thread_wanted() -> bool:
     return native.RxThread is not None and os.environ.get(THREAD_ENV, "1").strip() != "0"
 
 
 def receiver(loop: asyncio.AbstractEventLoop) -> _Receiver | None:
     """The running loop's receive thread (started on first use), or None: the loop reads."""
     global _receiver
-    if not _thread_wanted():
+    if not thread_wanted():
         return None
     r = _receiver
     if r is not None and r.loop is not loop:
@@ -185,7 +198,7 @@ def receiver(loop: asyncio.AbstractEventLoop) -> _Receiver | None:
 
 def reader_name() -> str:
     """Who reads the sockets, for run.json (``describe().extra.event_clock``)."""
-    if not _thread_wanted():
+    if not thread_wanted():
         return "event loop (loop.add_reader per socket)"
     prio = f", {_receiver.rx.priority()}" if _receiver is not None else ""
     return f"receive thread (epoll + recvmsg outside the GIL, rounds 250 us apart; the loop drains it{prio})"
@@ -199,7 +212,7 @@ class StampedSocket:
     Writes: straight ``send``; what the socket does not take is kept and sent on writability.
     ``connection_lost`` is called once, soon after close / EOF / a socket error, as asyncio does."""
 
-    __slots__ = ("loop", "sock", "fd", "protocol", "closing", "wbuf", "counts", "recv", "key")
+    __slots__ = ("loop", "sock", "fd", "protocol", "closing", "wbuf", "counts", "recv", "key", "hold")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: Any,
                  counts: ReadCounts) -> None:
@@ -207,6 +220,7 @@ class StampedSocket:
         self.fd = sock.fileno()
         self.closing = False
         self.wbuf = bytearray()
+        self.hold: list[tuple] | None = None  # the thread's records kept for a chained request's reader
         protocol.connection_made(self)
         self.recv = receiver(loop)
         if self.recv is not None:
@@ -288,6 +302,18 @@ class StampedSocket:
     def last_read(self) -> int:  # perf_counter_ns of the thread's last read of this body (0: none)
         return 0 if self.recv is None or self.closing else self.recv.rx.last(self.fd, self.key)
 
+    def chain(self, fmt: int, wire: bytes) -> bool:
+        """The thread writes ``wire`` the moment the response it parses ends cleanly (_rxthread.c)."""
+        return self.recv is not None and not self.closing and self.recv.rx.chain(self.fd, self.key, fmt, wire)
+
+    def release(self) -> None:
+        """The chained request's reader took the connection: the records held for it, in order."""
+        held, self.hold = self.hold or [], None
+        for rec in held:
+            if self.closing:
+                return
+            _dispatch(self, rec)
+
     # ------------------------------------------------------------ the transport methods _Conn uses
     def write(self, data: bytes) -> None:
         if self.closing:
@@ -339,62 +365,3 @@ class StampedSocket:
         self.loop.call_soon(self.protocol.connection_lost, exc)
 
     _fail = _shut  # a socket error: the connection is lost with it
-
-
-def _numeric(host: str, port: int) -> list[tuple[Any, ...]] | None:
-    """An IP literal needs no resolver (asyncio's create_connection skips it too; its threaded
-    getaddrinfo per connection would cost thousands of executor calls at a 2000-stream start)."""
-    for family in (socket.AF_INET, socket.AF_INET6):
-        try:
-            socket.inet_pton(family, host.strip("[]"))
-        except OSError:
-            continue
-        addr = (host.strip("[]"), port) if family == socket.AF_INET else (host.strip("[]"), port, 0, 0)
-        return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", addr)]
-    return None
-
-
-async def _connect(loop: asyncio.AbstractEventLoop, sock: socket.socket, addr: Any) -> None:
-    """Non-blocking connect; waits for writability only when the handshake is in progress.
-    (``loop.sock_connect`` cost ~80 us more per connection: at one 50-event stream per
-    connection that was ~1.6 us per event.)"""
-    err = sock.connect_ex(addr)
-    if err == 0:
-        return
-    if err not in (errno.EINPROGRESS, errno.EAGAIN, errno.EINTR):
-        raise OSError(err, os.strerror(err))
-    fd = sock.fileno()
-    done = loop.create_future()
-    loop.add_writer(fd, lambda: done.done() or done.set_result(None))
-    try:
-        await done
-    finally:
-        loop.remove_writer(fd)
-    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-    if err:
-        raise OSError(err, os.strerror(err))
-
-
-async def open_stamped(loop: asyncio.AbstractEventLoop, host: str, port: int, protocol: Any,
-                       counts: ReadCounts) -> StampedSocket:
-    """Connect to ``host:port`` (each resolved address in turn, as ``create_connection`` does)
-    with kernel receive stamps on. OSError as ``create_connection`` raises it."""
-    infos = _numeric(host, port) or await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                           proto=socket.IPPROTO_TCP)
-    err: OSError | None = None
-    for family, type_, proto, _, addr in infos:
-        sock = socket.socket(family, type_, proto)
-        try:
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio's transports do
-            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            await _connect(loop, sock, addr)
-        except OSError as e:
-            sock.close()
-            err = e
-            continue
-        except BaseException:  # cancelled (connect timeout)
-            sock.close()
-            raise
-        return StampedSocket(loop, sock, protocol, counts)
-    raise err or OSError(f"no address for {host}:{port}")

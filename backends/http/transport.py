@@ -29,9 +29,10 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import httpx
 
 from backends.http import connection, native, rxstamp
+from backends.http.connect import open_stamped
 from backends.http.connection import StampedBytes, _Conn  # noqa: F401 (StampedBytes: re-exported)
 from backends.http.sse import EVENTS_EXTENSION, Sink
-from core.records import SEND_STAMP
+from core.records import SEND_STAMP, Lane
 
 _perf = time.perf_counter_ns
 
@@ -84,6 +85,48 @@ class _Pacer:
             self._tick_soon()
 
 
+class Chain:
+    """A closed-loop stream's next request, sent by the receive thread the moment this one's response
+    ends (``_rxthread.c`` chain): set on the sink by ``HttpStreamBackend.stream`` from the executor's
+    ``Lane``. ``rid``: this request; ``payload_of(request)``: the next one's JSON payload."""
+
+    __slots__ = ("lane", "rid", "payload_of")
+
+    def __init__(self, lane: Lane, rid: str, payload_of: Callable[[Any], dict[str, Any]]) -> None:
+        self.lane, self.rid, self.payload_of = lane, rid, payload_of
+
+    def claimable(self) -> _Conn | None:
+        """The connection this request already left on (the thread sent it), if it did."""
+        h, self.lane.sent_on = self.lane.sent_on, None
+        return h.conn if isinstance(h, _Handed) and h.rid == self.rid and h.left() and h.conn.tr is not None else None
+
+    def arm(self, conn: _Conn, fast: int, frame: Callable[[dict[str, Any]], bytes]) -> None:
+        """Hand the next request to the thread for ``conn`` (which just sent this one)."""
+        nxt = self.lane.take_next()
+        if nxt is None:
+            return
+        try:
+            wire = frame(self.payload_of(nxt))
+        except ValueError:  # a prompt the protocol refuses: its own send reports it
+            return
+        if conn.tr.chain(fast, wire):  # type: ignore[union-attr]
+            conn.chain_rid = nxt.request_id
+            self.lane.sent_on = _Handed(nxt.request_id, conn)
+
+
+class _Handed:
+    """A request handed to the receive thread for ``conn`` (``Lane.sent_on``); ``left()`` once the
+    response before it has ended: whether the thread sent it."""
+
+    __slots__ = ("rid", "conn")
+
+    def __init__(self, rid: str, conn: _Conn) -> None:
+        self.rid, self.conn = rid, conn
+
+    def left(self) -> bool:
+        return self.conn.chained is not None and self.conn.chained[0] == self.rid
+
+
 class _Body(httpx.AsyncByteStream):
     def __init__(self, transport: "StreamingTransport", key: tuple[str, int], conn: _Conn, read_timeout: float | None):
         self.transport, self.key, self.conn, self.read_timeout = transport, key, conn, read_timeout
@@ -108,7 +151,9 @@ class _Body(httpx.AsyncByteStream):
     async def aclose(self) -> None:
         c = self.conn
         c.stop_watch()
-        if c.done and c.keep_alive and not c.lost and c.tr is not None and not c.pieces:
+        if c.chained is not None and c.tr is not None:  # the next request is in flight on it: its reader claims it
+            self.transport._chained.add(c)
+        elif c.done and c.keep_alive and not c.lost and c.tr is not None and not c.pieces:
             c.reset()
             self.transport._idle.setdefault(self.key, []).append(c)
         elif c.tr is not None:
@@ -139,6 +184,7 @@ class StreamingTransport(httpx.AsyncBaseTransport):
     def __init__(self) -> None:
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
         self._pacer = _Pacer()
+        self._chained: set[_Conn] = set()  # connections a chained request left on, until claimed
         # event stamps: the kernel's receive time where the platform gives it (rxstamp.py)
         self.kernel_stamps = rxstamp.kernel_stamps()
         self._reads = rxstamp.ReadCounts()
@@ -155,7 +201,9 @@ class StreamingTransport(httpx.AsyncBaseTransport):
                 # its read (and stamp) with the next event of its stream
                 "read_delay_max_ms": round(self._reads.delay_max / 1e6, 3),
                 # responses the receive thread parsed (_fastsse.h): whole, handed back to Python, cut short
-                "thread_parsed": dict(zip(("ended", "handed_back", "cut_short"), self._reads.parsed[1:]))}
+                "thread_parsed": dict(zip(("ended", "handed_back", "cut_short"), self._reads.parsed[1:])),
+                # closed loop: requests the thread sent the moment their stream's previous response ended
+                "thread_sent": self._reads.chained}
 
     async def _connect(self, key: tuple[str, int], timeout: float | None) -> _Conn:
         loop = asyncio.get_running_loop()
@@ -163,7 +211,7 @@ class StreamingTransport(httpx.AsyncBaseTransport):
             async with asyncio.timeout(timeout):
                 if self.kernel_stamps:
                     conn = _Conn()
-                    await rxstamp.open_stamped(loop, key[0], key[1], conn, self._reads)
+                    await open_stamped(loop, key[0], key[1], conn, self._reads)
                 else:
                     _, conn = await loop.create_connection(_Conn, key[0], key[1])
         except TimeoutError:
@@ -173,28 +221,41 @@ class StreamingTransport(httpx.AsyncBaseTransport):
         return conn
 
     async def _send(self, key: tuple[str, int], wire: bytes, connect_s: float | None,
-                    read_s: float | None, fast: int = 0) -> tuple[_Body, int, str, list[tuple[bytes, bytes]]]:
+                    read_s: float | None, fast: int = 0, chain: Chain | None = None,
+                    frame: Callable[[dict[str, Any]], bytes] | None = None,
+                    ) -> tuple[_Body, int, str, list[tuple[bytes, bytes]]]:
         """THE request path of both ways in: send ``wire`` on a pooled connection, await the head.
 
         The read timeout (head, then body) is the connection's one watchdog timer, armed here
-        and kept for the response; it also ticks the slow flush (``connection.FLUSH_S``)."""
-        await self._pacer.turn()
+        and kept for the response; it also ticks the slow flush (``connection.FLUSH_S``).
+        ``chain`` (closed loop, receive thread): this request may already have left (the thread
+        sent it when the stream's previous response ended); the next one is handed over here."""
+        claimed = chain.claimable() if chain is not None else None
+        if claimed is None:  # (already sent: nothing to pace)
+            await self._pacer.turn()
         fresh_only = False
         flush_s = connection.FLUSH_S
         tick = min(read_s, flush_s) if read_s else flush_s
         while True:
-            conn, reused = (await self._connect(key, connect_s), False) if fresh_only \
-                else await self._checkout(key, connect_s)
-            if conn.tr is None:  # closed between connect and now
-                if reused:
-                    fresh_only = True
-                    continue
-                raise httpx.RemoteProtocolError("server closed the connection before the request was sent")
-            if fast and getattr(conn.tr, "expect", None) is not None:  # before the write: no byte is missed
-                conn.tr.expect(fast)  # the receive thread parses the body (_fastsse.h)
-            conn.tr.write(wire)
-            # the send stamp: right after the bytes left (a late request's wait is not the server's time)
-            conn.rx_ns = conn.sent_ns = _perf()  # the read timeout counts from the request too
+            if claimed is not None:
+                conn, reused, claimed = claimed, True, None
+                self._chained.discard(conn)
+                conn.claim(wire)  # its send stamp is the thread's
+                parsed = fast  # (the thread parses its response, as it did the one before)
+            else:
+                conn, reused = (await self._connect(key, connect_s), False) if fresh_only \
+                    else await self._checkout(key, connect_s)
+                if conn.tr is None:  # closed between connect and now
+                    if reused:
+                        fresh_only = True
+                        continue
+                    raise httpx.RemoteProtocolError("server closed the connection before the request was sent")
+                parsed = fast and getattr(conn.tr, "expect", None) is not None and conn.tr.expect(fast)
+                conn.tr.write(wire)  # (expect before the write: no byte of the response is missed)
+                # the send stamp: right after the bytes left (a late request's wait is not the server's time)
+                conn.rx_ns = conn.sent_ns = _perf()  # the read timeout counts from the request too
+            if parsed and chain is not None and frame is not None:
+                chain.arm(conn, fast, frame)
             sent = SEND_STAMP.get()
             if sent is not None:
                 sent[0] = conn.sent_ns
@@ -244,11 +305,14 @@ class StreamingTransport(httpx.AsyncBaseTransport):
             + b"content-type: application/json\r\n"
         send = self._send
 
-        async def post(path: str, payload: dict[str, Any], fast: int = 0) -> _Response:
+        def wire_of(path: bytes, payload: dict[str, Any]) -> bytes:
             body = _dumps(payload)
-            wire = b"POST %b%b HTTP/1.1\r\n%bcontent-length: %d\r\n\r\n%b" % (
-                prefix, path.encode(), common, len(body), body)
-            stream, status, _, hdrs = await send(key, wire, connect_s, read_s, fast)
+            return b"POST %b%b HTTP/1.1\r\n%bcontent-length: %d\r\n\r\n%b" % (prefix, path, common, len(body), body)
+
+        async def post(path: str, payload: dict[str, Any], fast: int = 0, chain: Chain | None = None) -> _Response:
+            p = path.encode()
+            stream, status, _, hdrs = await send(key, wire_of(p, payload), connect_s, read_s, fast, chain,
+                                                 (lambda pl: wire_of(p, pl)) if chain is not None else None)
             return _Response(status, hdrs, stream)
 
         return post
@@ -269,6 +333,10 @@ class StreamingTransport(httpx.AsyncBaseTransport):
         return await self._connect(key, timeout), False
 
     async def aclose(self) -> None:
+        for c in self._chained:  # a chained request nobody read (the level stopped)
+            if c.tr is not None:
+                c.tr.close()
+        self._chained.clear()
         for conns in self._idle.values():
             for c in conns:
                 if c.tr is not None:

@@ -7,9 +7,9 @@ import gc
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Awaitable, Callable
 
-from core.records import ACCEPTS_BATCHES, SEND_STAMP, GenerationRequest, StreamEnd, TokenBatch
+from core.records import ACCEPTS_BATCHES, LANE, SEND_STAMP, GenerationRequest, Lane, StreamEnd, TokenBatch
 from core.errors import BackendRequestError, FailureKind
 from backends.base import Backend
 from core.errors import RunFailed
@@ -101,8 +101,9 @@ def _gc_quiet():
 
 
 async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_s: float,
-                  t_scheduled_ns: int | None = None) -> RequestRecord:
-    """Stream one request; never raises for request-level failures (they become records)."""
+                  t_scheduled_ns: int | None = None, t_ready_ns: int | None = None) -> RequestRecord:
+    """Stream one request; never raises for request-level failures (they become records).
+    ``t_ready_ns``: when it could have left (closed loop: when its stream's previous response ended)."""
     times: list[int] = []
     counts: list[int] = []
     ids: list[int] = []
@@ -113,7 +114,7 @@ async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_
     batches = ACCEPTS_BATCHES.set(True)
     sent = [0]
     stamp = SEND_STAMP.set(sent)  # a backend that knows when the bytes left fills it in
-    t_ready = time.perf_counter_ns()
+    t_ready = t_ready_ns or time.perf_counter_ns()
     try:
         async with asyncio.timeout(timeout_s):
             async for item in backend.stream(req):
@@ -160,6 +161,31 @@ async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_
     return rec
 
 
+async def closed_loop_stream(pop: Callable[[], GenerationRequest | None],
+                             pop_early: Callable[[], GenerationRequest | None], started: Callable[[], None],
+                             one: Callable[..., Awaitable[RequestRecord]], stopped: Callable[[], bool]) -> None:
+    """One stream of a closed-loop level: the next request when the previous one ends, until
+    ``pop()`` has none. Its lane (core.records.Lane) takes the next request early (``pop_early``:
+    None while another stream still waits for a first one) for a backend that sends it itself the
+    moment the response before it ends. A request is due when the previous response ended (its
+    last arrival), not when Python got round to it: that wait is the client's send delay."""
+    lane = Lane(pop_early)
+    LANE.set(lane)  # (this task's context only)
+    ready = None
+    while True:
+        r, lane.next = lane.next, None
+        if r is not None and stopped() and not lane.next_left():
+            return  # taken early, never sent
+        if r is None:
+            r = pop()
+            if ready is None:
+                started()
+        if r is None:
+            return
+        rec = await one(r, t_ready_ns=ready)
+        ready = rec.event_times_ns[-1] if rec.event_times_ns else rec.t_end_ns
+
+
 class _CancelledWithRecord(asyncio.CancelledError):
     def __init__(self, record: RequestRecord) -> None:
         super().__init__()
@@ -194,13 +220,16 @@ async def _run_level(backend: Backend, requests: list[GenerationRequest], level:
         if on_record:
             on_record(rec)
 
-    async def one(r: GenerationRequest, t_scheduled_ns: int | None = None) -> None:
+    async def one(r: GenerationRequest, t_scheduled_ns: int | None = None,
+                  t_ready_ns: int | None = None) -> RequestRecord:
         try:
-            rec = await run_one(backend, r, level.label, timeout_s, t_scheduled_ns=t_scheduled_ns)
+            rec = await run_one(backend, r, level.label, timeout_s, t_scheduled_ns=t_scheduled_ns,
+                                t_ready_ns=t_ready_ns)
         except _CancelledWithRecord as c:
             keep_cancelled(c.record)
             raise
         keep(rec)
+        return rec
 
     def keep(rec: RequestRecord) -> None:
         nonlocal n_failed
@@ -225,15 +254,24 @@ async def _run_level(backend: Backend, requests: list[GenerationRequest], level:
             for r in requests:
                 queue.put_nowait(r)
 
-            async def worker() -> None:
-                while not stop.is_set():
-                    try:
-                        r = queue.get_nowait()
-                    except asyncio.QueueEmpty:
-                        return
-                    await one(r)
+            def pop() -> GenerationRequest | None:
+                if stop.is_set():
+                    return None
+                try:
+                    return queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return None
 
-            tasks = [asyncio.create_task(worker()) for _ in range(min(int(level.value), len(requests)))]
+            unstarted = [min(int(level.value), len(requests))]  # streams still to take a first request
+
+            def pop_early() -> GenerationRequest | None:  # (never leaves a stream that has none idle)
+                return pop() if queue.qsize() > unstarted[0] else None
+
+            def started() -> None:
+                unstarted[0] -= 1
+
+            tasks = [asyncio.create_task(closed_loop_stream(pop, pop_early, started, one, stop.is_set))
+                     for _ in range(unstarted[0])]
         else:
             offsets = list(offsets_ns) if offsets_ns is not None else poisson_offsets_ns(len(requests), level.value, seed)
 

@@ -180,6 +180,7 @@ class _Level:
         """Fresh interpreters (``python -m``), never a fork of a process that holds engines and
         threads, nor multiprocessing's spawn (it re-runs the caller's main script)."""
         self.shared = worker.Shared.create()
+        self.shared.v[worker.UNSTARTED] = sum(s.workers for s in self.shares if s.kind == "concurrency")
         for share in self.shares:
             mine, theirs = socket.socketpair()
             fd = theirs.fileno()

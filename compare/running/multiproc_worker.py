@@ -37,9 +37,10 @@ from core.errors import FailureKind
 from core.records import GenerationRequest, RequestRecord
 
 HEARTBEAT_S = 0.05  # how often an idle process tells the parent how far its records are complete
-# shared counters (one int64 array): next request index (closed loop), failed requests, stop flag
-NEXT, FAILED, STOP = 0, 1, 2
-SHARED_BYTES = 24
+# shared counters (one int64 array): next request index (closed loop), failed requests, stop flag,
+# closed-loop streams (of all processes) still to take a first request
+NEXT, FAILED, STOP, UNSTARTED = 0, 1, 2, 3
+SHARED_BYTES = 32
 
 
 class Shared:
@@ -148,7 +149,8 @@ def main(argv: list[str]) -> None:
 
 
 async def _run(share: Share, recipe: ClientRecipe, conn: Any, shared: Any) -> None:
-    from compare.running.executor import LoopLagMonitor, _CancelledWithRecord, _cancel_all, _gc_quiet, run_one
+    from compare.running.executor import (LoopLagMonitor, _CancelledWithRecord, _cancel_all, _gc_quiet,
+                                          closed_loop_stream, run_one)
 
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue = asyncio.Queue()
@@ -193,26 +195,29 @@ async def _run(share: Share, recipe: ClientRecipe, conn: Any, shared: Any) -> No
             conn.send(("aborted", reason))
             stop_all()
 
-        async def one(r: GenerationRequest, t_scheduled_ns: int | None = None) -> None:
+        async def one(r: GenerationRequest, t_scheduled_ns: int | None = None,
+                      t_ready_ns: int | None = None) -> RequestRecord:
             try:
-                rec = await run_one(backend, r, share.level_label, share.timeout_s, t_scheduled_ns=t_scheduled_ns)
+                rec = await run_one(backend, r, share.level_label, share.timeout_s, t_scheduled_ns=t_scheduled_ns,
+                                    t_ready_ns=t_ready_ns)
             except _CancelledWithRecord as c:
                 send(c.record)
                 raise
             keep(rec)
+            return rec
 
-        def take() -> int:
+        def pop(early: bool = False) -> GenerationRequest | None:
+            n = len(share.requests)
             with lock:
                 i = counters[NEXT]
+                if counters[STOP] or i >= n or (early and n - i <= counters[UNSTARTED]):
+                    return None  # (early: another stream still waits for a first request)
                 counters[NEXT] = i + 1
-            return i
+            return share.requests[i]
 
-        async def worker() -> None:
-            while not counters[STOP]:
-                i = take()
-                if i >= len(share.requests):
-                    return
-                await one(share.requests[i])
+        def started() -> None:
+            with lock:
+                counters[UNSTARTED] -= 1
 
         async def timed(r: GenerationRequest, off: int) -> None:
             while (delay := t0 + off - time.perf_counter_ns()) > 0:
@@ -244,7 +249,9 @@ async def _run(share: Share, recipe: ClientRecipe, conn: Any, shared: Any) -> No
         cpu0, w0 = _cpu_s(), time.perf_counter_ns()
         with LoopLagMonitor() as lag:
             if share.kind == "concurrency":
-                tasks += [loop.create_task(worker()) for _ in range(share.workers)]
+                tasks += [loop.create_task(closed_loop_stream(pop, lambda: pop(True), started, one,
+                                                              lambda: bool(counters[STOP])))
+                          for _ in range(share.workers)]
             else:
                 tasks += [loop.create_task(timed(r, o)) for r, o in zip(share.requests, share.offsets_ns or [])]
             side = [loop.create_task(heartbeat()), loop.create_task(listen())]
