@@ -1,7 +1,7 @@
 """Benchmark: the offered load 1, 2, ... client processes can follow (``compare run --client-procs``).
 
-The loopback calibration server (compare/running/calibration.py: known TTFT and ITL, one process,
-pinned to the last allowed CPU) streams to the exact client path of ``compare run``: one process
+The loopback calibration server (compare/running/calibration.py: known TTFT and ITL; one process
+pinned to the last allowed CPU, or ``--server-procs K`` processes on the last K CPUs sharing its port) streams to the exact client path of ``compare run``: one process
 through ``executor.run_level``, N processes through ``multiproc.run_level_procs`` (the same
 records, merged). Every level is closed loop with as many streams as requests, each request
 ``--tokens`` tokens at ``--itl-ms``, so the offered load is streams / ITL events per second.
@@ -16,7 +16,7 @@ machine two client processes cannot double anything (they share the one core the
 the table is meant for a machine with cores to spare (16 on the GPU host).
 
     .venv/bin/python benchmarks/bench_client_procs.py [--procs 1,2,4] [--streams 250,500,1000,2000,4000]
-        [--tokens 64] [--itl-ms 20] [--json OUT]
+        [--tokens 64] [--itl-ms 20] [--server-procs 1] [--json OUT]
 """
 from __future__ import annotations
 
@@ -82,18 +82,21 @@ def main() -> None:
     p.add_argument("--itl-ms", type=float, default=20.0)
     p.add_argument("--ttft-ms", type=float, default=20.0)
     p.add_argument("--itl-slack-ms", type=float, default=5.0, help="ITL p99 allowed above the server's ITL")
+    p.add_argument("--server-procs", type=int, default=1,
+                   help="loopback server processes sharing its port, on the last CPUs (one each); the clients get the rest")
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--json", metavar="OUT")
     a = p.parse_args()
     _raise_nofile()
     cpus = sorted(os.sched_getaffinity(0))
-    server_cpu = str(cpus[-1]) if len(cpus) > 1 else ""
+    k = min(a.server_procs, len(cpus) - 1) if len(cpus) > 1 else 0
+    server_cpu = ",".join(str(c) for c in cpus[-k:]) if k else ""
     if server_cpu:  # the clients (and their processes, which inherit it) on every other CPU
-        os.sched_setaffinity(0, set(cpus[:-1]))
+        os.sched_setaffinity(0, set(cpus[:-k]))
     timing = CalibrationTiming(a.ttft_ms, a.itl_ms, 1)
     nominal_s = (a.ttft_ms + a.tokens * a.itl_ms) / 1e3  # one request, undisturbed
     rows = []
-    with CalibrationServerProcess(timing, cpus=server_cpu) as url:
+    with CalibrationServerProcess(timing, cpus=server_cpu, procs=max(k, 1)) as url:
         for procs in [int(x) for x in a.procs.split(",")]:
             for streams in [int(x) for x in a.streams.split(",")]:
                 r = asyncio.run(one_level(url, procs, streams, a.tokens, a.timeout))
@@ -107,7 +110,7 @@ def main() -> None:
     head = (f"{'procs':>5} {'streams':>7} {'offered':>9} {'ingested':>9} {'ok':>11} {'ITL p50':>7} "
             f"{'ITL p99':>7} {'lag max':>7}  {'CPU/proc':<16} follows")
     print(f"client processes vs offered load: loopback server ITL {a.itl_ms:g} ms, {a.tokens} tokens/request, "
-          f"{len(cpus)} CPUs ({'server on CPU ' + server_cpu if server_cpu else 'server unpinned'}), "
+          f"{len(cpus)} CPUs ({f'server: {max(k, 1)} process(es) on CPU ' + server_cpu if server_cpu else 'server unpinned'}), "
           f"{platform.node()}, {time.strftime('%Y-%m-%d %H:%M')}")
     print(head)
     print("-" * len(head))

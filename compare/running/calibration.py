@@ -11,7 +11,7 @@ stamps (backends/http/rxstamp.py, Linux) that is loopback transit up to the sock
 one read held several events, the wait for the newest of them; with user-space stamps it also
 holds the time the client's event loop took to get to the bytes. Both are reported (the
 user-space one from ``RawEvent.rx_ns``), with the clock that stamped the records. That is what
-``compare calibrate`` reports.
+``compare calibrate`` reports (the client side: calibration_client.py).
 
 The server is a bare asyncio.Protocol (never the bottleneck) in its own process
 (``python -m compare.running.calibration --port N``), pinned to other cores than the client.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import heapq
 import json
 import os
@@ -29,6 +28,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from compare.running import server_shards
 
 _perf = time.perf_counter_ns
 
@@ -56,6 +57,7 @@ class _Ticker:
         self.armed = float("inf")  # the millisecond the pending timer fires at
         self.firing = False
         self.events = 0  # token events sent (GET /stats)
+        self.board: Any = None  # several server processes: their shared counters (server_shards.Board)
 
     def add(self, when: float, conn: "_Conn") -> None:
         """Send ``conn``'s next event at loop time ``when`` (s) or just after."""
@@ -173,7 +175,9 @@ class _Conn(asyncio.Protocol):
         if method == "GET" and path in ("/v1/models", "/info"):  # /info: TGI's probe reads any JSON object
             return self._simple("200 OK", b'{"object":"list","data":[{"id":"calibration","object":"model"}]}')
         if method == "GET" and path == "/stats":  # the server's own cost: is it the bottleneck?
-            return self._simple("200 OK", json.dumps(_cpu() | {"events": self.ticker.events}).encode())
+            board = self.ticker.board  # (several processes: all of them)
+            stats = board.total() if board is not None else _cpu() | {"events": self.ticker.events}
+            return self._simple("200 OK", json.dumps(stats).encode())
         if method != "POST" or path not in ("/v1/completions", "/generate_stream"):
             return self._simple("404 Not Found", b'{"error":"not found"}')
         self.tgi = path == "/generate_stream"  # the response speaks TGI's protocol
@@ -217,10 +221,19 @@ class _Conn(asyncio.Protocol):
         self._next()
 
 
-async def serve(host: str, port: int, timing: CalibrationTiming, ready: Any = None) -> None:
+async def serve(host: str, port: int, timing: CalibrationTiming, ready: Any = None, sock: Any = None,
+                board: Any = None, shard: int = 0) -> None:
+    """Serve until stopped; ``sock``/``board``/``shard``: one of several processes (server_shards)."""
     loop = asyncio.get_running_loop()
     ticker = _Ticker(loop)
-    server = await loop.create_server(lambda: _Conn(timing, ticker), host, port, backlog=8192, reuse_address=True)
+    ticker.board = board
+    if board is not None:
+        def publish() -> None:
+            board.publish(shard, ticker.events)
+            loop.call_later(server_shards.PUBLISH_S, publish)
+        publish()
+    kw = {"sock": sock} if sock is not None else {"host": host, "port": port, "reuse_address": True}
+    server = await loop.create_server(lambda: _Conn(timing, ticker), backlog=8192, **kw)
     if ready is not None:
         ready(server.sockets[0].getsockname()[1])
     async with server:
@@ -242,15 +255,22 @@ def main(argv: list[str] | None = None) -> None:
     for flag, default in (("--ttft-ms", 20.0), ("--itl-ms", 40.0), ("--tokens-per-event", 1)):
         p.add_argument(flag, type=type(default), default=default)
     p.add_argument("--cpus", default="", help="pin to these CPUs, e.g. 1 or 1,2")
+    p.add_argument("--procs", type=int, default=1, help="server processes sharing the port (SO_REUSEPORT), "
+                   "the --cpus dealt out among them")
     a = p.parse_args(argv)
     _raise_nofile()
-    if a.cpus:
-        os.sched_setaffinity(0, {int(c) for c in a.cpus.split(",")})
+    cpus = [int(c) for c in a.cpus.split(",")] if a.cpus else []
     from compare.running import aio
 
     timing = CalibrationTiming(a.ttft_ms, a.itl_ms, a.tokens_per_event)
+    ready = lambda port: print(f"READY {port}", flush=True)  # noqa: E731
     # uvloop when installed: the reference must not be the bottleneck (it is not what is measured)
-    aio.run(serve(a.host, a.port, timing, ready=lambda port: print(f"READY {port}", flush=True)))
+    if a.procs > 1:
+        return server_shards.run(a.host, a.port, a.procs, cpus, lambda sock, i, board: aio.run(
+            serve(a.host, 0, timing, sock=sock, board=board, shard=i)), ready)
+    if cpus:
+        os.sched_setaffinity(0, set(cpus))
+    aio.run(serve(a.host, a.port, timing, ready=ready))
 
 
 @dataclass
@@ -260,11 +280,12 @@ class CalibrationServerProcess:
     timing: CalibrationTiming = field(default_factory=CalibrationTiming)
     cpus: str = ""
     proc: subprocess.Popen | None = None
+    procs: int = 1  # processes sharing the port (server_shards)
 
     def command(self) -> list[str]:  # a benchmark's own variant of the server overrides it
         t, cpus = self.timing, (["--cpus", self.cpus] if self.cpus else [])
         return [sys.executable, "-m", "compare.running.calibration", "--ttft-ms", str(t.ttft_ms), "--itl-ms",
-                str(t.itl_ms), "--tokens-per-event", str(t.tokens_per_event), *cpus]
+                str(t.itl_ms), "--tokens-per-event", str(t.tokens_per_event), "--procs", str(self.procs), *cpus]
 
     def __enter__(self) -> str:
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, text=True, start_new_session=True)
@@ -280,91 +301,9 @@ class CalibrationServerProcess:
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                os.killpg(self.proc.pid, 9)  # its own session: the shards too
                 self.proc.wait()
             self.proc = None
-
-
-# ---------------------------------------------------------------- the measurement (client side)
-
-async def measure(base_url: str, streams: int, tokens: int, rounds: int = 1, timeout_s: float = 120.0) -> dict[str, Any]:
-    """Run ``streams`` concurrent streams of ``tokens`` tokens through HttpStreamBackend and the
-    runner's executor; compare every token event's client stamp with the server's send stamp."""
-    import numpy as np
-
-    from core.records import GenerationRequest
-    from backends.http_backends import HttpStreamBackend
-    from compare.running.executor import run_level
-    from compare.workload.schedule import LoadLevel
-
-    pairs_srv: list[Any] = []  # the server's send stamps as sent (converted after the level)
-    pairs_cli: list[int] = []  # the events' stamps (what the records carry)
-    pairs_rx: list[int | None] = []  # when Python read them (None: same as the stamp)
-
-    def observe(rid: str, raw: Any) -> None:  # runs per event inside the measured level: keep it lean
-        if raw.id is not None:
-            pairs_srv.append(raw.id)
-            pairs_cli.append(raw.t_ns)
-            pairs_rx.append(raw.rx_ns)
-
-    reqs = [GenerationRequest(request_id=f"cal-{i}", max_tokens=tokens, prompt_token_ids=(1, 2, 3))
-            for i in range(streams * rounds)]
-    backend = HttpStreamBackend(None, "calibration", protocol="openai", base_url=base_url, metrics=None,
-                                max_connections=streams + 16)
-    backend.raw_observer = observe  # and per request for streams the receive thread parsed (compare run's path):
-    backend.batch_observer = lambda rid, t, rx, sids: (pairs_srv.extend(sids), pairs_cli.extend(t), pairs_rx.extend(rx))
-    async with backend:
-        srv0 = await _server_stats(base_url)
-        gc.collect()  # run_level collects and freezes the heap too; this one stays out of the CPU count
-        cpu0 = _cpu()
-        try:
-            out = await run_level(backend, reqs, LoadLevel("concurrency", streams), seed=0, timeout_s=timeout_s,
-                                  max_errors=len(reqs))
-        finally:
-            cpu1 = _cpu()
-        srv1 = await _server_stats(base_url)
-        clock = backend.describe().extra.get("event_clock", {})
-    srv = np.asarray([int(x) for x in pairs_srv], dtype=np.int64)
-    cli = np.asarray(pairs_cli, dtype=np.int64)
-    rx = np.asarray([c if r is None else r for c, r in zip(pairs_cli, pairs_rx)], dtype=np.int64)
-    err_ms = (cli - srv) / 1e6
-    user_err_ms = (rx - srv) / 1e6
-    recs = out.records
-    ok = [r for r in recs if r.ok]
-    n_tok = sum(r.output_tokens for r in ok)
-    # steady-state ingest rate: the middle 60 % of the time the client was reading events (no
-    # ramp-up/down); by read time, not receive stamp (that would be the server's send rate)
-    rate = 0.0
-    if rx.size > 10:
-        lo, hi = np.percentile(rx, [20, 80])
-        if hi > lo:
-            rate = float(((rx >= lo) & (rx <= hi)).sum()) / ((hi - lo) / 1e9)
-    # the records the runner keeps must be the very stamps the observer saw (same code path)
-    consistent = sum(len(r.event_times_ns) for r in recs) == cli.size
-    def dist(x: Any) -> dict[str, float]:
-        if not x.size:
-            return {k: float("nan") for k in ("p50", "p90", "p99", "p999", "max", "min")}
-        p50, p90, p99, p999 = (float(v) for v in np.percentile(x, [50, 90, 99, 99.9]))
-        return {"p50": p50, "p90": p90, "p99": p99, "p999": p999, "max": float(x.max()), "min": float(x.min())}
-
-    return {
-        "streams": streams, "tokens_per_stream": tokens, "requests": len(recs), "ok": len(ok),
-        "errors": {k: sum(1 for r in recs if r.error_kind == k) for k in {r.error_kind for r in recs if r.error_kind}},
-        "events": int(cli.size), "tokens": n_tok,
-        "wall_s": (out.t_end_ns - out.t_start_ns) / 1e9,
-        "steady_events_per_s": rate,
-        "event_clock": clock,  # which clock stamped the records (kernel receive time or user space)
-        "timing_error_ms": dist(err_ms),  # the records' stamps
-        "user_stamp_error_ms": dist(user_err_ms),  # had the events been stamped when Python read them
-        "client_lag_ms": dist((rx - cli) / 1e6),  # read time - receive stamp: the client's own delay
-        "loop_lag_ms": out.loop_lag_ms,
-        # CPU time per event (user+sys, incl. socket syscalls): unlike wall-clock rates this hardly
-        # depends on machine load. Client: this whole process during the level; server: its own report.
-        "client_cpu_us_per_event": _per_event(cpu0, cpu1, cli.size),
-        "server_cpu_us_per_event": _per_event(srv0, srv1, srv1["events"] - srv0["events"]) if srv0 and srv1 else None,
-        "records_match_observer": consistent,
-        "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
-    }
 
 
 def _cpu() -> dict[str, float]:
@@ -372,28 +311,6 @@ def _cpu() -> dict[str, float]:
     import resource
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return {"user_s": ru.ru_utime, "sys_s": ru.ru_stime}
-
-
-def _per_event(a: dict[str, float], b: dict[str, float], events: int) -> dict[str, float] | None:
-    if not events:
-        return None
-    user, sys_ = (b["user_s"] - a["user_s"]) * 1e6 / events, (b["sys_s"] - a["sys_s"]) * 1e6 / events
-    return {"total": round(user + sys_, 2), "user": round(user, 2), "sys": round(sys_, 2)}
-
-
-async def _server_stats(base_url: str) -> dict[str, Any] | None:
-    """The calibration server's CPU seconds and events sent (None for a server without /stats)."""
-    host, _, port = base_url.removeprefix("http://").partition(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:  # plain HTTP/1.1 by hand: an httpx client would build an SSL context (~0.1 s) per call
-        writer.write(b"GET /stats HTTP/1.1\r\nhost: %b\r\n\r\n" % host.encode())
-        head = await reader.readuntil(b"\r\n\r\n")
-        if not head.startswith(b"HTTP/1.1 200"):
-            return None
-        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-        return json.loads(await reader.readexactly(length))
-    finally:
-        writer.close()
 
 
 if __name__ == "__main__":

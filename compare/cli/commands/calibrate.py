@@ -57,7 +57,8 @@ def _cpus(no_pin: bool) -> tuple[set[int] | None, str]:
 
 def run_calibration(streams: list[int], tokens: int, ttft_ms: float, itl_ms: float, tokens_per_event: int,
                     max_error_ms: float, no_pin: bool = False, on_result=None) -> dict:
-    from compare.running.calibration import CalibrationServerProcess, CalibrationTiming, _raise_nofile, measure
+    from compare.running.calibration import CalibrationServerProcess, CalibrationTiming, _raise_nofile
+    from compare.running.calibration_client import measure
 
     _raise_nofile()
     client_cpus, server_cpus = _cpus(no_pin)

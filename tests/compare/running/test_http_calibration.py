@@ -6,7 +6,8 @@ import asyncio
 import pytest
 
 from backends.http import native
-from compare.running.calibration import CalibrationServerProcess, CalibrationTiming, measure
+from compare.running.calibration import CalibrationServerProcess, CalibrationTiming
+from compare.running.calibration_client import measure
 from tests.conftest import run_cli
 
 
