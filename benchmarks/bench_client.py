@@ -200,8 +200,8 @@ async def _scenario(url: str, streams: int, rounds: int, tokens: int) -> dict:
     late = [r.send_lateness_ns / 1e6 for r in recs if r.send_lateness_ns is not None]
     # a stream's first request waits for the level's start (connects, one write per loop iteration);
     # every later one for the end of the response before it (closed loop): reported apart
-    resent = sorted(recs, key=lambda r: r.t_sent_ns)[streams:]
-    late_resent = [r.send_lateness_ns / 1e6 for r in resent if r.send_lateness_ns is not None]
+    from bench_client_procs import resent
+    late_resent = [r.send_lateness_ns / 1e6 for r in resent(recs)]
 
     def dist(x) -> dict:
         x = np.asarray(x, dtype=float)

@@ -56,6 +56,7 @@ READ_BYTES = 64 * 1024  # per recvmsg (256 KiB went through mmap/munmap: ~16 us 
 CLOCK_ENV = "LLM_COMPARE_RX_CLOCK"  # auto (kernel stamps where available) | user
 THREAD_ENV = "LLM_COMPARE_RX_THREAD"  # 1 (the receive thread where built) | 0 (the event loop reads)
 PARSE_ENV = "LLM_COMPARE_RX_PARSE"  # 1 (the receive thread parses known streams) | 0 (Python parses every event)
+CHAIN_ENV = "LLM_COMPARE_RX_CHAIN"  # 1 (the thread sends a closed loop's next request) | 0 (Python sends every one)
 KERNEL_CLOCK = "kernel: SO_TIMESTAMPNS socket receive time -> perf_counter_ns"
 
 # recvmsg(n) allocates n bytes per call: one reused buffer (the GIL serialises readers), a copy of what came
@@ -304,7 +305,8 @@ class StampedSocket:
 
     def chain(self, fmt: int, wire: bytes) -> bool:
         """The thread writes ``wire`` the moment the response it parses ends cleanly (_rxthread.c)."""
-        return self.recv is not None and not self.closing and self.recv.rx.chain(self.fd, self.key, fmt, wire)
+        return (self.recv is not None and not self.closing and os.environ.get(CHAIN_ENV, "1").strip() != "0"
+                and self.recv.rx.chain(self.fd, self.key, fmt, wire))
 
     def release(self) -> None:
         """The chained request's reader took the connection: the records held for it, in order."""
