@@ -71,6 +71,7 @@ typedef struct {
     Buf next;
     int next_fmt;
     long long chain_n, chain_ns;
+    long long seq, chain_seq; /* this response's number (RxThread); the chained response's */
 } Fast;
 
 static Fast *fast_new(int fmt) {

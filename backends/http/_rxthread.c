@@ -15,7 +15,8 @@
  *   .remove(key)        stop watching; after it returns the thread never touches that fd again
  *   .drain() -> list    [(key, data, t_ns, rx_ns), ...] in read order; data b"" = EOF,
  *                       data None = the read failed with errno t_ns (the fd is no longer watched)
- *   .expect(fd, key, fmt) / .take(fd, key) / .last(fd, key): the response parsed here (_fastsse.h)
+ *   .expect(fd, key, fmt) -> seq / .take(fd, key[, seq]) / .last(fd, key[, seq]): the response parsed
+ *                       here (_fastsse.h); seq numbers responses so Python never takes a later one
  *   .chain(fd, key, fmt, wire) -> bool: the closed loop's next request on this connection, written
  *                       by this thread the moment the current response ends cleanly (see finish)
  *   .close()            stop and join the thread (also on dealloc)
@@ -67,6 +68,7 @@ typedef struct {
     size_t qn, qcap;
     int notified;
     StampClock clock; /* the thread's own realtime -> monotonic offset */
+    long long seq;    /* the last response number given (expect, finish) */
     volatile int niced; /* the thread got RX_NICE (set by the thread as it starts) */
 } RxThread;
 
@@ -102,8 +104,8 @@ static void finish(RxThread *self, int fd, Fast *f) {
     ssize_t n = send(fd, f->next.p, f->next.n, MSG_DONTWAIT | MSG_NOSIGNAL);
     f->chain_ns = now_ns(CLOCK_MONOTONIC); /* right after the bytes left, as the Python path stamps */
     f->chain_n = n < 0 ? -errno : (long long)n;
-    if (n > 0)
-        self->fast[fd] = fast_new(f->next_fmt); /* NULL (no memory): Python parses it */
+    if (n > 0 && (self->fast[fd] = fast_new(f->next_fmt)) != NULL) /* (NULL, no memory: Python parses it) */
+        f->chain_seq = self->fast[fd]->seq = ++self->seq;
 }
 
 /* A read of a socket whose response is parsed here: how many records it leaves in the queue at r
@@ -378,10 +380,11 @@ static PyObject *rx_remove(RxThread *self, PyObject *arg) {
 
 /* a response's records for Python: (status, times, rx, counts, ids, sids, lps, finish, prompt,
    completion, terminal, ended, pend, pend_t, pend_u, rest, rest_t, rest_u, csize, cbuf, chain_n,
-   chain_ns);
+   chain_ns, chain_seq);
    status 1: the body ended here; 2: bailed (Python's path continues from pend + rest, then the
    raw chunk-coded cbuf with csize); 3: cut short (EOF, error, take). chain_n/chain_ns: the chained
-   request's bytes sent and when (0: not sent; < 0: -errno, nothing sent). Arrays as native bytes:
+   request's bytes sent and when (0: not sent; < 0: -errno, nothing sent), chain_seq its response's
+   number (0: not parsed here). Arrays as native bytes:
    int64 times/rx/ids/sids, int32 counts, double lps. */
 static PyObject *fast_result(Fast *f) {
     int status = f->bailed ? 2 : f->ended ? 1 : 3;
@@ -389,10 +392,11 @@ static PyObject *fast_result(Fast *f) {
 #define B(b) ((b).p ? (b).p : ""), (Py_ssize_t)(b).n
     const char *rp = f->bailed && f->rest.p ? f->rest.p : "";
     size_t rn = f->bailed ? f->rest.n : 0;
-    return Py_BuildValue("(iy#y#y#y#y#y#zLLiiy#LLy#LLLy#LL)", status, B(f->times), B(f->rx), B(f->counts), B(f->ids),
+    return Py_BuildValue("(iy#y#y#y#y#y#zLLiiy#LLy#LLLy#LLL)", status, B(f->times), B(f->rx), B(f->counts), B(f->ids),
         B(f->sids), B(f->lps), f->finish[0] ? f->finish : NULL, f->prompt, f->completion, f->terminal, f->ended,
         rp, (Py_ssize_t)pl, f->ev_t, f->ev_u, rp + pl, (Py_ssize_t)(rn - (size_t)pl), f->rest_t, f->rest_u,
-        f->csize, f->line.p ? f->line.p : "", (Py_ssize_t)(f->bailed ? f->line.n : 0), f->chain_n, f->chain_ns);
+        f->csize, f->line.p ? f->line.p : "", (Py_ssize_t)(f->bailed ? f->line.n : 0), f->chain_n, f->chain_ns,
+        f->chain_seq);
 #undef B
 }
 
@@ -462,10 +466,11 @@ static PyObject *rx_drain(RxThread *self, PyObject *unused) {
     return out;
 }
 
-/* (fd, key) of expect/take/last: 0 with a TypeError set when the call is malformed */
+/* (fd, key) of expect/take/last/chain: 0 with a TypeError set when the call is malformed;
+   want < 0: -want arguments, or one more (an optional response number) */
 static int fd_key_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *usage,
                        long *fd, unsigned long *key) {
-    if (nargs != want) {
+    if (want < 0 ? nargs != -want && nargs != 1 - want : nargs != want) {
         PyErr_SetString(PyExc_TypeError, usage);
         return 0;
     }
@@ -479,8 +484,18 @@ static int slot_is(RxThread *self, long fd, unsigned long key) {
     return fd >= 0 && (size_t)fd < self->nkeys && self->keys[fd] == key && key;
 }
 
-/* expect(fd, key, format) -> bool: parse the next response on that socket here (_fastsse.h).
-   Called before the request is written, so no byte of the response can be read before it. */
+/* the response parsed on fd, if it is number args[2] when given (call with self->mu held): a
+   response the thread began after a chained send is never taken for the one before it */
+static Fast *fast_at(RxThread *self, long fd, unsigned long key, PyObject *const *args, Py_ssize_t nargs,
+                     long long seq) {
+    if (!slot_is(self, fd, key) || self->fast[fd] == NULL)
+        return NULL;
+    return nargs < 3 || self->fast[fd]->seq == seq ? self->fast[fd] : NULL;
+}
+
+/* expect(fd, key, format) -> seq: parse the next response on that socket here (_fastsse.h); its
+   number (0: not parsed here). Called before the request is written, so no byte of the response
+   can be read before it. */
 static PyObject *rx_expect(RxThread *self, PyObject *const *args, Py_ssize_t nargs) {
     long fd;
     unsigned long key;
@@ -493,29 +508,34 @@ static PyObject *rx_expect(RxThread *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_ValueError, "format must be 1 (completions), 2 (chat) or 3 (tgi)");
         return NULL;
     }
-    int ok = 0;
+    long long seq = 0;
     pthread_mutex_lock(&self->mu);
     if (slot_is(self, fd, key)) {
         fast_free(self->fast[fd]);
         self->fast[fd] = fast_new((int)fmt);
-        ok = self->fast[fd] != NULL;
+        if (self->fast[fd] != NULL)
+            seq = self->fast[fd]->seq = ++self->seq;
     }
     pthread_mutex_unlock(&self->mu);
-    return PyBool_FromLong(ok);
+    return PyLong_FromLongLong(seq);
 }
 
-/* take(fd, key) -> the records parsed so far (a result tuple, status 3) or None; parsing stops */
+static int seq_arg(PyObject *const *args, Py_ssize_t nargs, long long *seq) {
+    *seq = nargs > 2 ? PyLong_AsLongLong(args[2]) : 0;
+    return !PyErr_Occurred();
+}
+
+/* take(fd, key[, seq]) -> the records parsed so far (a result tuple, status 3) or None; parsing stops */
 static PyObject *rx_take(RxThread *self, PyObject *const *args, Py_ssize_t nargs) {
     long fd;
     unsigned long key;
-    if (!fd_key_args(args, nargs, 2, "take(fd, key)", &fd, &key))
+    long long seq;
+    if (!fd_key_args(args, nargs, -2, "take(fd, key[, seq])", &fd, &key) || !seq_arg(args, nargs, &seq))
         return NULL;
-    Fast *f = NULL;
     pthread_mutex_lock(&self->mu);
-    if (slot_is(self, fd, key)) {
-        f = self->fast[fd];
+    Fast *f = fast_at(self, fd, key, args, nargs, seq);
+    if (f != NULL)
         self->fast[fd] = NULL;
-    }
     pthread_mutex_unlock(&self->mu);
     if (f == NULL)
         Py_RETURN_NONE;
@@ -524,16 +544,18 @@ static PyObject *rx_take(RxThread *self, PyObject *const *args, Py_ssize_t nargs
     return r;
 }
 
-/* last(fd, key) -> CLOCK_MONOTONIC ns of the last read parsed here (0: none): the read timeout */
+/* last(fd, key[, seq]) -> CLOCK_MONOTONIC ns of the last read parsed here (0: none): the read timeout */
 static PyObject *rx_last(RxThread *self, PyObject *const *args, Py_ssize_t nargs) {
     long fd;
     unsigned long key;
-    if (!fd_key_args(args, nargs, 2, "last(fd, key)", &fd, &key))
+    long long seq;
+    if (!fd_key_args(args, nargs, -2, "last(fd, key[, seq])", &fd, &key) || !seq_arg(args, nargs, &seq))
         return NULL;
     long long last = 0;
     pthread_mutex_lock(&self->mu);
-    if (slot_is(self, fd, key) && self->fast[fd] != NULL)
-        last = self->fast[fd]->last_u;
+    Fast *f = fast_at(self, fd, key, args, nargs, seq);
+    if (f != NULL)
+        last = f->last_u;
     pthread_mutex_unlock(&self->mu);
     return PyLong_FromLongLong(last);
 }
@@ -579,9 +601,9 @@ static PyMethodDef rx_methods[] = {
     {"add", (PyCFunction)rx_add, METH_O, "add(fd) -> key"},
     {"remove", (PyCFunction)rx_remove, METH_O, "remove(key)"},
     {"drain", (PyCFunction)rx_drain, METH_NOARGS, "drain() -> [(key, data, t_ns, rx_ns, x), ...]"},
-    {"expect", (PyCFunction)(void (*)(void))rx_expect, METH_FASTCALL, "expect(fd, key, format) -> bool"},
-    {"take", (PyCFunction)(void (*)(void))rx_take, METH_FASTCALL, "take(fd, key) -> result or None"},
-    {"last", (PyCFunction)(void (*)(void))rx_last, METH_FASTCALL, "last(fd, key) -> ns of the last read parsed"},
+    {"expect", (PyCFunction)(void (*)(void))rx_expect, METH_FASTCALL, "expect(fd, key, format) -> seq (0: not here)"},
+    {"take", (PyCFunction)(void (*)(void))rx_take, METH_FASTCALL, "take(fd, key[, seq]) -> result or None"},
+    {"last", (PyCFunction)(void (*)(void))rx_last, METH_FASTCALL, "last(fd, key[, seq]) -> ns of the last read parsed"},
     {"chain", (PyCFunction)(void (*)(void))rx_chain, METH_FASTCALL, "chain(fd, key, format, wire) -> bool"},
     {"close", (PyCFunction)rx_close, METH_NOARGS, "stop and join the thread"},
     {NULL, NULL, 0, NULL},

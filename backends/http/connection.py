@@ -67,9 +67,11 @@ class _Conn(asyncio.Protocol):
         self.keep_alive = True
         self.broken: BackendRequestError | None = None  # the response failed to parse (protocol)
         self.fast = False  # the receive thread parses this body (rxstamp.StampedSocket.expect)
+        self.fast_seq = 0  # its number there (take/last_read never reach a later, chained response)
         self.fast_res: tuple | None = None  # its records, before the reader attached a sink
         self.chain_rid: str | None = None  # the request the thread writes when this response ends
-        self.chained: tuple[str, int, int] | None = None  # it did: (request id, sent ns, bytes sent)
+        # it did: (request id, sent ns, bytes sent, its response's number in the thread)
+        self.chained: tuple[str, int, int, int] | None = None
 
     # ---------------------------------------------------------------- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -317,7 +319,7 @@ class _Conn(asyncio.Protocol):
             return
         w = self.waiter
         if self.fast and self.tr is not None:  # the thread reads this body: its last read counts
-            self.rx_ns = max(self.rx_ns, self.tr.last_read())  # type: ignore[attr-defined]
+            self.rx_ns = max(self.rx_ns, self.tr.last_read(self.fast_seq))  # type: ignore[attr-defined]
         if w is not None and not w.done():
             idle_s = (_perf() - self.rx_ns) / 1e9
             if read_timeout and idle_s >= read_timeout:
@@ -345,7 +347,7 @@ class _Conn(asyncio.Protocol):
         """The request ends here (cancelled, read timeout): what the thread parsed so far."""
         if self.fast and self.tr is not None:
             self.fast = False
-            res = self.tr.take()  # type: ignore[attr-defined]
+            res = self.tr.take(self.fast_seq)  # type: ignore[attr-defined]
             if res is not None:
                 sink.add_fast(res)  # type: ignore[attr-defined]
 
@@ -357,7 +359,7 @@ class _Conn(asyncio.Protocol):
         self.fast = False
         status, ended = res[0], res[11]
         if res[20] > 0 and self.chain_rid is not None:  # the next request left (rxstamp holds its reads)
-            self.chained = (self.chain_rid, res[21], res[20])
+            self.chained = (self.chain_rid, res[21], res[20], res[22])
         if self.sink is not None:
             self.sink.add_fast(res)  # type: ignore[attr-defined]
         else:
@@ -382,9 +384,10 @@ class _Conn(asyncio.Protocol):
     def claim(self, wire: bytes) -> None:
         """The reader of the request the thread chained (``chained``) takes the connection: a new
         response whose send stamp is the thread's; the rest of ``wire`` if the thread sent part."""
-        _, sent_ns, n = self.chained  # type: ignore[misc]
+        _, sent_ns, n, seq = self.chained  # type: ignore[misc]
         self.reset()
         self.sent_ns = self.rx_ns = sent_ns
+        self.fast_seq = seq
         if n < len(wire):
             self.tr.write(wire[n:])  # type: ignore[union-attr]
             self.sent_ns = self.rx_ns = _perf()

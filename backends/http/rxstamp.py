@@ -292,16 +292,18 @@ class StampedSocket:
         self.protocol.received(data, t, u)
 
     # ------------------------------------------------------------ the receive thread parses the body
-    def expect(self, fmt: int) -> bool:
-        """The receive thread parses the next response (``_fastsse.h`` format ``fmt``); before the write."""
-        return (self.recv is not None and not self.closing and os.environ.get(PARSE_ENV, "1").strip() != "0"
-                and self.recv.rx.expect(self.fd, self.key, fmt))
+    def expect(self, fmt: int) -> int:
+        """The receive thread parses the next response (``_fastsse.h`` format ``fmt``); before the
+        write. Its number (0: Python parses it), for ``take`` and ``last_read``."""
+        if self.recv is None or self.closing or os.environ.get(PARSE_ENV, "1").strip() == "0":
+            return 0
+        return self.recv.rx.expect(self.fd, self.key, fmt)
 
-    def take(self) -> tuple | None:  # what the thread parsed of this response so far (it stops)
-        return None if self.recv is None or self.closing else self.recv.rx.take(self.fd, self.key)
+    def take(self, seq: int) -> tuple | None:  # what the thread parsed of response ``seq`` so far (it stops)
+        return None if self.recv is None or self.closing else self.recv.rx.take(self.fd, self.key, seq)
 
-    def last_read(self) -> int:  # perf_counter_ns of the thread's last read of this body (0: none)
-        return 0 if self.recv is None or self.closing else self.recv.rx.last(self.fd, self.key)
+    def last_read(self, seq: int) -> int:  # perf_counter_ns of the thread's last read of response ``seq`` (0: none)
+        return 0 if self.recv is None or self.closing else self.recv.rx.last(self.fd, self.key, seq)
 
     def chain(self, fmt: int, wire: bytes) -> bool:
         """The thread writes ``wire`` the moment the response it parses ends cleanly (_rxthread.c)."""

@@ -251,6 +251,7 @@ class StreamingTransport(httpx.AsyncBaseTransport):
                         continue
                     raise httpx.RemoteProtocolError("server closed the connection before the request was sent")
                 parsed = fast and getattr(conn.tr, "expect", None) is not None and conn.tr.expect(fast)
+                conn.fast_seq = parsed or 0
                 conn.tr.write(wire)  # (expect before the write: no byte of the response is missed)
                 # the send stamp: right after the bytes left (a late request's wait is not the server's time)
                 conn.rx_ns = conn.sent_ns = _perf()  # the read timeout counts from the request too

@@ -59,7 +59,8 @@ def test_the_thread_sends_the_chained_request_when_the_response_ends(pair):
     rx, a, b, key = pair
     fd = a.fileno()
     assert rx.chain(fd, key, 1, b"NEXT") is False  # nothing parsed here yet: Python sends it
-    assert rx.expect(fd, key, 1)
+    seq = rx.expect(fd, key, 1)
+    assert seq > 0
     assert rx.chain(fd, key, 1, b"NEXT REQUEST") is True
     assert rx.chain(fd, key, 1, b"again") is False  # one next request per response
     b.sendall(HEAD + b"\r\n" + b"%x\r\n%b\r\n" % (len(TOK), TOK))
@@ -74,11 +75,17 @@ def test_the_thread_sends_the_chained_request_when_the_response_ends(pair):
     recs = _drain(rx, 2)
     res = recs[-1][4]
     assert res[0] == 1 and res[20] == len(b"NEXT REQUEST") and t0 <= res[21] <= time.perf_counter_ns()
-    # the next response is parsed by the thread too, and sends nothing further
-    b.sendall(HEAD + b"\r\n" + _chunked(TOK, TOK, DONE))
-    recs = _drain(rx, 2)
-    assert recs[0][4] is True and recs[1][4][0] == 1 and recs[1][4][20] == 0
-    assert len(recs[1][4][3]) == 2 * 4  # two events' token counts (int32)
+    assert res[22] > 0  # the chained response's number: Python asks for that one, never the one before
+    assert rx.take(fd, key, seq) is None and rx.last(fd, key, seq) == 0  # (seq: the response that ended)
+    # the next response is parsed by the thread too (under its own number), and sends nothing further
+    first = HEAD + b"\r\n" + b"%x\r\n%b\r\n" % (len(TOK), TOK)
+    b.sendall(first)
+    _drain(rx, 1)
+    assert rx.last(fd, key, res[22]) > 0 and rx.last(fd, key, seq) == 0
+    b.sendall(_chunked(TOK, DONE))
+    end = _drain(rx, 1)[-1][4]
+    assert end[0] == 1 and end[20] == 0
+    assert len(end[3]) == 2 * 4  # two events' token counts (int32)
 
 
 @pytest.mark.parametrize("case", ["connection_close", "bail", "taken", "eof"])
@@ -90,6 +97,7 @@ def test_nothing_is_sent_unless_the_response_ended_cleanly_on_an_open_connection
     if case == "taken":  # the request ended in Python (timeout, cancel): the thread stops
         b.sendall(head + b"%x\r\n%b\r\n" % (len(TOK), TOK))
         _drain(rx, 1)
+        assert rx.take(fd, key, 12345) is None  # not the response being parsed: left alone
         assert rx.take(fd, key)[0] == 3
         b.sendall(_chunked(DONE)[-5:])
     elif case == "eof":
