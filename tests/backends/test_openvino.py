@@ -181,8 +181,12 @@ def test_engine_process_dies_with_the_tool(tiny_model, tmp_path):
         p.wait(10)
         gone = False
         for _ in range(100):
-            if not engine.is_running() or engine.status() == psutil.STATUS_ZOMBIE:
+            try:
+                if not engine.is_running() or engine.status() == psutil.STATUS_ZOMBIE:
+                    gone = True
+            except (psutil.ZombieProcess, psutil.NoSuchProcess):  # (dead between the two calls)
                 gone = True
+            if gone:
                 break
             time.sleep(0.05)
         assert gone, f"engine process {engine.pid} outlived the tool"
