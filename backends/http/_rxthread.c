@@ -221,8 +221,10 @@ static void *loop(void *arg) {
                 (void)w;
             }
         }
-        struct timespec pause = {0, RX_ROUND_US * 1000L};
-        nanosleep(&pause, NULL);
+        if (ne < RX_EVENTS) { /* (a full round: more sockets are ready now, read them at once) */
+            struct timespec pause = {0, RX_ROUND_US * 1000L};
+            nanosleep(&pause, NULL);
+        }
     }
 }
 
