@@ -28,7 +28,7 @@ if [ "${REPEATS:-3}" != 0 ]; then
 fi
 LEFT=$((DEADLINE - SECONDS - 10))
 [ $LEFT -gt 30 ] && timeout -k 5 $LEFT bash benchmarks/gpu/device.sh python3 benchmarks/bench_client_procs.py \
-    --procs 1,2 --server-procs ${SERVER_PROCS:-10} --streams ${STREAMS:-1000,2000,3000,4000,6000} --rounds ${ROUNDS:-3} \
+    --procs 1,2 --server-procs ${SERVER_PROCS:-8} --streams ${STREAMS:-2000,2200,2400,4000,4400,4800} --rounds ${ROUNDS:-3} \
     --json $OUT/client_procs.json > /tmp/procs.log 2>&1
 echo "PROCS rc=$? at ${SECONDS}s"
 tail -14 /tmp/procs.log
