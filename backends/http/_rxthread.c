@@ -481,6 +481,21 @@ static int fd_key_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want,
     return !PyErr_Occurred();
 }
 
+/* (fd, key, format) of expect/chain: 0 with an exception set when malformed or not a known format */
+static int fd_key_fmt_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *usage,
+                           long *fd, unsigned long *key, long *fmt) {
+    if (!fd_key_args(args, nargs, want, usage, fd, key))
+        return 0;
+    *fmt = PyLong_AsLong(args[2]);
+    if (PyErr_Occurred())
+        return 0;
+    if (*fmt < FAST_COMPLETIONS || *fmt > FAST_TGI) {
+        PyErr_SetString(PyExc_ValueError, "format must be 1 (completions), 2 (chat) or 3 (tgi)");
+        return 0;
+    }
+    return 1;
+}
+
 /* the socket fd is still the one registered under key (call with self->mu held) */
 static int slot_is(RxThread *self, long fd, unsigned long key) {
     return fd >= 0 && (size_t)fd < self->nkeys && self->keys[fd] == key && key;
@@ -499,17 +514,10 @@ static Fast *fast_at(RxThread *self, long fd, unsigned long key, PyObject *const
    number (0: not parsed here). Called before the request is written, so no byte of the response
    can be read before it. */
 static PyObject *rx_expect(RxThread *self, PyObject *const *args, Py_ssize_t nargs) {
-    long fd;
+    long fd, fmt;
     unsigned long key;
-    if (!fd_key_args(args, nargs, 3, "expect(fd, key, format)", &fd, &key))
+    if (!fd_key_fmt_args(args, nargs, 3, "expect(fd, key, format)", &fd, &key, &fmt))
         return NULL;
-    long fmt = PyLong_AsLong(args[2]);
-    if (PyErr_Occurred())
-        return NULL;
-    if (fmt < FAST_COMPLETIONS || fmt > FAST_TGI) {
-        PyErr_SetString(PyExc_ValueError, "format must be 1 (completions), 2 (chat) or 3 (tgi)");
-        return NULL;
-    }
     long long seq = 0;
     pthread_mutex_lock(&self->mu);
     if (slot_is(self, fd, key)) {
@@ -566,18 +574,15 @@ static PyObject *rx_last(RxThread *self, PyObject *const *args, Py_ssize_t nargs
    moment the response parsed here ends cleanly, then parse its response here too (finish). False:
    nothing is being parsed on that socket (already ended, bailed, not expected): Python sends it. */
 static PyObject *rx_chain(RxThread *self, PyObject *const *args, Py_ssize_t nargs) {
-    long fd;
+    long fd, fmt;
     unsigned long key;
-    if (!fd_key_args(args, nargs, 4, "chain(fd, key, format, wire)", &fd, &key))
-        return NULL;
-    long fmt = PyLong_AsLong(args[2]);
-    if (PyErr_Occurred())
+    if (!fd_key_fmt_args(args, nargs, 4, "chain(fd, key, format, wire)", &fd, &key, &fmt))
         return NULL;
     char *p;
     Py_ssize_t n;
-    if (fmt < FAST_COMPLETIONS || fmt > FAST_TGI || PyBytes_AsStringAndSize(args[3], &p, &n) < 0 || n == 0) {
+    if (PyBytes_AsStringAndSize(args[3], &p, &n) < 0 || n == 0) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "chain(fd, key, format 1-3, non-empty bytes)");
+            PyErr_SetString(PyExc_ValueError, "chain(fd, key, format, wire): wire must be non-empty bytes");
         return NULL;
     }
     int ok = 0;
