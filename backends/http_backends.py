@@ -257,7 +257,7 @@ class HttpStreamBackend:
         if not sink.terminal and sink.finish is None:
             raise BackendRequestError(FailureKind.DISCONNECTED, "stream closed before the server said it was done "
                                       "(no finish reason / terminal event): the server died or cut it")
-        yield StreamEnd(t_ns=time.perf_counter_ns(), finish_reason=sink.finish, prompt_tokens=sink.prompt_tokens,
+        yield StreamEnd(t_ns=sink.end_ns or time.perf_counter_ns(), finish_reason=sink.finish, prompt_tokens=sink.prompt_tokens,
                         completion_tokens=sink.completion_tokens)
 
     # ------------------------------------------------------------------ server metrics hooks

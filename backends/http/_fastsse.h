@@ -72,6 +72,7 @@ typedef struct {
     int next_fmt;
     long long chain_n, chain_ns;
     long long seq, chain_seq; /* this response's number (RxThread); the chained response's */
+    long long end_t;          /* the receive stamp of the read that ended the body (0: not ended) */
 } Fast;
 
 static Fast *fast_new(int fmt) {
@@ -682,7 +683,7 @@ static int fast_feed(Fast *f, const char *d, size_t n, long long t, long long u)
                 break;
             }
             f->line.n = 0;
-            if (size == 0) { f->ended = 1; break; }
+            if (size == 0) { f->ended = 1; f->end_t = t; break; }
             f->csize = size;
         } else if (f->csize == -2) {
             size_t k = 2 - f->line.n < n - pos ? 2 - f->line.n : n - pos;

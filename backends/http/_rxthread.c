@@ -382,11 +382,12 @@ static PyObject *rx_remove(RxThread *self, PyObject *arg) {
 
 /* a response's records for Python: (status, times, rx, counts, ids, sids, lps, finish, prompt,
    completion, terminal, ended, pend, pend_t, pend_u, rest, rest_t, rest_u, csize, cbuf, chain_n,
-   chain_ns, chain_seq);
+   chain_ns, chain_seq, end_t);
    status 1: the body ended here; 2: bailed (Python's path continues from pend + rest, then the
    raw chunk-coded cbuf with csize); 3: cut short (EOF, error, take). chain_n/chain_ns: the chained
    request's bytes sent and when (0: not sent; < 0: -errno, nothing sent), chain_seq its response's
-   number (0: not parsed here). Arrays as native bytes:
+   number (0: not parsed here); end_t the receive stamp of the read that ended the body (0: it did
+   not end here). Arrays as native bytes:
    int64 times/rx/ids/sids, int32 counts, double lps. */
 static PyObject *fast_result(Fast *f) {
     int status = f->bailed ? 2 : f->ended ? 1 : 3;
@@ -394,11 +395,11 @@ static PyObject *fast_result(Fast *f) {
 #define B(b) ((b).p ? (b).p : ""), (Py_ssize_t)(b).n
     const char *rp = f->bailed && f->rest.p ? f->rest.p : "";
     size_t rn = f->bailed ? f->rest.n : 0;
-    return Py_BuildValue("(iy#y#y#y#y#y#zLLiiy#LLy#LLLy#LLL)", status, B(f->times), B(f->rx), B(f->counts), B(f->ids),
+    return Py_BuildValue("(iy#y#y#y#y#y#zLLiiy#LLy#LLLy#LLLL)", status, B(f->times), B(f->rx), B(f->counts), B(f->ids),
         B(f->sids), B(f->lps), f->finish[0] ? f->finish : NULL, f->prompt, f->completion, f->terminal, f->ended,
         rp, (Py_ssize_t)pl, f->ev_t, f->ev_u, rp + pl, (Py_ssize_t)(rn - (size_t)pl), f->rest_t, f->rest_u,
         f->csize, f->line.p ? f->line.p : "", (Py_ssize_t)(f->bailed ? f->line.n : 0), f->chain_n, f->chain_ns,
-        f->chain_seq);
+        f->chain_seq, f->end_t);
 #undef B
 }
 

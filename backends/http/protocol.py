@@ -152,7 +152,7 @@ class EventSink(Sink):
     collections run often and long."""
 
     __slots__ = ("parse", "observe", "rid", "finish", "prompt_tokens", "completion_tokens", "terminal", "fast",
-                 "observe_batch", "chain")
+                 "observe_batch", "chain", "end_ns")
 
     def __init__(self, parse: Callable[[RawEvent], list[Parsed]],
                  observe: Callable[[str, RawEvent], None] | None = None, rid: str = "", bound: int = BATCH) -> None:
@@ -167,6 +167,9 @@ class EventSink(Sink):
         # with ``fast``: sees (rid, times, rx_times, sse_ids) of the thread's token events
         self.observe_batch: Callable[[str, list[int], list[int], list[int]], None] | None = None
         self.chain: Any = None  # with ``fast``, in a closed loop: the next request (transport.Chain)
+        # the receive stamp of the stream's end (the read that ended it, else its last event): the
+        # end of the request, not when Python got round to it
+        self.end_ns = 0
 
     def add_fast(self, res: tuple) -> None:
         """The receive thread's records of this response (backends/http/_fastsse.h): one
@@ -188,8 +191,10 @@ class EventSink(Sink):
         self.terminal = self.terminal or bool(terminal)
         if res[0] == 1:
             self.ready = True
+            self.end_ns = res[23] or self.end_ns
 
     def push(self, raw: RawEvent) -> None:
+        self.end_ns = raw.t_ns
         if self.observe is not None:
             self.observe(self.rid, raw)
         if self.terminal or self.error is not None:

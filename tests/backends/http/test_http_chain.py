@@ -164,7 +164,10 @@ def test_a_cancelled_level_leaves_no_connection_open():
             async with b:
                 task = asyncio.ensure_future(run_level(b, reqs, LoadLevel("concurrency", 8), seed=0,
                                                        timeout_s=20, max_errors=400))
-                await asyncio.sleep(0.4)
+                for _ in range(200):  # until the thread has sent some (a loaded machine is slow to get there)
+                    await asyncio.sleep(0.05)
+                    if b.describe().extra["event_clock"]["thread_sent"] > 0:
+                        break
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
                 sent = b.describe().extra["event_clock"]["thread_sent"]
