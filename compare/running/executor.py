@@ -114,7 +114,8 @@ async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_
     batches = ACCEPTS_BATCHES.set(True)
     sent = [0]
     stamp = SEND_STAMP.set(sent)  # a backend that knows when the bytes left fills it in
-    t_ready = t_ready_ns or time.perf_counter_ns()
+    t_start = time.perf_counter_ns()
+    t_ready = t_ready_ns or t_start
     try:
         async with asyncio.timeout(timeout_s):
             async for item in backend.stream(req):
@@ -142,7 +143,7 @@ async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_
     finally:
         ACCEPTS_BATCHES.reset(batches)
         SEND_STAMP.reset(stamp)
-    t_sent = sent[0] or t_ready
+    t_sent = sent[0] or t_start  # (a backend that cannot tell: when it was asked to send)
     rec = RequestRecord(
         request_id=req.request_id, backend=backend.name, level=level, t_sent_ns=t_sent,
         t_scheduled_ns=t_scheduled_ns, t_ready_ns=t_ready, event_times_ns=tuple(times),
