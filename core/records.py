@@ -86,7 +86,6 @@ ACCEPTS_BATCHES: ContextVar[bool] = ContextVar("llm_compare_accepts_batches", de
 SEND_STAMP: ContextVar[list[int] | None] = ContextVar("llm_compare_send_stamp", default=None)
 
 
-
 class Lane:
     """One closed-loop stream of a level (an executor worker). Its next request is taken early so a
     backend that can send it the moment the current response ends -- the HTTP client's receive

@@ -502,13 +502,12 @@ static int slot_is(RxThread *self, long fd, unsigned long key) {
     return fd >= 0 && (size_t)fd < self->nkeys && self->keys[fd] == key && key;
 }
 
-/* the response parsed on fd, if it is number args[2] when given (call with self->mu held): a
-   response the thread began after a chained send is never taken for the one before it */
-static Fast *fast_at(RxThread *self, long fd, unsigned long key, PyObject *const *args, Py_ssize_t nargs,
-                     long long seq) {
+/* the response parsed on fd, if it is number seq (0: whichever; numbers start at 1) (call with
+   self->mu held): a response the thread began after a chained send is never taken for the one before it */
+static Fast *fast_at(RxThread *self, long fd, unsigned long key, long long seq) {
     if (!slot_is(self, fd, key) || self->fast[fd] == NULL)
         return NULL;
-    return nargs < 3 || self->fast[fd]->seq == seq ? self->fast[fd] : NULL;
+    return seq == 0 || self->fast[fd]->seq == seq ? self->fast[fd] : NULL;
 }
 
 /* expect(fd, key, format) -> seq: parse the next response on that socket here (_fastsse.h); its
@@ -544,7 +543,7 @@ static PyObject *rx_take(RxThread *self, PyObject *const *args, Py_ssize_t nargs
     if (!fd_key_args(args, nargs, -2, "take(fd, key[, seq])", &fd, &key) || !seq_arg(args, nargs, &seq))
         return NULL;
     pthread_mutex_lock(&self->mu);
-    Fast *f = fast_at(self, fd, key, args, nargs, seq);
+    Fast *f = fast_at(self, fd, key, seq);
     if (f != NULL)
         self->fast[fd] = NULL;
     pthread_mutex_unlock(&self->mu);
@@ -564,7 +563,7 @@ static PyObject *rx_last(RxThread *self, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     long long last = 0;
     pthread_mutex_lock(&self->mu);
-    Fast *f = fast_at(self, fd, key, args, nargs, seq);
+    Fast *f = fast_at(self, fd, key, seq);
     if (f != NULL)
         last = f->last_u;
     pthread_mutex_unlock(&self->mu);

@@ -293,10 +293,8 @@ async def read_events(client: httpx.AsyncClient, url: str, payload: dict[str, An
     batches received before it."""
     try:
         if post is not None:
-            fast = getattr(sink, "fast", 0)
-            chain = getattr(sink, "chain", None)  # (the closed loop's next request: transport.Chain)
-            resp = await (post(url, payload, fast, chain) if chain is not None else post(url, payload, fast) if fast
-                          else post(url, payload))
+            fast = getattr(sink, "fast", 0)  # (with it, maybe the closed loop's next request: transport.Chain)
+            resp = await (post(url, payload, fast, getattr(sink, "chain", None)) if fast else post(url, payload))
         else:
             resp = await client.send(client.build_request("POST", url, json=payload, headers=headers), stream=True)
         try:
