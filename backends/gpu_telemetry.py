@@ -61,6 +61,7 @@ class NvmlSampler:
         self.note: str | None = None  # why there is no GPU telemetry
         self._nv: Any = None
         self._devices: list[_Device] = []
+        self._proc_mib: dict[int, float | None] = {}  # pid -> peak GPU memory over every sampled device
         try:
             import pynvml
         except ImportError:
@@ -108,6 +109,7 @@ class NvmlSampler:
         for d in self._devices:
             d.util.clear(), d.mem_mib.clear(), d.power_w.clear(), d.sm_mhz.clear()
             d.energy_mj0 = self._call("nvmlDeviceGetTotalEnergyConsumption", d.handle)
+        self._proc_mib.clear()
         self.sample()
 
     def sample(self) -> None:
@@ -126,6 +128,22 @@ class NvmlSampler:
             c = self._call("nvmlDeviceGetClockInfo", d.handle, nv.NVML_CLOCK_SM)
             if c is not None:
                 d.sm_mhz.append(float(c))
+        self._sample_processes()
+
+    def _sample_processes(self) -> None:
+        """Each process's GPU memory, summed over the sampled devices, kept at its peak: which
+        process of the run holds what (an engine, and whether the measuring process holds more
+        than its CUDA context)."""
+        now: dict[int, float | None] = {}
+        for d in self._devices:
+            for p in self._call("nvmlDeviceGetComputeRunningProcesses", d.handle) or ():
+                used = getattr(p, "usedGpuMemory", None)
+                mib = used / 2**20 if isinstance(used, int) and 0 <= used < 2**50 else None
+                prev = now.get(p.pid)
+                now[p.pid] = mib if prev is None else prev + (mib or 0.0)
+        for pid, mib in now.items():
+            old = self._proc_mib.get(pid)
+            self._proc_mib[pid] = mib if old is None else max(old, mib or 0.0)
 
     def stop(self, output_tokens: int | None = None) -> dict[str, Any] | None:
         """The level's GPU record (run.json ``telemetry.gpu``); None when unavailable."""
@@ -151,7 +169,9 @@ class NvmlSampler:
                 "sm_clock_mean_mhz": _mean(d.sm_mhz), "energy_j": round(joules, 3), "energy_source": src,
             })
         out: dict[str, Any] = {"devices": devices, "wall_s": round(wall, 3), "energy_j": round(total_j, 3),
-                               "energy_source": " + ".join(sorted(sources))}
+                               "energy_source": " + ".join(sorted(sources)),
+                               "processes": [{"pid": pid, "mem_peak_mib": None if m is None else round(m, 1)}
+                                             for pid, m in sorted(self._proc_mib.items())]}
         if output_tokens is not None and total_j > 0:
             out["output_tok_per_j"] = round(output_tokens / total_j, 4)
         return out

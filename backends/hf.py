@@ -30,8 +30,12 @@ _DONE = object()
 class HFBackend:
     name = "hf"
 
-    def __init__(self, spec: ServingSpec, name: str = "hf", native: dict[str, Any] | None = None) -> None:
+    def __init__(self, spec: ServingSpec, name: str = "hf", native: dict[str, Any] | None = None,
+                 device: str | None = None) -> None:
         self.spec = spec
+        # None: the GPU when torch sees one, else the CPU; "cpu" / "cuda": exactly there (the
+        # quality reference is placed by compare/quality/deferred.py after the engines stopped)
+        self._want_device = device
         self.name = name
         # the run's plan (backends/registry.py), else resolved here; UnsupportedSpecError before any I/O
         self.config = dict(native) if native is not None else hf_model_kwargs(spec)
@@ -62,15 +66,23 @@ class HFBackend:
         tok = transformers.AutoTokenizer.from_pretrained(self.config["tokenizer"])
         model = transformers.AutoModelForCausalLM.from_pretrained(
             self.config["model"], **self.config["from_pretrained"])
-        if torch.cuda.is_available():
+        if self._want_device == "cuda" or (self._want_device is None and torch.cuda.is_available()):
             model = model.to("cuda")
             self._device = "cuda"
         model.eval()
         return tok, model
 
     async def __aexit__(self, *exc: object) -> None:
+        on_gpu = self._device == "cuda" and self._model is not None
         self._model = None
         self._tok = None
+        if on_gpu:  # hand the memory back now: an engine may start on this GPU next
+            import gc
+
+            import torch
+
+            gc.collect()
+            torch.cuda.empty_cache()
 
     def _input_ids(self, req: GenerationRequest) -> list[int]:
         if req.prompt_token_ids is not None:

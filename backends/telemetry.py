@@ -238,6 +238,7 @@ class LevelTelemetry:
             out["not_sampled"] = self.not_sampled
         gpu = self.gpu.stop(output_tokens)
         if gpu is not None:
+            gpu["processes"] = [{**p, **_gpu_role(p["pid"])} for p in gpu.get("processes", [])]
             out["gpu"] = gpu
         else:
             out["gpu_note"] = self.gpu.note
@@ -245,6 +246,19 @@ class LevelTelemetry:
             out["error"] = self._errors[0]
         self.gpu.close()
         return out
+
+
+def _gpu_role(pid: int) -> dict[str, Any]:
+    """Role of a process holding GPU memory, and whether it is this one: the measuring process."""
+    if pid == os.getpid():
+        return {"role": "client", "measuring": True}
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return {"role": role_of(" ".join(p.cmdline()), p.name()), "measuring": False}
+    except (psutil.Error, OSError):
+        return {"role": "other", "measuring": False}
 
 
 def _busy_pct(t0: Any, t1: Any) -> float | None:

@@ -63,3 +63,32 @@ def probe_machine() -> Machine:
 def probe(model: str, machine: Machine | None = None) -> Target:
     """The run's Target; ``machine``: an already probed machine (it is the same for every backend)."""
     return Target(probe_model(model), machine or probe_machine())
+
+
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
+                "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+
+
+def parameter_count(model_dir: str | Path) -> int | None:
+    """Elements in the checkpoint's safetensors files, read from their headers alone (no tensor
+    is loaded): what the model weighs once loaded in a given dtype. None without safetensors."""
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    try:
+        for f in files:
+            with f.open("rb") as fh:
+                n = int.from_bytes(fh.read(8), "little")
+                if not 0 < n < 100 * 2**20:
+                    return None
+                header = json.loads(fh.read(n))
+            for k, v in header.items():
+                if k != "__metadata__":
+                    count = 1
+                    for d in v["shape"]:
+                        count *= int(d)
+                    total += count
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return total

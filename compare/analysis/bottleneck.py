@@ -23,6 +23,8 @@ MOST = 0.5  # share of samples in which the busiest thread was saturated
 MIN_SAMPLES = 3  # fewer samples than this say nothing about "most of the level"
 OVERSUBSCRIBED = 0.9  # share of the available cores the run's processes used together
 ENGINE_ROLES = ("engine core", "engine worker", "engine process")
+CONTEXT_MIB = 600  # a CUDA context with torch's kernels loaded (H200, CUDA 13: ~500-600 MiB)
+MEASURING_GPU_MIB = 2 * CONTEXT_MIB  # more than a context: the measuring process loaded something there
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,11 @@ def level_flags(s: LevelSummary) -> list[Flag]:
         # generation thread), which is the engine's bottleneck, not the client's
         out.append(Flag("inproc_cpu", f"in-process engine thread CPU-bound (a thread at >= 90% of a core in "
                                       f"{client.busy_frac:.0%} of the level{gpu_util})", on_gpu))
+    for g in (t.gpu.processes if t.gpu else []):
+        if g.measuring and (g.mem_peak_mib or 0) > MEASURING_GPU_MIB:
+            out.append(Flag("measuring_gpu", f"the measuring process held {g.mem_peak_mib:.0f} MiB of GPU memory "
+                                              f"while the engine ran (a CUDA context is ~{CONTEXT_MIB} MiB): it "
+                                              f"competes with the engine under test", True))
     lag = s.loop_lag_ms.max if s.loop_lag_ms else 0.0
     total = sum(p.mean_pct for p in t.processes)
     used = f"this run {total / 100:.1f} of {t.cpu_cores} cores"
@@ -169,3 +176,18 @@ def lag_explanations(run: RunResults) -> str:
     elif starved:
         out.append(f"loop thread not saturated, the machine's CPU was oversubscribed: {', '.join(starved)}")
     return "; ".join(out)
+
+
+GPU_PROCESS_HEADERS = ["backend", "load", "process", "pid", "GPU mem peak MiB"]
+
+
+def gpu_process_rows(run: RunResults, name: Callable[[str], str] = str) -> list[list[str]]:
+    """Which process of the run held what GPU memory in each level (the measuring process marked)."""
+    rows = []
+    for b, res in run.backends.items():
+        for label, s in res.levels.items():
+            g = s.telemetry.gpu if s.telemetry else None
+            for p in (g.processes if g else []):
+                role = p.role + (" (measuring)" if p.measuring else "")
+                rows.append([name(b), label, role, str(p.pid), _f(p.mem_peak_mib, "{:.0f}")])
+    return rows

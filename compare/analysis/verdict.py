@@ -123,10 +123,25 @@ def _numeric(d: Any, prefix: str = "") -> dict[str, float]:
     return out
 
 
+_QUALITY_BOOKKEEPING = ("prompts", "tokens", "top_k")  # counts, not quality
+
+
 def _quality(run: RunResults, names: list[str], ref: str) -> list[str]:
-    q = {n: _numeric(run.backends[n].quality) for n in names}
-    lines = []
+    """One line per backend: its quality numbers (deltas vs the reference backend), or whether it
+    was skipped, refused or failed and why; then how to switch it (no numbers at all: said first)."""
+    q = {n: {k: v for k, v in _numeric(run.backends[n].quality).items() if k not in _QUALITY_BOOKKEEPING}
+         for n in names}
+    lines: list[str] = []
+    unmeasured: dict[tuple[str, str], list[str]] = {}  # (status, reason) -> backends: one line each
     for n in names:
+        d = run.backends[n].quality or {}
+        status = d.get("status")
+        if status in ("skipped", "refused", "failed", "pending"):
+            reason = str(d.get("reason") or "no reason recorded")
+            for word in ("skipped: ", "refused: "):
+                reason = reason.removeprefix(word)
+            unmeasured.setdefault((status, reason), []).append(n)
+            continue
         if not q[n]:
             continue
         parts = []
@@ -135,9 +150,16 @@ def _quality(run: RunResults, names: list[str], ref: str) -> list[str]:
                 parts.append(f"{k} {v:.4g} (delta vs {ref} {v - q[ref][k]:+.4g})")
             else:
                 parts.append(f"{k} {v:.4g}")
-        lines.append(f"{n}: " + ", ".join(parts))
+        where = (d.get("reference") or {}).get("device")
+        against = f" (vs the float32 reference on {where}, scored after the engines stopped)" if where else ""
+        lines.append(f"{n}{against}: " + ", ".join(parts))
     if not lines:
         lines.append("no quality results in this run: speed only (a faster config may still answer worse)")
+    statuses = [f"quality {st} for {', '.join(ns)}: {why}" for (st, why), ns in unmeasured.items()]
+    lines += statuses
+    if statuses or not any(run.backends[n].quality for n in names):
+        lines.append("--quality on measures every backend against the float32 reference, --quality off skips "
+                     "it; auto (default) measures reduced-precision and quantized runs")
     return lines
 
 

@@ -3,7 +3,9 @@
 The reference is the unquantized model in float32 under transformers (backends/hf.py): for a
 checkpoint made by `compare quantize` that is its recorded source, else the model itself.
 For every backend under test we send a few greedy probe requests (from the run's own request
-list) and teacher-force the reference on the exact tokens the backend produced:
+list) while it runs, and once every engine has stopped teacher-force the reference on the exact
+tokens the backend produced (compare/quality/deferred.py: the reference never shares a device
+with an engine under test):
 
 * token agreement: share of positions where the backend's token is the reference's argmax given
   the same prefix; ``first_divergence``: the first such position that differs (the position where
@@ -37,6 +39,7 @@ from core.errors import UserError
 @dataclass(frozen=True)
 class QualityOptions:
     mode: str = "auto"  # auto: only for quantized / reduced-precision backends; on; off
+    device: str = "auto"  # where the reference runs once the engines stopped: auto | cpu | cuda (deferred.py)
     num_prompts: int = 8
     max_tokens: int = 32
     top_k: int = 5
@@ -243,81 +246,14 @@ async def _probe(backend: Any, req: GenerationRequest, timeout_s: float) -> dict
     return s
 
 
-_REF: dict[str, Any] = {}  # one loaded reference per process (the same run reuses it)
-
-
-async def _reference(model: str) -> Any:
-    from backends.hf import HFBackend
-
-    if model not in _REF:
-        for old in list(_REF.values()):
-            await old.__aexit__(None, None, None)
-        _REF.clear()
-        ref = HFBackend(ServingSpec(model=model, dtype="float32"), name="reference")
-        _REF[model] = await ref.__aenter__()
-    return _REF[model]
-
-
-async def measure(backend: Any, spec: ServingSpec, requests: list[GenerationRequest], opts: QualityOptions,
-                  timeout_s: float = 600.0) -> dict[str, Any]:
-    """Quality of one running backend vs the reference; never raises (a failure is recorded)."""
-    try:
-        why = wanted(spec, opts)
-    except (OSError, ValueError) as e:
-        why = f"skipped: cannot read {spec.model}/config.json ({type(e).__name__})"
-    if why:
-        return {"status": "refused" if why.startswith("refused") else "skipped", "reason": why}
-    ref_model = reference_model_for(spec, opts)
-    if ref_model is None:
-        return {"status": "skipped", "reason": f"no local reference model for {spec.model}; pass one"}
-    try:
-        ref = await _reference(ref_model)
-        logprobs = opts.top_k if backend.capabilities.logprobs else None
-        probes = [GenerationRequest(request_id=f"quality-{i}", max_tokens=min(r.max_tokens, opts.max_tokens),
-                                    prompt_token_ids=r.prompt_token_ids, prompt_text=r.prompt_text,
-                                    messages=r.messages, ignore_eos=True, temperature=0.0, logprobs=logprobs)
-                  for i, r in enumerate(requests[: opts.num_prompts])]
-        samples = [await _probe(backend, p, timeout_s) for p in probes]
-        scores = [await ref.score(p, s["tokens"], [list(t) for t in s["top"]] or None)
-                  for p, s in zip(probes, samples)]
-        out = {"status": "measured", "reference": {"model": ref_model, "framework": "transformers",
-                                                   "dtype": "float32"},
-               "greedy": True, "top_k": logprobs, **parity(samples, scores)}
-        if opts.accuracy:
-            out["accuracy"] = await _accuracy(backend, ref, opts, timeout_s)
-        return out
-    except Exception as e:  # quality must never sink the speed numbers already measured
-        return {"status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}
-
-
-async def _accuracy(backend: Any, ref: Any, opts: QualityOptions, timeout_s: float) -> dict[str, Any]:
-    tok = ref._tok  # the reference's tokenizer decodes both sides identically
-
-    async def answers(b: Any) -> list[str]:
-        outs = []
-        for i, (prompt, _) in enumerate(opts.accuracy):
-            req = GenerationRequest(request_id=f"acc-{i}", max_tokens=opts.accuracy_max_tokens,
-                                    prompt_token_ids=tuple(tok(prompt)["input_ids"]), ignore_eos=False)
-            s = await _probe(b, req, timeout_s)
-            outs.append(tok.decode(s["tokens"], skip_special_tokens=True))
-        return outs
-
-    cand, refs = await answers(backend), await answers(ref)
-    gold = [a for _, a in opts.accuracy]
-    return accuracy([is_correct(o, a) for o, a in zip(cand, gold)], [is_correct(o, a) for o, a in zip(refs, gold)])
-
-
-async def record(cfg: Any, name: str, backend: Any, entry: dict[str, Any]) -> None:
-    """The runner's one call: verification + quality into run.json backends[name]."""
+def verification(spec: ServingSpec, backend: Any) -> dict[str, Any]:
+    """What the engine loaded vs the requested quantization (compare/quality/verify.py)."""
     from compare.quality.verify import verify
 
-    spec = cfg.spec_for(name)
     try:
         d = backend.describe().as_dict()
         rep = (d.get("extra") or {}).get("quantization")
-        entry["quant_verification"] = verify(spec, rep, resolved=(d.get("native_config") or {}).get("resolved"),
-                                             framework=d.get("framework", name))
+        return verify(spec, rep, resolved=(d.get("native_config") or {}).get("resolved"),
+                      framework=d.get("framework", backend.name))
     except Exception as e:  # a backend with an unexpected description must not lose the run
-        entry["quant_verification"] = {"valid": None, "status": "error", "reason": f"{type(e).__name__}: {e}"}
-    opts = getattr(cfg, "quality", None) or QualityOptions()
-    entry["quality"] = await measure(backend, spec, cfg.requests, opts, cfg.timeout_s)
+        return {"valid": None, "status": "error", "reason": f"{type(e).__name__}: {e}"}

@@ -283,6 +283,9 @@ def print_summary(console: Console, results_dir: Path, price: float | None = Non
         console.print(comparison_table(run, console.width, labels))
         for line in legend(labels):
             console.print(f"  {escape(line)}", highlight=False)
+        for line in v.quality:  # measured (with deltas), or skipped/refused and why, and how to switch it
+            said = line if line.startswith(("quality ", "--quality")) else f"quality: {line}"
+            console.print(Text(said, style="dim" if line.startswith("--") else ""))
         for c in v.caveats:
             console.print(Text(f"! {c}", style="yellow"))
         from compare.analysis.bottleneck import gpu_note

@@ -89,6 +89,9 @@ def sections(d: ReportData) -> list[Section]:
         out.append(Section("GPUs (NVML)", paragraphs=[bottleneck.gpu_note(run) or bottleneck.GPU_MEANING],
                            headers=bottleneck.GPU_HEADERS if bottleneck.gpu_rows(run, name) else [],
                            rows=bottleneck.gpu_rows(run, name)))
+    if bottleneck.gpu_process_rows(run, name):
+        out.append(Section("GPU memory by process (NVML)", headers=bottleneck.GPU_PROCESS_HEADERS,
+                           rows=bottleneck.gpu_process_rows(run, name)))
     from compare.report import server_side
 
     bd = server_side.breakdown_rows(run, d.backends, name)

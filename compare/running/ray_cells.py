@@ -157,7 +157,7 @@ def run_cell(cfg: Any, target: Any, rep: int, submitted: float) -> CellResult:
     """One engine start of ``target`` in repeat ``rep``, in a Ray worker on the node Ray picked."""
     from compare.running import aio
     from compare.running.ray_merge import CellWriter
-    from compare.running.runner import Progress, _Pool, _run_backend
+    from compare.running.runner import Progress, _Pool, _run_backend, score_quality
     from backends import registry
     from compare.running.load import offered_load
 
@@ -179,7 +179,9 @@ def run_cell(cfg: Any, target: Any, rep: int, submitted: float) -> CellResult:
         interrupted = False
         try:
             backend = registry.Builder(offered_load(cfg.levels, cfg.requests))(target, cfg.spec_for(str(target)))
-            ok = aio.run(_run_backend(cfg, name, backend, writer, progress, rep, pool))
+            pending: list[Any] = []  # this cell's engine has stopped once _run_backend returns
+            ok = aio.run(_run_backend(cfg, name, backend, writer, progress, rep, pool, pending))
+            aio.run(score_quality(cfg, writer, pending, progress))
         except (KeyboardInterrupt, asyncio.CancelledError):
             ok, interrupted = False, True
         except UserError as e:  # e.g. a spec this node's engine cannot honour

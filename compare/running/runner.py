@@ -33,6 +33,7 @@ from compare.running.load import offered_load
 from core.hardware import fingerprint
 from backends.http.urls import redact_url
 from compare.analysis.metrics import summarize
+from compare.quality.parity import QualityOptions
 from core.slo import SLO
 from core.records import RequestRecord
 from core.results import LevelSummary, ResultsWriter, new_run_id
@@ -62,6 +63,9 @@ class RunConfig:
     # a further measurement in the same engine start, after the levels: awaited with
     # (cfg, name, backend, entry, repeat, progress); e.g. `--find-max-rate` (compare/tuning/max_rate.py)
     after_levels: Callable[..., Awaitable[None]] | None = None
+    # quality vs the float32 reference: probes answered while each engine runs, scored once every
+    # engine has stopped (compare/quality/deferred.py)
+    quality: QualityOptions = field(default_factory=QualityOptions)
 
     def spec_for(self, backend: str) -> ServingSpec:
         return self.backend_specs.get(backend, self.spec)
@@ -115,6 +119,7 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
     status, error = "complete", None
     pool = _Pool()
     failed: set[str] = set()
+    pending: list[Any] = []  # quality probes answered, to score once every engine has stopped
     try:
         cells = cfg.scaleout is not None and not cfg.scaleout.load_shards
         if cells:  # the same cells, as Ray tasks (compare/running/ray_cells.py)
@@ -127,16 +132,19 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
                 aio.check_stop()  # a signal held back by the previous backend's teardown
                 # a fresh backend object per repeat: the engine restarts, nothing is reused
                 backend = built.pop(name, None) or factory(target, cfg.spec_for(str(target)))
-                if not await _run_backend(cfg, name, backend, writer, progress, rep, pool):
+                if not await _run_backend(cfg, name, backend, writer, progress, rep, pool, pending):
                     status = "partial"
                     failed.add(name)
+        await score_quality(cfg, writer, pending, progress)
     except (KeyboardInterrupt, asyncio.CancelledError):
+        _unscored(writer, pending, "the run was stopped before the reference scored it")
         sig = aio.stop_signal()
         by = f"stopped by {signal.Signals(sig).name}" if sig else "interrupted"
         writer.finish("interrupted", f"{by}; every finished request is kept and the completed part "
                                      f"of each level summarised (a level cut short is marked aborted)")
         raise
     except BaseException as e:
+        _unscored(writer, pending, "the run failed before the reference scored it")
         writer.finish("failed", f"{type(e).__name__}: {e}")
         raise
     from compare.analysis.length_match import attach  # '@k' rows when some backend could not force lengths
@@ -163,8 +171,34 @@ class _Pool:
         self.lag_max[key] = max(self.lag_max.get(key, 0.0), outcome.loop_lag_ms.get("max", 0.0))
 
 
+async def score_quality(cfg: RunConfig, writer: ResultsWriter, pending: list[Any], progress: Progress) -> None:
+    """The quality probes answered during the run, scored now that every engine has stopped."""
+    if not pending:
+        return
+    from compare.quality.deferred import score
+
+    progress.backend_start("quality")
+    results = await score(pending, cfg.quality, lambda what: progress.phase("quality", what))
+    for name, q in results.items():
+        writer.backend(name)["quality"] = q
+        said = (f"token agreement {q.get('token_agreement')} vs the float32 reference on "
+                f"{q['reference']['device']}" if q.get("status") == "measured" else f"{q['status']}: {q.get('reason')}")
+        progress.note(name, f"  {name} quality: {said}")
+    pending.clear()
+    writer.flush()
+
+
+def _unscored(writer: ResultsWriter, pending: list[Any], why: str) -> None:
+    for p in pending:
+        writer.backend(p.backend)["quality"] = {"status": "skipped", "reason": why}
+    pending.clear()
+
+
 async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: ResultsWriter,
-                       progress: Progress, rep: int = 0, pool: _Pool | None = None) -> bool:
+                       progress: Progress, rep: int = 0, pool: _Pool | None = None,
+                       pending: list[Any] | None = None) -> bool:
+    """One engine start of one backend; its quality probes go to ``pending`` (scored by the caller
+    once every engine has stopped: compare/quality/deferred.py)."""
     pool = pool or _Pool()
     entry = writer.backend(name)
     entry["capabilities"] = backend.capabilities.as_dict()
@@ -187,9 +221,15 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
             entry["describe"] = backend.describe().as_dict()
             entry["status"] = "running"
             writer.flush()
-            if rep == 0:  # loaded vs requested quantization + quality parity -> entry (compare/quality/parity.py)
-                from compare.quality.parity import record as record_quality
-                await record_quality(cfg, name, backend, entry)
+            if rep == 0:  # loaded vs requested quantization; quality probes answered now, scored later
+                from compare.quality.deferred import collect
+                from compare.quality.parity import verification
+
+                entry["quant_verification"] = verification(cfg.spec_for(name), backend)
+                entry["quality"], probed = await collect(name, backend, cfg.spec_for(name), cfg.requests,
+                                                         cfg.quality, cfg.timeout_s)
+                if probed is not None and pending is not None:
+                    pending.append(probed)
             progress.phase(name, "warm-up", log)
             await _warmup(cfg, backend)
             for level in cfg.levels:

@@ -38,8 +38,18 @@ class GpuDevice(_Closed):
     energy_source: str  # "counter" (the driver's energy counter) | "power samples" (integrated)
 
 
+class GpuProcess(_Closed):
+    """A process holding GPU memory during the level (NVML's compute processes), its peak."""
+
+    pid: int
+    role: str  # engine core | API server | client (the measuring process) | ... (backends/telemetry.py)
+    mem_peak_mib: float | None = None  # None: the driver does not say (e.g. another pid namespace)
+    measuring: bool = False  # the process running the load generator and the measurement
+
+
 class GpuLevel(_Closed):
     devices: list[GpuDevice]
+    processes: list[GpuProcess] = Field(default_factory=list)
     wall_s: float
     energy_j: float  # all sampled devices together
     energy_source: str

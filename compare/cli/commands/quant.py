@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--accuracy", metavar="JSONL", help="exact-match task: {\"prompt\",\"answer\"} lines")
     r.add_argument("--quality-prompts", type=int, default=8)
     r.add_argument("--quality-tokens", type=int, default=32)
+    r.add_argument("--quality-device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="where the float32 reference scores the answers once the engines stopped (auto: the "
+                        "GPU when it fits in its free memory, else the CPU)")
     r.add_argument("--concurrency", default="4", help="closed-loop levels (default 4)")
     r.add_argument("--warmup", type=int, default=2)
     r.add_argument("--timeout", type=float, default=600.0)
@@ -197,8 +200,11 @@ def _run(args: argparse.Namespace) -> int:
                                          "output": {"dist": "fixed", "value": 32}})
     requests = build_requests(workload)
     opts = QualityOptions(mode="on", num_prompts=args.quality_prompts, max_tokens=args.quality_tokens,
-                          reference_model=str(Path(base.model).resolve()), accuracy=acc)
-    cfg = _quant_run_config()(backends=[v.label for v in vs], spec=base, workload=workload, requests=requests,
+                          reference_model=str(Path(base.model).resolve()), accuracy=acc,
+                          device=args.quality_device)
+    from compare.running.runner import RunConfig
+
+    cfg = RunConfig(backends=[v.label for v in vs], spec=base, workload=workload, requests=requests,
                          levels=levels, warmup=args.warmup, timeout_s=args.timeout, out_root=args.out,
                          backend_specs={v.label: v.spec for v in vs}, quality=opts,
                          **({"run_id": args.run_id} if args.run_id else {}))
@@ -219,18 +225,6 @@ def _run(args: argparse.Namespace) -> int:
         _print(table)
         print(f"results: {writer.dir}", file=sys.stderr)
     return 0 if writer.run["status"] == "complete" and all(r["valid"] is not False for r in table["rows"]) else 1
-
-
-def _quant_run_config() -> type:
-    """RunConfig + the quality options that the runner's quality hook reads (getattr)."""
-    from compare.quality.parity import QualityOptions
-    from compare.running.runner import RunConfig
-
-    @dataclass
-    class QuantRunConfig(RunConfig):
-        quality: QualityOptions = field(default_factory=QualityOptions)
-
-    return QuantRunConfig
 
 
 def side_by_side(run_data: dict[str, Any], labels: list[str]) -> dict[str, Any]:

@@ -55,6 +55,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--repeats", type=int, default=1,
                    help="runs per backend, each with a fresh engine, interleaved A B A B (>= 2 gives "
                         "confidence intervals; 3 recommended for baselines)")
+    q = p.add_argument_group("quality (vs the float32 transformers reference, scored after the engines stop)")
+    q.add_argument("--quality", choices=["auto", "on", "off"], default="auto",
+                   help="auto (default): measure reduced-precision and quantized runs (bf16/fp16, a quantization, "
+                        "a quantized checkpoint); on: every backend; off: speed only")
+    q.add_argument("--quality-device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="where the reference runs once every engine has stopped (auto: the GPU when its free "
+                        "memory holds the float32 model, else the CPU when RAM does, else skipped with why)")
+    q.add_argument("--quality-reference", metavar="DIR",
+                   help="reference model directory (default: a quantized checkpoint's recorded source, else the model)")
+    q.add_argument("--quality-prompts", type=int, default=8, metavar="N", help="probe requests per backend (default 8)")
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, default=Path("results"), help="results root (default ./results)")
     o.add_argument("--run-id", default=None, help="results subdirectory name (default: timestamp)")
@@ -88,6 +98,18 @@ def _client_procs(value: str) -> int | None:
     if n < 1:
         raise UserError(f"--client-procs {value!r}: give a number of processes >= 1 or 'auto'")
     return n
+
+
+def _quality_options(args: argparse.Namespace):
+    from compare.quality.parity import QualityOptions
+
+    if args.quality_prompts < 1:
+        raise UserError(f"--quality-prompts {args.quality_prompts}: give at least 1 (or --quality off)")
+    ref = args.quality_reference
+    if ref is not None and not Path(ref, "config.json").is_file():
+        raise UserError(f"--quality-reference {ref}: no config.json there; pass a local model directory")
+    return QualityOptions(mode=args.quality, device=args.quality_device, num_prompts=args.quality_prompts,
+                          reference_model=str(Path(ref).resolve()) if ref else None)
 
 
 def _validate_load(args: argparse.Namespace):
@@ -176,6 +198,7 @@ def _run(args: argparse.Namespace) -> int:
                     out_root=args.out, repeats=args.repeats, stream_logs=args.verbose, after_levels=after_levels,
                     **({"run_id": args.run_id} if args.run_id else {}))
     cfg.client_procs = _client_procs(args.client_procs)
+    cfg.quality = _quality_options(args)
     cfg.scaleout = scaleout_from_args(args)  # --ray: the cells as Ray tasks (compare/running/ray_cells.py)
     if (args.out / cfg.run_id).exists():
         raise UserError(f"results directory {args.out / cfg.run_id} already exists; pick another --run-id")

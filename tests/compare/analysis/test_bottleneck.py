@@ -86,3 +86,24 @@ def test_h200_transformers_level_its_generation_thread_is_the_bottleneck():
                                "level; GPU busy 8%)")
     g = s.telemetry.gpu
     assert g.energy_source == "counter" and g.output_tok_per_j == round(s.output_tokens / g.energy_j, 4)
+
+
+def test_a_measuring_process_holding_gpu_memory_beside_the_engine_is_flagged():
+    """The per-level NVML process record: the engine holds most of the GPU; a measuring process
+    with more than a CUDA context (a quality reference loaded beside the engine) is flagged."""
+    from compare.analysis.bottleneck import gpu_process_rows
+    from core.results import RunResults
+
+    def gpu(measuring_mib):
+        return {**GPU, "processes": [{"pid": 7, "role": "engine core", "mem_peak_mib": 118000.0},
+                                     {"pid": 8, "role": "client", "mem_peak_mib": measuring_mib, "measuring": True}]}
+
+    quiet = LevelSummary.model_validate(_level([CLIENT_IDLE], machine=20.0, gpu=gpu(520.0)))
+    assert level_flags(quiet) == []
+    loud = LevelSummary.model_validate(_level([CLIENT_IDLE], machine=20.0, gpu=gpu(26000.0)))
+    assert [(f.kind, f.console) for f in level_flags(loud)] == [("measuring_gpu", True)]
+    assert "the measuring process held 26000 MiB of GPU memory" in console_line(loud)
+    run, _ = make_run({"a": [records("a", "c1", 0)]})
+    run["backends"]["a"]["levels"]["c1"].update(_level([CLIENT_IDLE], machine=20.0, gpu=gpu(520.0)))
+    rows = gpu_process_rows(RunResults.model_validate(run))
+    assert rows == [["a", "c1", "engine core", "7", "118000"], ["a", "c1", "client (measuring)", "8", "520"]]

@@ -111,7 +111,8 @@ def test_openvino_backend_takes_part_in_greedy_parity():
     from adapters.spec import ServingSpec
     from backends.models.train import ensure_trained_model, heldout_windows
     from backends.openvino import OpenVINOBackend
-    from compare.quality.parity import QualityOptions, measure
+    from compare.quality.deferred import collect, score
+    from compare.quality.parity import QualityOptions
     from compare.running import aio
     from core.records import GenerationRequest
 
@@ -121,9 +122,13 @@ def test_openvino_backend_takes_part_in_greedy_parity():
     windows = heldout_windows(AutoTokenizer.from_pretrained(str(model)), 2, 48)
     reqs = [GenerationRequest(request_id=f"p{i}", max_tokens=16, prompt_token_ids=tuple(w)) for i, w in enumerate(windows)]
 
+    opts = QualityOptions(mode="auto", num_prompts=2, max_tokens=16)
+
     async def go() -> dict:
         async with OpenVINOBackend(spec) as b:
-            return await measure(b, spec, reqs, QualityOptions(mode="auto", num_prompts=2, max_tokens=16))
+            _, probed = await collect("openvino", b, spec, reqs, opts)
+        assert probed is not None
+        return (await score([probed], opts))["openvino"]  # the reference loads once the engine stopped
 
     q = aio.run(go())
     assert q["status"] == "measured", q

@@ -105,20 +105,63 @@ def test_teacher_forced_reference_reproduces_its_own_greedy_output(tiny_model):
 
 def test_accuracy_task_runs_on_real_backends_with_a_paired_test(tiny_model):
     """The accuracy path end to end on the real transformers backend (as candidate and reference):
-    answers are the model's own first output line for one prompt and a wrong one for the other."""
+    the candidate answers while it runs, the reference scores after it stopped; answers are the
+    model's own first output line for one prompt and a wrong one for the other."""
     from backends.hf import HFBackend
-    from compare.quality.parity import _accuracy, _probe
+    from compare.quality.deferred import collect, score
+    from compare.quality.parity import _probe
+
+    spec = ServingSpec(model=str(tiny_model), dtype="float32")
 
     async def go():
-        async with HFBackend(ServingSpec(model=str(tiny_model), dtype="float32")) as ref:
-            tok = ref._tok
+        async with HFBackend(spec) as cand:
+            tok = cand._tok
             req = GenerationRequest("a", 16, prompt_token_ids=tuple(tok("def main():")["input_ids"]), ignore_eos=False)
-            own = tok.decode((await _probe(ref, req, 60))["tokens"], skip_special_tokens=True)
+            own = tok.decode((await _probe(cand, req, 60))["tokens"], skip_special_tokens=True)
             first = next((ln for ln in own.strip().splitlines() if ln.strip()), "")
-            opts = QualityOptions(accuracy=(("def main():", first), ("import os", "\u2603 never")))
-            return first, await _accuracy(ref, ref, opts, 60)
+            opts = QualityOptions(mode="on", num_prompts=1, max_tokens=8, device="cpu",
+                                  accuracy=(("def main():", first), ("import os", "\u2603 never")))
+            now, probed = await collect("hf", cand, spec, [req], opts, 60)
+        assert now["status"] == "pending" and probed is not None and len(probed.answers) == 2
+        return first, (await score([probed], opts))["hf"]
 
-    first, acc = asyncio.run(go())
+    first, q = asyncio.run(go())
+    assert q["status"] == "measured" and q["reference"]["device"] == "cpu"
+    assert q["token_agreement"] == 1.0  # the same fp32 weights on the same framework
+    acc = q["accuracy"]
     assert acc["n"] == 2
     assert acc["accuracy"] == acc["reference_accuracy"] == (0.5 if first.strip() else 0.0)
     assert acc["mcnemar_p"] == 1.0 and acc["test"].startswith("exact McNemar")
+
+
+def test_reference_placement_never_overcommits_a_device():
+    """The float32 reference goes to the GPU only when its free memory holds it, else the CPU when
+    RAM does, else nowhere with both figures in the reason; a forced place that cannot hold it says so."""
+    from compare.quality.deferred import choose_device
+
+    G = 2**30
+    assert choose_device(30 * G, "auto", 100 * G, 64 * G)[0] == "cuda"
+    dev, why = choose_device(30 * G, "auto", 20 * G, 64 * G)  # an engine (or anything) still holds the GPU
+    assert dev == "cpu" and "GPU free 20.0 GB" in why
+    dev, why = choose_device(30 * G, "auto", 20 * G, 16 * G)
+    assert dev is None and why.startswith("skipped") and "30.0 GB" in why and "--quality off" in why
+    assert choose_device(30 * G, "auto", None, 64 * G)[0] == "cpu"  # no GPU at all
+    assert choose_device(30 * G, "cuda", 20 * G, 64 * G)[0] is None
+    assert choose_device(30 * G, "cuda", None, 64 * G)[0] is None
+    assert choose_device(30 * G, "cpu", 100 * G, 64 * G)[0] == "cpu"
+    assert choose_device(None, "auto", None, None)[0] == "cpu"
+
+
+def test_reference_size_is_read_from_the_safetensors_headers(tiny_model):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from backends.models.probe import parameter_count
+    from compare.quality.deferred import reference_bytes
+
+    n = parameter_count(tiny_model)
+    m = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32)
+    # tied embeddings are stored once in the file and counted once by parameters()
+    assert n == sum(p.numel() for p in m.parameters())
+    assert reference_bytes(str(tiny_model)) > 4 * n
+    assert parameter_count(tiny_model / "no-such-dir") is None
