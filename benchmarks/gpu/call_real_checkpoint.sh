@@ -8,7 +8,8 @@
 # Every process's GPU memory is sampled by nvidia-smi every second beside the run's own per-level
 # NVML record (run.json telemetry.gpu.processes).
 # Needs: VLLM_GPU_PAYLOAD=DIR (the offline vLLM payload, see device.sh) on a fresh machine,
-# TOKENIZER_TAR=FILE (a .tar.xz holding one directory of tokenizer files), OUT=DIR for the results.
+# TOKENIZER_TAR=FILE (a .tar.xz holding one directory of tokenizer files), OUT=DIR for the results;
+# the FP8 phase also needs the compressed-tensors 0.17.0 and loguru wheels in .whl/ (vLLM imports them).
 # PHASES=bf16,server,fp8 picks phases; DEADLINE (s) bounds the whole call.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,9 +27,10 @@ bash benchmarks/gpu/device.sh true || exit 2
 say "payload ready"
 mkdir -p /tmp/tok && tar xJf "$TOKENIZER_TAR" -C /tmp/tok --strip-components=1 || exit 2
 timeout 150 bash benchmarks/gpu/device.sh python3 benchmarks/gpu/materialize.py \
-    --config benchmarks/gpu/qwen2.5-7b-config.json --tokenizer /tmp/tok --out /tmp/ck --fp8 /tmp/ck-fp8 \
+    --config benchmarks/gpu/qwen2.5-7b-config.json --tokenizer /tmp/tok --out /tmp/ck \
+    $(case ",$PHASES," in *,fp8,*) echo --fp8 /tmp/ck-fp8 ;; esac) \
     > $W/materialize.log 2>&1 || { say "materialize failed"; tail -20 $W/materialize.log; exit 1; }
-say "checkpoints written: $(du -sh /tmp/ck | cut -f1) bf16, $(du -sh /tmp/ck-fp8 | cut -f1) fp8"
+say "checkpoints written: $(du -sh /tmp/ck* | tr '\n\t' '  ')"
 cp /tmp/ck/materialize.json $W/
 
 run() {  # name, budget (s), compare run arguments...
@@ -45,5 +47,5 @@ run() {  # name, budget (s), compare run arguments...
 }
 case ",$PHASES," in *,bf16,*) run vllm-bf16 230 --backends vllm --model /tmp/ck --dtype bfloat16 ;; esac
 case ",$PHASES," in *,server,*) run vllm-server-bf16 200 --backends vllm-server --model /tmp/ck --dtype bfloat16 ;; esac
-case ",$PHASES," in *,fp8,*) run vllm-fp8 170 --backends vllm --model /tmp/ck-fp8 --dtype bfloat16 ;; esac
+case ",$PHASES," in *,fp8,*) run vllm-fp8 170 --backends vllm --model /tmp/ck-fp8 --dtype bfloat16 --quantization w8a8-fp8 ;; esac
 say "done"

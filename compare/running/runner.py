@@ -178,7 +178,10 @@ async def score_quality(cfg: RunConfig, writer: ResultsWriter, pending: list[Any
     from compare.quality.deferred import score
 
     progress.backend_start("quality")
-    results = await score(pending, cfg.quality, lambda what: progress.phase("quality", what))
+    log = log_file(writer.dir, "quality")  # transformers' loading output goes there, not to the console
+    on_line = (lambda line: progress.log_line("quality", line)) if cfg.stream_logs else None
+    with capture(log, on_line):
+        results = await score(pending, cfg.quality, lambda what: progress.phase("quality", what, log))
     for name, q in results.items():
         writer.backend(name)["quality"] = q
         said = (f"token agreement {q.get('token_agreement')} vs the float32 reference on "
