@@ -1,7 +1,8 @@
 """``compare quant``: the quantization support matrix, and speed + quality per scheme.
 
-* ``compare quant matrix [--device cpu|cuda] [--json]``: which (backend, scheme) combinations run,
-  how each is expressed natively and which kernel family runs it.
+* ``compare quant matrix [--device cpu|cuda] [--json] [--cpu-flags FLAGS]``: which (backend,
+  scheme) combinations run, how each is expressed natively and which kernel family runs it; on a
+  CPU, judged by its instruction sets (this machine's /proc/cpuinfo flags, or FLAGS).
 * ``compare quant check --backend B --scheme S``: one cell; exit 2 with the nearest supported
   alternative when unsupported.
 * ``compare quant run --model SRC --schemes fp32,w8a8-int8,... [--checkpoint S=DIR ...]``: the same
@@ -76,9 +77,10 @@ def _machine(args: argparse.Namespace) -> Any:
     from backends.models.probe import probe_machine
 
     m = probe_machine()
+    if args.device in (None, m.device) and args.cpu_flags is None:
+        return m
     flags = frozenset(args.cpu_flags.split()) if args.cpu_flags is not None else m.cpu_flags
-    return m if args.device in (None, m.device) and args.cpu_flags is None else Machine(args.device or m.device,
-                                                                                       cpu_flags=flags)
+    return Machine(args.device or m.device, cpu_flags=flags)
 
 
 def matrix_rows(device: Any) -> list[dict[str, Any]]:
@@ -100,7 +102,7 @@ def _matrix(args: argparse.Namespace) -> int:
     machine = _machine(args)
     device = machine.device
     rows = matrix_rows(machine)
-    cpu = None if machine.cpu_flags is None else isa_summary(machine.cpu_flags)
+    cpu = isa_summary(machine.cpu_flags) if device == "cpu" and machine.cpu_flags is not None else None
     if args.json:
         print(json.dumps({"device": device, **({"cpu_isa": cpu} if cpu else {}), "rows": rows}, indent=2))
         return 0
