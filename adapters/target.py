@@ -2,7 +2,7 @@
 
 The adapters translate a spec into native config without touching the disk or the GPU driver; the
 facts that translation depends on (the checkpoint's config.json, how it was quantized, whether the
-model is a local directory, the device kind and GPU) are probed once per run by
+model is a local directory, the device kind, GPU and CPU instruction sets) are probed once per run by
 ``backends.models.probe.probe`` and handed in as a :class:`Target`. ``Target.unprobed`` is what an
 adapter assumes when nothing was probed: a model it cannot look into, on a CPU.
 """
@@ -40,6 +40,9 @@ class Machine:
     device: str = "cpu"  # "cuda" | "cpu"
     gpu_name: str | None = None
     compute_capability: str | None = None  # "9.0"
+    # the x86 CPU's /proc/cpuinfo flags (core/hardware.py); None: not known, and then no CPU
+    # kernel is refused for an instruction set it might lack
+    cpu_flags: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# what a note says when the machine has no NVIDIA software at all (pynvml's text for
+# NVML_ERROR_LIBRARY_NOT_FOUND: no driver installed; or no nvidia-ml-py), as opposed to a driver
+# that failed or a GPU NVML cannot see; reports say the former only where a GPU was expected
+# (compare/analysis/bottleneck.py gpu_expected)
+NO_NVIDIA = ("NVML Shared Library Not Found", "nvidia-ml-py is not installed")
+
+
 def _visible(env: str | None, count: int, uuid_of: Any) -> list[int]:
     """NVML indices of the devices CUDA_VISIBLE_DEVICES names (all when it is unset)."""
     if env is None:

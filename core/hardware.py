@@ -1,13 +1,61 @@
-"""Hardware and software fingerprint stored with every result."""
+"""Hardware and software fingerprint stored with every result, and the x86 instruction sets of
+this CPU (CPU kernels differ per instruction set: adapters/quant_matrix.py declares which one a
+kernel needs)."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata as md
 import os
 import platform
 import shutil
 import subprocess
-from typing import Any
+from typing import Any, Iterable, Mapping
+
+# Named x86 instruction sets as the /proc/cpuinfo flags that make them up. "AVX-512" is the subset
+# torch.cpu._is_avx512_supported() tests (F, BW, VL, DQ): vLLM's CPU build picks its kernel
+# library by it (vllm/platforms/cpu.py import_kernels: _C with AVX512-BF16, _C_AVX512, else
+# _C_AVX2). AMX: amx_tile, what torch.cpu._is_amx_tile_supported() tests.
+ISAS: Mapping[str, tuple[str, ...]] = {
+    "AVX2": ("avx2",),
+    "AVX-512": ("avx512f", "avx512bw", "avx512vl", "avx512dq"),
+    "AVX512-BF16": ("avx512_bf16",),
+    "AMX": ("amx_tile",),
+}
+
+
+def parse_cpu_flags(cpuinfo: str) -> frozenset[str] | None:
+    """The first processor's ``flags`` from /proc/cpuinfo text; None where there is no such line
+    (not x86: ARM says ``Features``), so nothing is judged by x86 instruction sets there."""
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "flags":
+            return frozenset(value.split())
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str] | None:
+    """This machine's CPU flags (None: not x86 Linux, or /proc/cpuinfo unreadable)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return parse_cpu_flags(f.read())
+    except OSError:
+        return None
+
+
+def has_isa(flags: Iterable[str], isa: str) -> bool:
+    have = set(flags)
+    return all(f in have for f in ISAS[isa])
+
+
+def isa_summary(flags: Iterable[str]) -> str:
+    """What a CPU has, in ISAS' names: "AVX2, AVX-512, AVX512-BF16, AMX" or "AVX2 (no AVX-512)"."""
+    have = frozenset(flags)
+    names = [n for n in ISAS if has_isa(have, n)]
+    if not names:
+        return "none of " + ", ".join(ISAS)
+    return ", ".join(names) + ("" if "AVX-512" in names else " (no AVX-512)")
 
 
 def _cpu_model() -> str:

@@ -2,7 +2,7 @@
 
 Everything the pure adapters need to know about a run's model (config.json, ModelOpt's
 hf_quant_config.json, the quantization provenance, whether it is a local directory) and machine
-(device kind, GPU name, compute capability) is read here, once, into an
+(device kind, GPU name, compute capability, CPU flags) is read here, once, into an
 :class:`adapters.target.Target` that is then passed along (backends/registry.py).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.target import Machine, ModelInfo, Target
-from core.hardware import _gpus
+from core.hardware import _gpus, cpu_flags
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -53,11 +53,13 @@ def probe_model(model: str) -> ModelInfo:
 
 
 def probe_machine() -> Machine:
-    """cuda when an NVIDIA GPU answers nvidia-smi, else cpu (kernel support differs per device)."""
+    """cuda when an NVIDIA GPU answers nvidia-smi, else cpu (kernel support differs per device),
+    with the CPU's instruction-set flags (CPU kernels differ per instruction set)."""
     gpus = _gpus()
     if not gpus:
-        return Machine("cpu")
-    return Machine("cuda", gpu_name=gpus[0]["name"], compute_capability=gpus[0]["compute_cap"])
+        return Machine("cpu", cpu_flags=cpu_flags())
+    return Machine("cuda", gpu_name=gpus[0]["name"], compute_capability=gpus[0]["compute_cap"],
+                   cpu_flags=cpu_flags())
 
 
 def probe(model: str, machine: Machine | None = None) -> Target:

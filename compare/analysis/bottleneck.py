@@ -15,7 +15,7 @@ of the level's samples: a single saturated thread caps throughput whatever the o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable, Sequence
 
 from core.results import LevelSummary, RunResults
 
@@ -94,12 +94,28 @@ def console_line(s: LevelSummary) -> str | None:
     return "; ".join(shown) if shown else None
 
 
+# GPU-only engines: a run with one of them expected a GPU here
+GPU_FRAMEWORKS = ("tensorrt-llm",)
+
+
+def gpu_expected(note: str, gpus: Sequence[object], frameworks: Iterable[str]) -> bool:
+    """Whether a missing GPU record is news: the run found a GPU (nvidia-smi), ran a GPU-only
+    engine, or NVML is there but failed (a driver not loaded, no device visible). A machine
+    without any NVIDIA software (no NVML library, no nvidia-ml-py) expected no GPU."""
+    from backends.gpu_telemetry import NO_NVIDIA
+
+    return bool(gpus) or any(f in GPU_FRAMEWORKS for f in frameworks) or not any(m in note for m in NO_NVIDIA)
+
+
 def gpu_note(run: RunResults) -> str | None:
-    """Why there is no GPU telemetry, said once per run (the first level that says it)."""
+    """Why there is no GPU telemetry, said once per run (the first level that says it), and only
+    where a GPU was expected (:func:`gpu_expected`); the record keeps the note either way."""
+    frameworks = [b.describe.framework for b in run.backends.values() if b.describe is not None]
     for b in run.backends.values():
         for s in b.levels.values():
             if s.telemetry is not None and s.telemetry.gpu is None and s.telemetry.gpu_note:
-                return s.telemetry.gpu_note
+                note = s.telemetry.gpu_note
+                return note if gpu_expected(note, run.hardware.gpus, frameworks) else None
     return None
 
 

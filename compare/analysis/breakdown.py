@@ -7,7 +7,8 @@ or the in-process engine's scheduler stats, backends/vllm_stats.py).
 
 - Time breakdown (means, ms): queued (engine queue until first scheduled), prefill (scheduled
   until first token), decode (first until last token), and ``outside`` = the client's E2E minus
-  the engine's (our client, the API server, HTTP/SSE, tokenisation, IPC to the engine core).
+  the engine's (our client, the API server, HTTP/SSE, tokenisation, IPC to the engine core);
+  0 where it is negative by less than the stamps resolve (``OUTSIDE_RESOLUTION_MS``).
   In-process vLLM: from each request's RequestStateStats stamps (exact per request). Servers: the
   histograms' sum/count deltas (exact means; a histogram gives no per-request values).
 - Prefix cache: hits / queries in prompt tokens from vLLM's ``vllm:prefix_cache_*`` counter deltas
@@ -26,6 +27,14 @@ from typing import Any, Sequence
 from core.records import RequestRecord
 
 MIN_GAUGE_SAMPLES = 3
+# The engine's E2E starts after the client's bytes arrived (a server: when it took the request in,
+# on its own clock; vLLM's input processor) and ends before the last token left; the client's
+# send stamp is taken right after its write returned (backends/http/transport.py), so a client
+# preempted there stamps late and its E2E comes out short: by up to a few ms on a loaded 2-core
+# machine (a level mean of -1.3 ms seen against vLLM's server histograms). A mean "outside" that
+# far below zero is not resolved: reported as 0, not as a negative time; one further below is
+# kept as measured (a real inconsistency, e.g. the histograms counting other requests).
+OUTSIDE_RESOLUTION_MS = 2.0
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "tgi_batch_current_size", "tgi_queue_size")
 _QUERIES, _HITS = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"
 
@@ -98,8 +107,14 @@ def time_breakdown(records: Sequence[RequestRecord], sm: dict[str, Any] | None) 
         if all(v is not None for v in parts):
             out["frontend_ms"] = e2e - sum(parts)
     out.update(client_e2e_ms=client_e2e, client_ttft_ms=client_ttft,
-               outside_ms=None if client_e2e is None else client_e2e - out["engine_e2e_ms"])
+               outside_ms=None if client_e2e is None else outside_ms(client_e2e, out["engine_e2e_ms"]))
     return out
+
+
+def outside_ms(client_e2e_ms: float, engine_e2e_ms: float) -> float:
+    """Client E2E minus engine E2E; 0.0 when below zero by less than OUTSIDE_RESOLUTION_MS."""
+    d = client_e2e_ms - engine_e2e_ms
+    return 0.0 if -OUTSIDE_RESOLUTION_MS < d < 0 else d
 
 
 def _in_flight(records: Sequence[RequestRecord]) -> tuple[list[int], list[int]]:

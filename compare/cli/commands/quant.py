@@ -1,7 +1,8 @@
 """``compare quant``: the quantization support matrix, and speed + quality per scheme.
 
-* ``compare quant matrix [--device cpu|cuda] [--json]``: which (backend, scheme) combinations run,
-  how each is expressed natively and which kernel family runs it.
+* ``compare quant matrix [--device cpu|cuda] [--json] [--cpu-flags FLAGS]``: which (backend,
+  scheme) combinations run, how each is expressed natively and which kernel family runs it; on a
+  CPU, judged by its instruction sets (this machine's /proc/cpuinfo flags, or FLAGS).
 * ``compare quant check --backend B --scheme S``: one cell; exit 2 with the nearest supported
   alternative when unsupported.
 * ``compare quant run --model SRC --schemes fp32,w8a8-int8,... [--checkpoint S=DIR ...]``: the same
@@ -32,11 +33,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m = qs.add_parser("matrix", help="which backend runs which scheme, with which kernel family")
     m.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: this machine's")
     m.add_argument("--json", action="store_true")
+    _cpu_flags_option(m)
     m.set_defaults(func=_matrix)
     c = qs.add_parser("check", help="is one (backend, scheme) supported here? exit 2 if not")
     c.add_argument("--backend", required=True, choices=BACKENDS)
     c.add_argument("--scheme", required=True)
     c.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    _cpu_flags_option(c)
     c.set_defaults(func=_check)
     r = qs.add_parser("run", help="vLLM once per scheme: speed, loaded kernels, quality side by side")
     from compare.cli.options import add_spec_options, add_workload_options
@@ -65,13 +68,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_quality_parser(qs)
 
 
-def _device(arg: str | None) -> str:
+def _cpu_flags_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cpu-flags", default=None, metavar="FLAGS",
+                   help="judge CPU kernels by these /proc/cpuinfo flags (another host's 'flags' line, "
+                        "e.g. \"avx2 fma\") instead of this machine's")
+
+
+def _machine(args: argparse.Namespace) -> Any:
+    """This machine as probed (device, CPU flags), or as --device / --cpu-flags say."""
+    from adapters.target import Machine
     from backends.models.probe import probe_machine
 
-    return arg or probe_machine().device
+    m = probe_machine()
+    if args.device in (None, m.device) and args.cpu_flags is None:
+        return m
+    flags = frozenset(args.cpu_flags.split()) if args.cpu_flags is not None else m.cpu_flags
+    return Machine(args.device or m.device, cpu_flags=flags)
 
 
-def matrix_rows(device: str) -> list[dict[str, Any]]:
+def matrix_rows(device: Any) -> list[dict[str, Any]]:
+    """Every scheme's cell per backend on ``device`` ("cpu" | "cuda", or a probed Machine)."""
     from adapters.quant import MATRIX_NAMES, SCHEMES, cell
 
     rows = []
@@ -84,15 +100,20 @@ def matrix_rows(device: str) -> list[dict[str, Any]]:
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    device = _device(args.device)
-    rows = matrix_rows(device)
+    from core.hardware import isa_summary
+
+    machine = _machine(args)
+    device = machine.device
+    rows = matrix_rows(machine)
+    cpu = isa_summary(machine.cpu_flags) if device == "cpu" and machine.cpu_flags is not None else None
     if args.json:
-        print(json.dumps({"device": device, "rows": rows}, indent=2))
+        print(json.dumps({"device": device, **({"cpu_isa": cpu} if cpu else {}), "rows": rows}, indent=2))
         return 0
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"quantization support on {device} (kernel family; '-' = unsupported, nearest in brackets)")
+    where = f"{device}, CPU: {cpu}" if cpu else device
+    t = Table(title=f"quantization support on {where} (kernel family; '-' = unsupported, nearest in brackets)")
     t.add_column("scheme")
     for b in BACKENDS:
         t.add_column(b)
@@ -110,7 +131,7 @@ def _matrix(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from adapters.quant import check
 
-    c = check(args.backend, args.scheme, _device(args.device))  # raises -> exit 2
+    c = check(args.backend, args.scheme, _machine(args))  # raises -> exit 2
     print(json.dumps({"backend": args.backend, "scheme": args.scheme, **c.as_dict()}))
     return 0
 
@@ -126,7 +147,7 @@ class _Variant:
 
 def variants(args: argparse.Namespace, base: Any) -> list[_Variant]:
     """One vLLM spec per requested scheme; bad combinations raise before anything starts."""
-    from adapters.quant import SCHEMES, cell
+    from adapters.quant import SCHEMES, check
     from backends.models.probe import probe_machine
 
     ckpts: dict[str, str] = {}
@@ -140,18 +161,19 @@ def variants(args: argparse.Namespace, base: Any) -> list[_Variant]:
                             f"compare quantize --model {base.model} --scheme {s} --out {d}")
         ckpts[s] = d
     out = []
-    device = probe_machine().device
+    machine = probe_machine()
     for s in [x.strip() for x in args.schemes.split(",") if x.strip()]:
         if s not in SCHEMES or s == "auto":
             raise UserError(f"--schemes: unknown scheme {s!r}; see `compare quant matrix`")
         sch = SCHEMES[s]
         upd: dict[str, Any] = dict(sch.spec_update)
         if sch.kind == "weights":
+            c = check("vllm", s, machine)  # not on this device or CPU (instruction set): exit 2 now
             if args.dummy:
                 upd["load_format"] = "dummy"
             elif s in ckpts:
                 upd["model"] = ckpts[s]
-            elif not cell("vllm", s, device).online:
+            elif not c.online:
                 raise UserError(f"--schemes {s}: vLLM cannot quantize to {s} at load time; pass "
                                 f"--checkpoint {s}=DIR (compare quantize --model {base.model} --scheme {s} --out DIR)")
         elif args.dummy:

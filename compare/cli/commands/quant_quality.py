@@ -46,16 +46,17 @@ def add_quality_parser(qs: argparse._SubParsersAction) -> None:
     q.set_defaults(func=_quality)
 
 
-def _schemes(engine: str, arg: str, device: str) -> list[str]:
+def _schemes(engine: str, arg: str, machine: Any) -> list[str]:
+    """The schemes named, each one this machine (device, CPU instruction sets) can run."""
     from adapters.quant import SCHEMES, cell
 
     out = []
     for s in [x.strip() for x in arg.split(",") if x.strip()]:
         if s not in SCHEMES or s == "auto":
             raise UserError(f"--{engine}-schemes: unknown scheme {s!r}; see `compare quant matrix`")
-        c = cell(engine, s, device)
+        c = cell(engine, s, machine)
         if not c.supported:
-            raise UserError(f"--{engine}-schemes: {engine} cannot run {s} on {device}: {c.reason} "
+            raise UserError(f"--{engine}-schemes: {engine} cannot run {s} on {machine.device}: {c.reason} "
                             f"(nearest supported: {c.alternative or 'none'})")
         out.append(s)
     return out
@@ -148,8 +149,9 @@ def _quality(args: argparse.Namespace) -> int:
 
     if args.windows < 1 or args.window_len < 8 or args.top_k < 1:
         raise UserError("--windows >= 1, --window-len >= 8 and --top-k >= 1, please")
-    device = probe_machine().device
-    plan = {e: _schemes(e, getattr(args, f"{e}_schemes"), device) for e in ENGINES}
+    machine = probe_machine()
+    device = machine.device
+    plan = {e: _schemes(e, getattr(args, f"{e}_schemes"), machine) for e in ENGINES}
     if not any(plan.values()):
         raise UserError("no schemes: name at least one in --vllm-schemes or --openvino-schemes")
     if args.model is None:

@@ -107,3 +107,29 @@ def test_a_measuring_process_holding_gpu_memory_beside_the_engine_is_flagged():
     run["backends"]["a"]["levels"]["c1"].update(_level([CLIENT_IDLE], machine=20.0, gpu=gpu(520.0)))
     rows = gpu_process_rows(RunResults.model_validate(run))
     assert rows == [["a", "c1", "engine core", "7", "118000"], ["a", "c1", "client (measuring)", "8", "520"]]
+
+
+def test_no_gpu_telemetry_is_said_only_where_a_gpu_was_expected():
+    from compare.analysis.bottleneck import gpu_expected, gpu_note
+    from core.results import RunResults
+
+    no_lib = "no GPU telemetry: NVML is not usable here (NVML Shared Library Not Found)"
+    no_pkg = "no GPU telemetry: nvidia-ml-py is not installed (pip install nvidia-ml-py)"
+    driver = "no GPU telemetry: NVML is not usable here (Driver Not Loaded)"
+    h200 = [{"name": "NVIDIA H200", "driver": "570", "memory": "141 GiB", "compute_cap": "9.0"}]
+    # a CPU machine without any NVIDIA software, CPU engines: nothing to say
+    assert not gpu_expected(no_lib, [], ["vllm", "transformers"]) and not gpu_expected(no_pkg, [], ["vllm"])
+    # a GPU was found, a GPU-only engine ran, or NVML is there and failed: said
+    assert gpu_expected(no_lib, h200, ["vllm"]) and gpu_expected(no_pkg, h200, ["vllm"])
+    assert gpu_expected(no_lib, [], ["tensorrt-llm"])
+    assert gpu_expected(driver, [], ["vllm"]) and gpu_expected("no GPU telemetry: NVML sees no GPU", [], ["vllm"])
+
+    def run_with(note: str, gpus: list) -> RunResults:
+        run, _ = make_run({"a": [records("a", "c1", 0)]})
+        run["hardware"]["gpus"] = gpus
+        run["backends"]["a"]["levels"]["c1"]["telemetry"] = {
+            "interval_s": 0.25, "samples": 4, "wall_s": 1.0, "cpu_cores": 2, "processes": [], "gpu_note": note}
+        return RunResults.model_validate(run)
+
+    assert gpu_note(run_with(no_lib, [])) is None
+    assert gpu_note(run_with(no_lib, h200)) == no_lib and gpu_note(run_with(driver, [])) == driver

@@ -56,3 +56,15 @@ def test_tgi_reports_prefill_and_decode_as_one_duration():
     tb = time_breakdown([_rec(0, 0, 50)], sm)
     assert tb["inference_ms"] == 40.0 and tb["prefill_ms"] is None and tb["decode_ms"] is None
     assert tb["frontend_ms"] == 3.0 and tb["outside_ms"] == 2.0  # 48 - 5 - 40; client 50 - engine 48
+
+
+def test_outside_within_the_stamps_resolution_is_zero_not_a_negative_time():
+    from compare.analysis.breakdown import OUTSIDE_RESOLUTION_MS, time_breakdown
+
+    def outside(engine_e2e: float) -> float:
+        return time_breakdown([_rec(0, 0, 50)], {"server_e2e_ms": {"count": 1, "mean": engine_e2e}})["outside_ms"]
+
+    assert outside(48.0) == 2.0
+    assert outside(50.0 + OUTSIDE_RESOLUTION_MS / 2) == 0.0  # a late send stamp: not resolved
+    assert outside(50.0 + OUTSIDE_RESOLUTION_MS) == -OUTSIDE_RESOLUTION_MS  # beyond it: kept, visible
+    assert outside(55.0) == -5.0

@@ -77,7 +77,9 @@ def test_server_breakdown_and_honest_histogram_quantiles(prefix_run):
     parts = tb.queued_ms + tb.prefill_ms + tb.decode_ms
     # vLLM's e2e also spans its frontend (tokenisation, IPC to the engine core): frontend_ms
     assert 0.5 * tb.engine_e2e_ms <= parts <= tb.engine_e2e_ms * 1.01, tb
-    assert tb.queued_ms > 0.25 * tb.decode_ms and tb.outside_ms > 0
+    # the server's E2E lies inside the client's, up to the client's send stamp taken after its
+    # write (a late stamp shortens the client's E2E): a negative within that resolution reads 0
+    assert tb.queued_ms > 0.25 * tb.decode_ms and tb.outside_ms >= 0, tb
     q = s.server_histogram("server_queue_ms")
     assert q is not None and q.count == N and set(q.quantiles) == {"p50", "p95", "p99"}
     for b in q.quantiles.values():  # bounds are bucket edges, the mean is not one of them
