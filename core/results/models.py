@@ -55,6 +55,33 @@ class LoopLag(_Closed):
     samples: int | None = None
 
 
+class StallHits(_Closed):
+    """One metric's observations that fell inside a stall of the client's loop (compare/analysis/client_health.py)."""
+
+    n: int  # observations (first tokens, later token events, or sends)
+    in_stalls: int
+    share: float
+    max_lag_ms: float  # the longest stall any of them met
+
+
+class ClientHealth(_Closed):
+    """The client over the level (compare/analysis/client_health.py): how late its loop woke,
+    for how much of the level, and which metrics' observations it may have delayed."""
+
+    window_s: float
+    samples: int
+    stall_ms: float  # a wake-up later than this is a stall
+    lag_p50_ms: float
+    lag_p99_ms: float
+    lag_max_ms: float
+    lag_max_at_s: float | None = None  # when the longest stall ended, from the level's start
+    stalls: int
+    lagged_share: float  # sum of the stalls / the level's length
+    affected: dict[str, StallHits] = Field(default_factory=dict)  # "ttft" | "itl" | "send"
+    fell_behind: bool  # the level's client_lagged
+    why: str | None = None
+
+
 class ClientProcess(_Closed):
     """One client process of a level sent by several (compare/running/multiproc.py)."""
 
@@ -177,7 +204,9 @@ class LevelSummary(_Measured):
     engine_output_tok_s: float | None = None
     delivery_lag_ms: Dist | None = None
     loop_lag_ms: LoopLag | None = None
+    # the client fell behind (its numbers are invalid): lag that lasted, not one spike (client_health.why)
     client_lagged: bool = False
+    client_health: ClientHealth | None = None  # absent in runs recorded before it (and multi-process levels)
     client_procs: ClientProcs | None = None  # the level was sent by several client processes
     server_metrics: dict[str, Any] | None = None  # scraped around the level; layout per engine
     # derived from server_metrics and the records (compare/analysis/breakdown.py)
