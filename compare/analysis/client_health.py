@@ -19,10 +19,12 @@ say what they mean:
   whatever the loop was doing, so the count is an upper bound.
 
 ``fell_behind`` (the level's ``client_lagged``: its numbers are marked invalid) needs lag that
-lasted: p99 over the run's threshold (``--lag-threshold``, 50 ms), or the loop stalled for
-``FELL_BEHIND_SHARE`` of the level, or ``FELL_BEHIND_SHARE`` of a metric's observations inside
-stalls. A single spike, however long, is reported (``lag_max_ms``, when, how many it touched),
-not used to invalidate.
+lasted: p99 over the run's threshold (RunConfig.lag_threshold_ms, 50 ms), or the loop stalled
+for ``FELL_BEHIND_SHARE`` of the level, or that share of the token events (they span the whole
+level) inside stalls. First tokens and sends are not part of it: in a closed loop every
+stream's first request leaves, and its first token comes, in the level's first instant, so one
+stall there meets a whole round of them. A single spike, however long, is reported
+(``lag_max_ms``, when, what it touched), not used to invalidate.
 """
 from __future__ import annotations
 
@@ -98,9 +100,9 @@ def judge(lags: LagSamples, t_start_ns: int, t_end_ns: int, records: Sequence[An
         why.append(f"loop lag p99 {out['lag_p99_ms']:.0f} ms > {threshold_ms:g} ms")
     if out["lagged_share"] >= FELL_BEHIND_SHARE:
         why.append(f"loop stalled {out['lagged_share']:.0%} of the level")
-    for metric, a in affected.items():
-        if a["share"] >= FELL_BEHIND_SHARE:
-            why.append(f"{a['share']:.0%} of {_NOUN[metric]} inside stalls")
+    itl = affected.get("itl")
+    if itl and itl["share"] >= FELL_BEHIND_SHARE:  # token events span the level: stalls through much of it
+        why.append(f"{itl['share']:.0%} of {_NOUN['itl']} inside stalls")
     out["fell_behind"] = bool(why)
     out["why"] = "; ".join(why) or None
     return out
