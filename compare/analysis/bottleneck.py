@@ -59,7 +59,7 @@ def level_flags(s: LevelSummary) -> list[Flag]:
         # generation thread), which is the engine's bottleneck, not the client's
         out.append(Flag("inproc_cpu", f"in-process engine thread CPU-bound (a thread at >= 90% of a core in "
                                       f"{client.busy_frac:.0%} of the level{gpu_util})", on_gpu))
-    from compare.analysis.caveats import lag_words
+    from compare.analysis.client_health import lag_words
     total = sum(p.mean_pct for p in t.processes)
     used = f"this run {total / 100:.1f} of {t.cpu_cores} cores"
     if t.machine_cpu_busy_pct is not None:  # other work on the machine competes for the same cores

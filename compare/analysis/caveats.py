@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from compare.analysis.client_health import distortion, lag_words
 from core.results import RunResults, as_run
 
 
@@ -18,8 +19,6 @@ def caveats(run: RunResults | dict[str, Any]) -> list[str]:
             if s.client_lagged:
                 lagged.append(f"{name} {label} {lag_words(s)}")
             elif s.client_health is not None:  # stalls too short or too rare to invalidate: said, with their reach
-                from compare.analysis.client_health import distortion
-
                 d = distortion(s.client_health, MENTION_STALL_MS)
                 if d:
                     out.append(f"{name} {label}: client {d}; not enough to invalidate the level")
@@ -52,17 +51,6 @@ def caveats(run: RunResults | dict[str, Any]) -> list[str]:
 
 
 MENTION_STALL_MS = 10.0  # a stall shorter than this that touched a few observations is not worth a line
-
-
-def lag_words(s: Any) -> str:
-    """Why a level's client counts as fallen behind: its health's reasons, or (runs recorded
-    before them) the loop's longest lag."""
-    if s.client_health is not None and s.client_health.why:
-        return s.client_health.why
-    lag = s.loop_lag_ms
-    if lag is None:
-        return "loop lag not recorded"
-    return f"loop lag p99 {lag.p99:.0f} ms, max {lag.max:.0f} ms" if lag.p99 is not None else f"loop lag max {lag.max:.0f} ms"
 
 
 def _lag_why(run: RunResults) -> str:

@@ -144,3 +144,14 @@ def distortion(health: Any, min_lag_ms: float = 0.0) -> str | None:
     where = f", longest {h['lag_max_ms']:.0f} ms at +{at:.1f} s" if at is not None else ""
     return (f"loop stalled {h['stalls']}x over {h['stall_ms']:g} ms ({h['lagged_share']:.1%} of the level{where}, "
             f"lag p99 {h['lag_p99_ms']:.1f} ms): may have delayed " + ", ".join(parts))
+
+
+def lag_words(s: Any) -> str:
+    """Why a level's client counts as fallen behind: its health's reasons, or (runs recorded
+    before them) the loop's longest lag."""
+    if s.client_health is not None and s.client_health.why:
+        return s.client_health.why
+    lag = s.loop_lag_ms
+    if lag is None:
+        return "loop lag not recorded"
+    return f"loop lag p99 {lag.p99:.0f} ms, max {lag.max:.0f} ms" if lag.p99 is not None else f"loop lag max {lag.max:.0f} ms"

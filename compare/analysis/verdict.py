@@ -142,7 +142,8 @@ def _quality(run: RunResults, names: list[str], ref: str) -> list[str]:
 
 
 def verdict_caveats(run: RunResults, samples: dict[tuple[str, str], LevelSample]) -> list[str]:
-    from compare.analysis.caveats import caveats, lag_words
+    from compare.analysis.caveats import caveats
+    from compare.analysis.client_health import lag_words
 
     out = list(caveats(run))
     lagged = []  # every lagging repeat in one caveat: one cause, said once
