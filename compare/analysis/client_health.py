@@ -87,11 +87,15 @@ def judge(lags: LagSamples, t_start_ns: int, t_end_ns: int, records: Sequence[An
         "stalls": len(win), "lagged_share": round(min(1.0, stalled_s / window_s), 4),
     }
     ok = [r for r in records if r.event_times_ns]
+    due = _due(records)
+    observed = {"ttft": (len(ok), lambda: (r.event_times_ns[0] for r in ok)),
+                "itl": (sum(len(r.event_times_ns) - 1 for r in ok),
+                        lambda: (t for r in ok for t in r.event_times_ns[1:])),
+                "send": (len(due), lambda: due)}
     affected = {}
-    for metric, times in (("ttft", (r.event_times_ns[0] for r in ok)),
-                          ("itl", (t for r in ok for t in r.event_times_ns[1:])),
-                          ("send", _due(records))):
-        n, hit, longest = _hits(times, win)
+    for metric, (n, times) in observed.items():
+        # without a stall nothing is walked (a long level has millions of events)
+        _, hit, longest = _hits(times(), win) if win else (n, 0, 0.0)
         if n:
             affected[metric] = {"n": n, "in_stalls": hit, "share": round(hit / n, 4), "max_lag_ms": round(longest, 3)}
     out["affected"] = affected
