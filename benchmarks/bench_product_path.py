@@ -75,6 +75,18 @@ def _child_run(off: list[str], argv: list[str]) -> None:
         from compare.report.console import ConsoleProgress
 
         ConsoleProgress.backend_start = lambda self, name: setattr(self, "_name", name)
+    import compare.running.runner as runner
+    from compare.running.calibration import _cpu
+
+    level = runner._run_level
+
+    async def level_cpu(*a, **k):  # the client process's CPU seconds (every thread) over the level
+        c0 = _cpu()
+        out = await level(*a, **k)
+        c1 = _cpu()
+        Path(os.environ["BENCH_LEVEL_CPU"]).write_text(str(c1["user_s"] + c1["sys_s"] - c0["user_s"] - c0["sys_s"]))
+        return out
+    runner._run_level = level_cpu
     from compare.cli.main import main
 
     sys.argv = ["compare", *argv]
@@ -89,9 +101,62 @@ def _child_bench(url: str, streams: int, rounds: int, tokens: int, out: str) -> 
     keep: list = []
     r = aio.run(_scenario(url, streams, rounds, tokens, keep=keep))
     with open(out, "w") as f:
-        f.write(json.dumps({"loop_lag_ms": r["loop_lag_ms"], "ttft_error_ms": r["ttft_error_ms"]}) + "\n")
+        f.write(json.dumps({"loop_lag_ms": r["loop_lag_ms"], "ttft_error_ms": r["ttft_error_ms"],
+                            "level_cpu_s": r["level_cpu_s"]}) + "\n")
         for rec in keep:
             f.write(json.dumps(rec.to_json()) + "\n")
+
+
+# ---------------------------------------------------------------- each extra's cost per unit
+def unit_costs(tokens: int, streams: int) -> None:
+    """What each extra costs per unit of its work (microseconds of the process's time, best of 5
+    runs of many calls, so the least disturbed by other work on the machine), and per second of
+    a level of this scenario; the old record serialisation (dataclasses.asdict) beside the new."""
+    import dataclasses
+    import timeit
+
+    from backends.server_metrics import parse_gauges, parse_prometheus
+    from backends.telemetry import LevelTelemetry
+    from compare.running.calibration import _metrics_page
+    from core.records import RequestRecord
+    from core.results.io import record_line
+
+    t = time.perf_counter_ns()
+    rec = RequestRecord(request_id="r1", backend="openai@http://127.0.0.1:8000", level=f"c{streams}", t_sent_ns=t,
+                        t_ready_ns=t, event_times_ns=tuple(t + i * 10_000_000 for i in range(tokens)),
+                        event_token_counts=(1,) * tokens, token_ids=tuple(range(1000, 1000 + tokens)), t_end_ns=t,
+                        finish_reason="length", prompt_tokens=3, usage_completion_tokens=tokens, requested_tokens=tokens)
+
+    def old_line() -> bytes:
+        d = dataclasses.asdict(rec)
+        for k in ("event_times_ns", "event_token_counts", "token_ids"):
+            d[k] = list(d[k])
+        return (json.dumps(d) + "\n").encode()
+    page = _metrics_page().decode()
+    tel = LevelTelemetry()
+    tel.cpu.sample()
+
+    def us(fn, n: int) -> float:
+        return min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
+    per_s = streams / ((50 + (tokens - 1) * 10) / 1e3)  # records a second in this scenario (TTFT 50, ITL 10 ms)
+    rows = [("record -> requests.jsonl, before (asdict + json)", us(old_line, 200), per_s),
+            ("record -> requests.jsonl (fields + msgspec)", us(lambda: record_line(rec), 2000), per_s),
+            ("gauge sample, before (full Prometheus parse, 90 KB page)", us(lambda: parse_prometheus(page), 5), 2.0),
+            ("gauge sample (gauge lines only)", us(lambda: parse_gauges(page), 200), 2.0),
+            ("telemetry tick (thread; this process's tree)", us(tel.cpu.sample, 50), 4.0)]
+    try:
+        from rich.console import Console
+
+        from compare.report.console import ConsoleProgress, _Status
+        con = Console(file=open(os.devnull, "w"), force_terminal=True, width=120)
+        prog = ConsoleProgress(con)
+        prog._name, prog._what, prog._total = "openai", f"c{streams}", streams * 3  # mid-level
+        rows.append(("status line refresh (thread)", us(lambda: con.print(_Status(prog)), 200), 8.0))
+    except ImportError:
+        pass
+    print(f"# cost per unit (best of 5) and per second of a level of {streams} streams x {tokens} tokens")
+    for what, u, rate in rows:
+        print(f"{what:60s} {u:10.1f} us x {rate:7.1f}/s = {u * rate / 1e4:6.2f} % of a core")
 
 
 # ---------------------------------------------------------------- numbers from records
@@ -146,32 +211,38 @@ def _in_pty(cmd: list[str], env: dict, cpu: int, timeout: float) -> int:
         os.close(master)
 
 
-def measure(mode: str, url: str, a: argparse.Namespace, cpu: int, tmp: Path) -> dict:
+def measure(mode: str, url: str, a: argparse.Namespace, client: int, tmp: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
     t0 = time.time()
     if mode == "bench":
         out = tmp / f"bench-{t0:.0f}.jsonl"
         subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child-bench", url, str(a.streams), str(a.rounds), str(a.tokens),
-                        str(out)], env=env, cwd=ROOT, check=True, preexec_fn=_pinned(cpu))
+                        str(out)], env=env, cwd=ROOT, check=True, preexec_fn=_pinned(client))
         lines = out.read_text().splitlines()
         head, records = json.loads(lines[0]), [json.loads(x) for x in lines[1:]]
-        lag = head["loop_lag_ms"]
+        lag, cpu = head["loop_lag_ms"], head["level_cpu_s"]
     else:
         off = list(EXTRAS) if mode == "run-bare" else [mode[len("run-no-"):]] if mode.startswith("run-no-") else []
         run_id = f"{mode}-{t0:.0f}"
         argv = ["run", "--backends", f"openai@{url}", "--concurrency", str(a.streams),
                 "--num-requests", str(a.streams * a.rounds), "--input-len", "3", "--output-len", str(a.tokens),
                 "--warmup", "1", "--out", str(tmp), "--run-id", run_id]
-        rc = _in_pty([sys.executable, str(Path(__file__).resolve()), "--child-run", ",".join(off), "--", *argv], env, cpu, 600)
+        cpu_file = tmp / f"{run_id}.cpu"
+        rc = _in_pty([sys.executable, str(Path(__file__).resolve()), "--child-run", ",".join(off), "--", *argv],
+                     {**env, "BENCH_LEVEL_CPU": str(cpu_file)}, client, 600)
         d = tmp / run_id
         if rc not in (0, 1) or not (d / "run.json").exists():
             raise RuntimeError(f"{mode}: compare run exited {rc}")
         records = [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines() if x.strip()]
         run = json.loads((d / "run.json").read_text())
         (level,) = next(iter(run["backends"].values()))["levels"].values()
-        lag = level.get("loop_lag_ms") or {}
+        lag, cpu = level.get("loop_lag_ms") or {}, float(cpu_file.read_text())
+    tokens = sum(len(r["token_ids"]) for r in records)
     r = {"mode": mode, **judge(records, a.streams, a.tokens, a.ttft_ms, a.itl_ms),
-         "lag_ms_p99": lag.get("p99"), "lag_ms_max": lag.get("max"), "load": "%.2f" % os.getloadavg()[0]}
+         "lag_ms_p99": lag.get("p99"), "lag_ms_max": lag.get("max"),
+         # the cost on the client's core, far less at the mercy of other work than the timings
+         "level_cpu_s": round(cpu, 3), "cpu_us_per_token": round(cpu / max(tokens, 1) * 1e6, 2),
+         "load": "%.2f" % os.getloadavg()[0]}
     return r
 
 
@@ -191,7 +262,10 @@ def main() -> None:
     p.add_argument("--modes", default="bench,run", help=f"comma-separated, interleaved: {', '.join(MODES)}")
     p.add_argument("--repeat", type=int, default=3, help="times the whole list of modes runs, interleaved")
     p.add_argument("--json", metavar="OUT")
+    p.add_argument("--unit-costs", action="store_true", help="only each extra's cost per unit of its work")
     a = p.parse_args()
+    if a.unit_costs:
+        return unit_costs(a.tokens, a.streams)
     modes = a.modes.split(",")
     bad = [m for m in modes if m not in MODES]
     if bad:
@@ -224,7 +298,8 @@ def main() -> None:
             return f"{min(v):g}..{max(v):g}" if v else "-"
         print(f"{mode:18s} ingest% {span('ingest_pct'):>13s}  ttft_excess p50 {span('ttft_excess_ms_p50'):>11s} ms "
               f"p99 {span('ttft_excess_ms_p99'):>11s} ms  resend_late p99 {span('resend_late_ms_p99'):>11s} ms  "
-              f"lag p99 {span('lag_ms_p99'):>10s} max {span('lag_ms_max'):>10s} ms", flush=True)
+              f"lag p99 {span('lag_ms_p99'):>10s} max {span('lag_ms_max'):>10s} ms  "
+              f"client CPU/token {span('cpu_us_per_token'):>11s} us", flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M %Z"), "args": vars(a),
                                             "results": results}, indent=1) + "\n")
