@@ -36,10 +36,9 @@ except ImportError:  # pragma: no cover - msgspec is a dependency; json is the s
 def record_line(rec: RequestRecord) -> bytes:
     """One requests.jsonl line. msgspec writes NaN/inf as null, so a record that may hold one
     (logprobs, engine metrics) takes json's way, which round-trips them as Python reads JSON."""
-    d = rec.to_json()
-    if _encode is None or d["logprobs"] or d["engine_metrics"]:
-        return (json.dumps(d) + "\n").encode()
-    return _encode(d) + b"\n"
+    if _encode is None or rec.logprobs or rec.engine_metrics:
+        return (json.dumps(rec.to_json()) + "\n").encode()
+    return _encode(rec) + b"\n"  # the dataclass field by field, tuples as arrays: to_json's JSON
 
 
 def new_run_id() -> str:
