@@ -125,7 +125,8 @@ def unit_costs(tokens: int, streams: int) -> None:
     rec = RequestRecord(request_id="r1", backend="openai@http://127.0.0.1:8000", level=f"c{streams}", t_sent_ns=t,
                         t_ready_ns=t, event_times_ns=tuple(t + i * 10_000_000 for i in range(tokens)),
                         event_token_counts=(1,) * tokens, token_ids=tuple(range(1000, 1000 + tokens)), t_end_ns=t,
-                        finish_reason="length", prompt_tokens=3, usage_completion_tokens=tokens, requested_tokens=tokens)
+                        finish_reason="length", prompt_tokens=3, usage_completion_tokens=tokens,
+                        requested_tokens=tokens)
 
     def old_line() -> bytes:
         d = dataclasses.asdict(rec)
@@ -170,12 +171,14 @@ def judge(records: list[dict], streams: int, tokens: int, ttft_ms: float, itl_ms
     lo, hi = t[len(t) // 5], t[len(t) * 4 // 5]
     rate = (len(t) * 3 // 5) / ((hi - lo) / 1e9) if hi > lo else 0.0
     attainable = streams * tokens * 1000 / (ttft_ms + (tokens - 1) * itl_ms)
-    ttft = np.asarray([(r["event_times_ns"][0] - r["t_sent_ns"]) / 1e6 - ttft_ms for r in ok if r.get("event_times_ns")])
+    ttft = np.asarray([(r["event_times_ns"][0] - r["t_sent_ns"]) / 1e6 - ttft_ms
+                       for r in ok if r.get("event_times_ns")])
     ends = {r["event_times_ns"][-1] if r.get("event_times_ns") else r["t_end_ns"] for r in records}
     late = np.asarray([(r["t_sent_ns"] - r["t_ready_ns"]) / 1e6 for r in records
                        if r.get("t_ready_ns") in ends and r.get("t_sent_ns")])
     q = lambda x, p: round(float(np.percentile(x, p)), 2) if x.size else None  # noqa: E731
-    return {"ok": len(ok), "requests": len(records), "tok_s": round(rate), "ingest_pct": round(100 * rate / attainable, 2),
+    return {"ok": len(ok), "requests": len(records), "tok_s": round(rate),
+            "ingest_pct": round(100 * rate / attainable, 2),
             "ttft_excess_ms_p50": q(ttft, 50), "ttft_excess_ms_p99": q(ttft, 99),
             "resend_late_ms_p99": q(late, 99)}
 
@@ -216,8 +219,9 @@ def measure(mode: str, url: str, a: argparse.Namespace, client: int, tmp: Path) 
     t0 = time.time()
     if mode == "bench":
         out = tmp / f"bench-{t0:.0f}.jsonl"
-        subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child-bench", url, str(a.streams), str(a.rounds), str(a.tokens),
-                        str(out)], env=env, cwd=ROOT, check=True, preexec_fn=_pinned(client))
+        subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child-bench", url, str(a.streams),
+                        str(a.rounds), str(a.tokens), str(out)],
+                       env=env, cwd=ROOT, check=True, preexec_fn=_pinned(client))
         lines = out.read_text().splitlines()
         head, records = json.loads(lines[0]), [json.loads(x) for x in lines[1:]]
         lag, cpu = head["loop_lag_ms"], head["level_cpu_s"]

@@ -4,7 +4,7 @@ The executor's loop-lag monitor wakes every 10 ms and notes how late it woke (``
 a late wake-up is time the event loop was busy with something else, during which it could not
 read a token, stamp it (user-space stamps), or send the next request. One late wake-up says
 little: the level's first instant, when every stream connects and sends at once, lags by tens of
-ms on any machine and touches a handful of requests. What says the client fell behind is lag
+ms on any machine, once. What says the client fell behind is lag
 that lasts: a high p99, a large share of the level's time spent late, many token arrivals or
 sends inside those stalls. So the judgement is over the whole level, in three statistics that
 say what they mean:
@@ -14,9 +14,9 @@ say what they mean:
   sum of those stalls over the level's length);
 - ``affected``: per metric, how many of its observations fell inside such a stall, and the
   longest stall they met: ``ttft`` (first tokens), ``itl`` (every later token event),
-  ``send`` (requests due to leave: a stall holds them back). That is how much the client *may* have distorted each metric: with
-  kernel receive stamps (backends/http/rxstamp.py) an arrival is stamped when the bytes came,
-  whatever the loop was doing, so the count is an upper bound.
+  ``send`` (requests due to leave: a stall holds them back). That is how much the client *may*
+  have distorted each metric: with kernel receive stamps (backends/http/rxstamp.py) an arrival
+  is stamped when the bytes came, whatever the loop was doing, so the count is an upper bound.
 
 ``fell_behind`` (the level's ``client_lagged``: its numbers are marked invalid) needs lag that
 lasted: p99 over the run's threshold (RunConfig.lag_threshold_ms, 50 ms), or the loop stalled
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 STALL_MS = 5.0  # a wake-up later than this is a stall (sub-ms lateness is a busy loop's normal jitter)
-FELL_BEHIND_SHARE = 0.05  # stalled this share of the level's time, or of a metric's observations
+FELL_BEHIND_SHARE = 0.05  # stalled this share of the level's time, or this share of its token events inside stalls
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,8 @@ def distortion(health: Any, min_lag_ms: float = 0.0) -> str | None:
     for metric in ("ttft", "itl", "send"):
         a = (h.get("affected") or {}).get(metric)
         if a and a["in_stalls"] and a["max_lag_ms"] >= min_lag_ms:
-            parts.append(f"{a['in_stalls']} of {a['n']} {_NOUN[metric]} ({a['share']:.1%}) by up to {a['max_lag_ms']:.0f} ms")
+            parts.append(f"{a['in_stalls']} of {a['n']} {_NOUN[metric]} ({a['share']:.1%}) "
+                         f"by up to {a['max_lag_ms']:.0f} ms")
     if not parts:
         return None
     at = h.get("lag_max_at_s")
@@ -158,4 +159,6 @@ def lag_words(s: Any) -> str:
     lag = s.loop_lag_ms
     if lag is None:
         return "loop lag not recorded"
-    return f"loop lag p99 {lag.p99:.0f} ms, max {lag.max:.0f} ms" if lag.p99 is not None else f"loop lag max {lag.max:.0f} ms"
+    if lag.p99 is None:
+        return f"loop lag max {lag.max:.0f} ms"
+    return f"loop lag p99 {lag.p99:.0f} ms, max {lag.max:.0f} ms"

@@ -33,7 +33,8 @@ class _Blocking(Progress):
 
 def _run(tmp_path, url: str, progress: Progress, run_id: str):
     reqs = [GenerationRequest(f"r{i}", TOKENS, prompt_text="hi") for i in range(N)]
-    cfg = RunConfig(backends=[f"openai@{url}"], spec=ServingSpec(model="calibration"), levels=[LoadLevel("concurrency", C)],
+    cfg = RunConfig(backends=[f"openai@{url}"], spec=ServingSpec(model="calibration"),
+                    levels=[LoadLevel("concurrency", C)],
                     workload=WorkloadSpec(num_requests=N, input=LengthDist(dist="fixed", value=1),
                                           output=LengthDist(dist="fixed", value=TOKENS), prompt_format="text"),
                     requests=reqs, warmup=1, out_root=tmp_path, run_id=run_id)
