@@ -54,20 +54,22 @@ def test_client_health_is_judged_over_the_level(tmp_path):
     assert h.lagged_share > 0.3 and "loop stalled" in h.why, h
     # every observation is accounted for: first tokens of the ok requests, every later event
     assert h.affected["ttft"].n == behind.ok == N and h.affected["itl"].n == N * (TOKENS - 1)
-    # one 40 ms block near the start of a ~2 s level: recorded as its longest lag and reported,
+    # one 40 ms block near the start of a ~2 s level: recorded (the longest lag is at least it),
     # and it decides nothing: were the level flagged, what the other wake-ups show (this
     # machine's own noise) would flag it alone
     s = spike.client_health
-    assert s is not None and s.lag_max_ms >= SPIKE_S * 1e3 and s.lag_max_at_s < 0.5 and s.samples > 100
+    # (the monitor sleeps 10 ms at a time: a block that starts mid-sleep shows as up to 10 ms less)
+    assert s is not None and s.lag_max_ms >= SPIKE_S * 1e3 - 10 and s.samples > 100
     assert spike.loop_lag_ms is not None and spike.loop_lag_ms.max == s.lag_max_ms
     assert abs(s.window_s - spike.wall_s) < 0.01 and spike.client_lagged == s.fell_behind
     assert not s.fell_behind or _flagged_without_the_spike(s), s
 
 
 def _flagged_without_the_spike(s) -> bool:
-    """The judgement's terms less what the one stall can account for: its share of the level's
+    """The judgement's terms less what the one block can account for: its share of the level's
     time, and the token events C streams receive during it."""
-    share = s.lagged_share - s.lag_max_ms / 1e3 / s.window_s
+    block_ms = SPIKE_S * 1e3
+    share = s.lagged_share - block_ms / 1e3 / s.window_s
     itl = s.affected["itl"]
-    itl_share = (itl.in_stalls - C * s.lag_max_ms / ITL_MS) / itl.n
+    itl_share = (itl.in_stalls - C * block_ms / ITL_MS) / itl.n
     return s.lag_p99_ms > 50 or share >= 0.05 or itl_share >= 0.05
