@@ -221,7 +221,6 @@ async def _scenario(url: str, streams: int, rounds: int, tokens: int, keep: list
             "ttft_ms": dist(ttft_nominal), "send_lateness_ms": dist(late),
             "send_lateness_resent_ms": dist(late_resent), "loop_lag_ms": out.loop_lag_ms,
             "client_cpu_us_per_event": _per_event(cpu0, cpu1, events),
-            "level_cpu_s": round(cpu1["user_s"] + cpu1["sys_s"] - cpu0["user_s"] - cpu0["sys_s"], 3),
             "server_cpu_us_per_event": _per_event(srv0, srv1, srv1["events"] - srv0["events"]) if srv0 and srv1 else None,
             "parser": "python" if os.environ.get("LLM_COMPARE_RX_PARSE", "1") == "0" else "C (receive thread)",
             "event_clock": clock}

@@ -75,22 +75,30 @@ def _child_run(off: list[str], argv: list[str]) -> None:
         from compare.report.console import ConsoleProgress
 
         ConsoleProgress.backend_start = lambda self, name: setattr(self, "_name", name)
-    import compare.running.runner as runner
-    from compare.running.calibration import _cpu
-
-    level = runner._run_level
-
-    async def level_cpu(*a, **k):  # the client process's CPU seconds (every thread) over the level
-        c0 = _cpu()
-        out = await level(*a, **k)
-        c1 = _cpu()
-        Path(os.environ["BENCH_LEVEL_CPU"]).write_text(str(c1["user_s"] + c1["sys_s"] - c0["user_s"] - c0["sys_s"]))
-        return out
-    runner._run_level = level_cpu
+    _count_level_cpu()
     from compare.cli.main import main
 
     sys.argv = ["compare", *argv]
     sys.exit(main())
+
+
+def _count_level_cpu() -> None:
+    """The process's CPU seconds (every thread) over the level itself, written to
+    $BENCH_LEVEL_CPU: inside run_level's garbage-collector freeze, which collects a heap of a
+    different size on each path and is not part of the level."""
+    import compare.running.executor as executor
+    from compare.running.calibration import _cpu
+
+    level = executor._run_level
+
+    async def level_cpu(*a, **k):
+        c0 = _cpu()
+        try:
+            return await level(*a, **k)
+        finally:
+            c1 = _cpu()
+            Path(os.environ["BENCH_LEVEL_CPU"]).write_text(str(c1["user_s"] + c1["sys_s"] - c0["user_s"] - c0["sys_s"]))
+    executor._run_level = level_cpu
 
 
 def _child_bench(url: str, streams: int, rounds: int, tokens: int, out: str) -> None:
@@ -99,10 +107,10 @@ def _child_bench(url: str, streams: int, rounds: int, tokens: int, out: str) -> 
     from compare.running import aio
 
     keep: list = []
+    _count_level_cpu()
     r = aio.run(_scenario(url, streams, rounds, tokens, keep=keep))
     with open(out, "w") as f:
-        f.write(json.dumps({"loop_lag_ms": r["loop_lag_ms"], "ttft_error_ms": r["ttft_error_ms"],
-                            "level_cpu_s": r["level_cpu_s"]}) + "\n")
+        f.write(json.dumps({"loop_lag_ms": r["loop_lag_ms"], "ttft_error_ms": r["ttft_error_ms"]}) + "\n")
         for rec in keep:
             f.write(json.dumps(rec.to_json()) + "\n")
 
@@ -217,6 +225,8 @@ def _in_pty(cmd: list[str], env: dict, cpu: int, timeout: float) -> int:
 def measure(mode: str, url: str, a: argparse.Namespace, client: int, tmp: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
     t0 = time.time()
+    cpu_file = tmp / f"{mode}-{t0:.0f}.cpu"
+    env["BENCH_LEVEL_CPU"] = str(cpu_file)
     if mode == "bench":
         out = tmp / f"bench-{t0:.0f}.jsonl"
         subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child-bench", url, str(a.streams),
@@ -224,16 +234,15 @@ def measure(mode: str, url: str, a: argparse.Namespace, client: int, tmp: Path) 
                        env=env, cwd=ROOT, check=True, preexec_fn=_pinned(client))
         lines = out.read_text().splitlines()
         head, records = json.loads(lines[0]), [json.loads(x) for x in lines[1:]]
-        lag, cpu = head["loop_lag_ms"], head["level_cpu_s"]
+        lag, cpu = head["loop_lag_ms"], float(cpu_file.read_text())
     else:
         off = list(EXTRAS) if mode == "run-bare" else [mode[len("run-no-"):]] if mode.startswith("run-no-") else []
         run_id = f"{mode}-{t0:.0f}"
         argv = ["run", "--backends", f"openai@{url}", "--concurrency", str(a.streams),
                 "--num-requests", str(a.streams * a.rounds), "--input-len", "3", "--output-len", str(a.tokens),
                 "--warmup", "1", "--out", str(tmp), "--run-id", run_id]
-        cpu_file = tmp / f"{run_id}.cpu"
         rc = _in_pty([sys.executable, str(Path(__file__).resolve()), "--child-run", ",".join(off), "--", *argv],
-                     {**env, "BENCH_LEVEL_CPU": str(cpu_file)}, client, 600)
+                     env, client, 600)
         d = tmp / run_id
         if rc not in (0, 1) or not (d / "run.json").exists():
             raise RuntimeError(f"{mode}: compare run exited {rc}")

@@ -35,6 +35,8 @@ class LevelOutcome:
     schedule_offsets_ns: list[int] | None
     loop_lag_ms: dict[str, float] = field(default_factory=dict)
     lag_samples: LagSamples | None = None  # each wake-up of the lag monitor (compare/analysis/client_health.py)
+    # several client processes: each one's wake-ups with the records it sent (judged one by one)
+    lag_samples_by_proc: list[tuple[LagSamples, list[RequestRecord]]] | None = None
     aborted: str | None = None
     planned: int = 0  # requests the level was to send
     client_procs: dict | None = None  # sent by several client processes (compare/running/multiproc.py)

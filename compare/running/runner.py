@@ -313,12 +313,20 @@ def _level_summary(cfg: RunConfig, records: list[RequestRecord], wall_ns: int,
 
 def _client_health(cfg: RunConfig, o: LevelOutcome) -> dict[str, Any]:
     """The client over the level, judged from every wake-up of its lag monitor, not one spike
-    (compare/analysis/client_health.py); nothing where no samples came back (several processes)."""
-    if o.lag_samples is None:
-        return {}
+    (compare/analysis/client_health.py); several processes: each with the records it sent, the
+    worst one kept. Nothing where no samples came back (Ray load shards)."""
     from compare.analysis.client_health import judge
 
-    h = judge(o.lag_samples, o.t_start_ns, o.t_end_ns, o.records, threshold_ms=cfg.lag_threshold_ms)
+    if o.lag_samples is not None:
+        h = judge(o.lag_samples, o.t_start_ns, o.t_end_ns, o.records, threshold_ms=cfg.lag_threshold_ms)
+    elif o.lag_samples_by_proc:
+        each = [(judge(s, o.t_start_ns, o.t_end_ns, recs, threshold_ms=cfg.lag_threshold_ms), k)
+                for k, (s, recs) in enumerate(o.lag_samples_by_proc, 1)]
+        h, k = max(each, key=lambda x: (x[0]["fell_behind"], x[0]["lagged_share"], x[0]["lag_p99_ms"]))
+        if h["why"]:
+            h["why"] = f"client process {k}: {h['why']}"
+    else:
+        return {}
     return {"client_health": h, "client_lagged": h["fell_behind"]}
 
 
