@@ -7,6 +7,7 @@ import asyncio
 import time
 
 from adapters.spec import ServingSpec
+from compare.analysis.client_health import FELL_BEHIND_SHARE
 from compare.running.calibration import CalibrationServerProcess, CalibrationTiming
 from compare.running.runner import Progress, RunConfig, run
 from compare.workload.build import LengthDist, WorkloadSpec
@@ -72,4 +73,4 @@ def _flagged_without_the_spike(s) -> bool:
     share = s.lagged_share - block_ms / 1e3 / s.window_s
     itl = s.affected["itl"]
     itl_share = (itl.in_stalls - C * block_ms / ITL_MS) / itl.n
-    return s.lag_p99_ms > 50 or share >= 0.05 or itl_share >= 0.05
+    return s.lag_p99_ms > 50 or share >= FELL_BEHIND_SHARE or itl_share >= FELL_BEHIND_SHARE
