@@ -75,6 +75,35 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return out
 
 
+def parse_gauges(text: str, names: tuple[str, ...] = GAUGES) -> dict[str, float]:
+    """Only ``names`` from exposition text, each summed over its label sets as parse_prometheus
+    does, by finding their lines: a vLLM page is ~90 KB, which the full parser takes ~20 ms of
+    the event loop to read (a lag spike at every sample, in the middle of the level being
+    measured); this takes microseconds."""
+    out: dict[str, float] = {}
+    for name in names:
+        for i in _line_starts(text, name):
+            end = text.find("\n", i)
+            line = text[i + len(name):] if end < 0 else text[i + len(name):end]
+            if line[:1] not in ("{", " "):
+                continue  # a longer name that begins with this one
+            value = line[line.rfind("}") + 1:] if line[:1] == "{" else line
+            try:
+                out[name] = out.get(name, 0.0) + float(value.split()[0])
+            except (ValueError, IndexError):
+                continue
+    return out
+
+
+def _line_starts(text: str, name: str):
+    if text.startswith(name):
+        yield 0
+    k = text.find("\n" + name)
+    while k >= 0:
+        yield k + 1
+        k = text.find("\n" + name, k + 1)
+
+
 def histogram_delta(before: dict[str, float], after: dict[str, float], family: str) -> dict[str, float] | None:
     """Distribution of one histogram's observations between two scrapes (ms)."""
     n = after.get(family + "_count", 0.0) - before.get(family + "_count", 0.0)
@@ -151,7 +180,7 @@ class MetricsScraper:
         self._t0 = 0.0
         self.available: bool | None = None  # learnt on the first scrape
 
-    async def _scrape(self) -> dict[str, float] | None:
+    async def _scrape(self, gauges_only: bool = False) -> dict[str, float] | None:
         try:
             r = await self.client.get(self.path, timeout=5.0)
         except httpx.HTTPError as e:
@@ -173,7 +202,7 @@ class MetricsScraper:
                 self._iterations.extend(data[:max(room, 0)])
             return {}
         try:
-            return parse_prometheus(r.text)
+            return parse_gauges(r.text) if gauges_only else parse_prometheus(r.text)
         except ValueError as e:  # the parser raises ValueError on malformed exposition text
             self._errors.append(f"unparseable metrics: {str(e)[:100]}")
             return None
@@ -182,7 +211,7 @@ class MetricsScraper:
         while True:
             await asyncio.sleep(self.interval_s)
             t0 = time.perf_counter_ns()
-            s = await self._scrape()
+            s = await self._scrape(gauges_only=True)
             if s is not None and self.kind == "prometheus":
                 # stamped mid-request: the server rendered the values somewhere in between
                 t = (t0 + time.perf_counter_ns()) // 2

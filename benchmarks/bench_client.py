@@ -132,7 +132,7 @@ def wake_floor(client_cpu: int | None, writer_cpu: int | None, n: int = 2000) ->
 
 
 # ---------------------------------------------------------------- the exact-timing scenario
-async def _scenario(url: str, streams: int, rounds: int, tokens: int) -> dict:
+async def _scenario(url: str, streams: int, rounds: int, tokens: int, keep: list | None = None) -> dict:
     """``streams`` closed-loop streams, each sending ``rounds`` requests of ``tokens`` tokens, through
     the exact path of ``compare run`` (HttpStreamBackend -> run_level). Every event carries the
     server's send stamp (SSE id); observed per event on either path (C parser or Python)."""
@@ -179,6 +179,8 @@ async def _scenario(url: str, streams: int, rounds: int, tokens: int) -> dict:
         srv1 = await _server_stats(url)
         clock = b.describe().extra.get("event_clock", {})
     recs = out.records
+    if keep is not None:  # the records themselves (benchmarks/bench_product_path.py judges them)
+        keep.extend(recs)
     ok = [r for r in recs if r.ok]
     srv, cli, rx = (np.asarray(x, dtype=np.int64) for x in (srv_ids, cli_t, cli_rx))
     rate = 0.0

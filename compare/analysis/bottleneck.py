@@ -66,7 +66,7 @@ def level_flags(s: LevelSummary) -> list[Flag]:
             out.append(Flag("measuring_gpu", f"the measuring process held {g.mem_peak_mib:.0f} MiB of GPU memory "
                                               f"while the engine ran (a CUDA context is ~{CONTEXT_MIB} MiB): it "
                                               f"competes with the engine under test", True))
-    lag = s.loop_lag_ms.max if s.loop_lag_ms else 0.0
+    from compare.analysis.client_health import lag_words
     total = sum(p.mean_pct for p in t.processes)
     used = f"this run {total / 100:.1f} of {t.cpu_cores} cores"
     if t.machine_cpu_busy_pct is not None:  # other work on the machine competes for the same cores
@@ -76,11 +76,11 @@ def level_flags(s: LevelSummary) -> list[Flag]:
     else:
         over = t.cpu_cores > 0 and total >= OVERSUBSCRIBED * 100 * t.cpu_cores
     if client is not None and client.samples >= MIN_SAMPLES and (client.loop_thread_busy_frac or 0) >= MOST:
-        lagged = f", loop lag {lag:.0f} ms" if s.client_lagged else ""
+        lagged = f", {lag_words(s)}" if s.client_lagged else ""
         out.append(Flag("client_cpu", f"client CPU-bound: its event loop at {client.loop_thread_mean_pct:.0f}% "
                                       f"of a core{lagged}; the client, not the engine, limits this level", True))
     elif s.client_lagged and client is not None and over:
-        out.append(Flag("client_contended", f"client loop lagged {lag:.0f} ms, its thread at "
+        out.append(Flag("client_contended", f"client fell behind ({lag_words(s)}), its thread at "
                                             f"{client.loop_thread_mean_pct or 0:.0f}%: CPU oversubscribed ({used})",
                         False))  # the loop-lag caveat says it once, under the table
     elif over:

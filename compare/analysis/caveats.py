@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from compare.analysis.client_health import distortion, lag_words
 from core.results import RunResults, as_run
 
 
@@ -16,8 +17,11 @@ def caveats(run: RunResults | dict[str, Any]) -> list[str]:
             out.append(f"{name}: output length cannot be forced; compare length-matched tokens only")
         for label, s in b.levels.items():
             if s.client_lagged:
-                lag = s.loop_lag_ms.max if s.loop_lag_ms else float("nan")
-                lagged.append(f"{name} {label} {lag:.0f} ms")
+                lagged.append(f"{name} {label} {lag_words(s)}")
+            elif s.client_health is not None:  # stalls too short or too rare to invalidate: said, with their reach
+                d = distortion(s.client_health, MENTION_STALL_MS)
+                if d:
+                    out.append(f"{name} {label}: client {d}; not enough to invalidate the level")
             if s.short_outputs:
                 out.append(f"{name} {label}: {s.short_outputs} request(s) returned fewer tokens than asked")
             if s.coordinated_omission and s.send_delay_ms:
@@ -36,7 +40,7 @@ def caveats(run: RunResults | dict[str, Any]) -> list[str]:
         if b.error:
             out.append(f"{name}: {b.error}")
     if lagged:
-        out.insert(0, f"client event loop lagged ({', '.join(lagged)}): those results are marked invalid, "
+        out.insert(0, f"client fell behind ({'; '.join(lagged)}): those results are marked invalid, "
                       f"the client, not the engine, may be the bottleneck" + _lag_why(run))
     for label, lv in (run.length_matched.levels if run.length_matched else {}).items():
         dropped = lv.excluded_failed + lv.excluded_empty
@@ -44,6 +48,9 @@ def caveats(run: RunResults | dict[str, Any]) -> list[str]:
             out.append(f"length-matched {label}: {dropped} of {lv.requests} request(s) left out "
                        f"(failed on some backend: {lv.excluded_failed}, no token: {lv.excluded_empty})")
     return out
+
+
+MENTION_STALL_MS = 10.0  # a stall shorter than this that touched a few observations is not worth a line
 
 
 def _lag_why(run: RunResults) -> str:

@@ -77,8 +77,7 @@ def _slo_line(run: RunResults, v: Verdict, term: SLOTerm, label: Label) -> str:
                 closest = (check.value_ms, n, lb)
     head = f"{term.metric.upper()} {term.stat} <= {_ms(term.limit_ms)}:"
     if not best:
-        near = f" (closest: {label(closest[1])} {_ms(closest[0])} at {closest[2]})" if closest else ""
-        return f"{head} no backend meets it at any load{near}"
+        return f"{head} no backend meets it at any load" + (_closest_ranked(run, v, term, label) if closest else "")
     ranked = sorted(best.items(), key=lambda kv: -kv[1][0])
     (w, (tps, lb)) = ranked[0]
     text = f"{head} {label(w)} serves the most within it, {tps:.1f} out tok/s at {lb}"
@@ -107,6 +106,31 @@ def _slo_line(run: RunResults, v: Verdict, term: SLOTerm, label: Label) -> str:
             missing.append(f"{label(n)} never meets it{near}")
     if missing:
         text += "; " + "; ".join(missing)
+    return text
+
+
+def _closest_ranked(run: RunResults, v: Verdict, term: SLOTerm, label: Label) -> str:
+    """When nobody meets a term, the answer still ranks the columns: the closest one (its lowest
+    value, where), how far over the limit it stays, and how much lower it is than each other
+    column at that same load (how sure, as the verdict's comparison says); a column not measured
+    there, by its own closest value."""
+    vals = {n: [(x, lb) for lb in _levels(run, n) if (x := _value(run, n, lb, term)) is not None] for n in v.backends}
+    x0, lb0, w = min((min(xs) + (n,) for n, xs in vals.items() if xs), key=lambda t: t[:1])
+    over = x0 / term.limit_ms if term.limit_ms > 0 else math.inf
+    off = f"{over:.1f}x the limit" if over >= 1.95 else f"{(over - 1) * 100:.0f}% over it"
+    text = f"; closest: {label(w)}, {_ms(x0)} at {lb0} ({off})"
+    there = sorted(((x, o) for o in v.backends if o != w and (x := _value(run, o, lb0, term)) is not None))
+    parts = []
+    for x, o in there:
+        r = x / x0 if x0 > 0 else math.inf
+        by = f"{r:.1f}x" if r >= 1.95 else f"{(1 - x0 / x) * 100:.0f}%"
+        parts.append((f"{by} lower than {label(o)}'s {_ms(x)}", _sure(v, w, o, lb0, term.key)))
+    if parts:
+        text += ": " + _joined(parts)
+    rest = [f"{label(o)} {_ms(min(xs)[0])} at {min(xs)[1]}" for o, xs in vals.items()
+            if o != w and xs and _value(run, o, lb0, term) is None]
+    if rest:
+        text += "; " + ", ".join(rest)
     return text
 
 

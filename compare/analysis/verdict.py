@@ -165,6 +165,7 @@ def _quality(run: RunResults, names: list[str], ref: str) -> list[str]:
 
 def verdict_caveats(run: RunResults, samples: dict[tuple[str, str], LevelSample]) -> list[str]:
     from compare.analysis.caveats import caveats
+    from compare.analysis.client_health import lag_words
 
     out = list(caveats(run))
     lagged = []  # every lagging repeat in one caveat: one cause, said once
@@ -172,13 +173,12 @@ def verdict_caveats(run: RunResults, samples: dict[tuple[str, str], LevelSample]
         for k, levels in repeat_summaries(entry) if entry.repeats else []:
             for label, s in levels.items():
                 if s.client_lagged:
-                    lag = s.loop_lag_ms.max if s.loop_lag_ms else math.nan
-                    lagged.append(f"{n} {label} repeat {k + 1} {lag:.0f} ms")
+                    lagged.append(f"{n} {label} repeat {k + 1}: {lag_words(s)}")
         extra = entry.describe.extra if entry.describe else {}
         if extra.get("quantization_verified") is False:
             out.append(f"{n}: the loaded quantization was not verified to be the requested one")
     if lagged:
-        out.append(f"client event loop lagged in single repeats ({', '.join(lagged)}): "
+        out.append(f"client fell behind in single repeats ({'; '.join(lagged)}): "
                    f"those repeats' latencies are suspect")
     quants = {_quantization(run, n) for n in run.backends}
     if len(quants) > 1:

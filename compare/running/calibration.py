@@ -178,6 +178,8 @@ class _Conn(asyncio.Protocol):
             board = self.ticker.board  # (several processes: all of them)
             stats = board.total() if board is not None else _cpu() | {"events": self.ticker.events}
             return self._simple("200 OK", json.dumps(stats).encode())
+        if method == "GET" and path == "/metrics":  # what a scraping client costs (benchmarks/bench_product_path.py)
+            return self._simple("200 OK", _metrics_page(), "text/plain; version=0.0.4")
         if method != "POST" or path not in ("/v1/completions", "/generate_stream"):
             return self._simple("404 Not Found", b'{"error":"not found"}')
         self.tgi = path == "/generate_stream"  # the response speaks TGI's protocol
@@ -304,6 +306,33 @@ class CalibrationServerProcess:
                 os.killpg(self.proc.pid, 9)  # its own session: the shards too
                 self.proc.wait()
             self.proc = None
+
+
+_PAGE: list[bytes] = []
+
+
+def _metrics_page() -> bytes:
+    """A Prometheus page of a vLLM server's size and shape (the families a scrape keeps: gauges,
+    counters, 16 histograms of 30 buckets, two label sets; ~80 KB): its numbers are not the
+    server's (all zero), only its cost to fetch and parse is real."""
+    if not _PAGE:
+        lines = []
+        for g in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc"):
+            lines += [f"# TYPE vllm:{g} gauge"] + [f'vllm:{g}{{engine="{e}",model_name="calibration"}} 0.0'
+                                                     for e in (0, 1)]
+        for c in ("prompt_tokens", "generation_tokens", "prefix_cache_queries", "prefix_cache_hits"):
+            lines += [f"# TYPE vllm:{c}_total counter"] + [f'vllm:{c}_total{{engine="{e}",model_name="calibration"}} 0.0'
+                                                            for e in (0, 1)]
+        for h in range(16):
+            name = f"vllm:histogram_{h}_seconds"
+            lines.append(f"# TYPE {name} histogram")
+            for e in (0, 1):
+                lab = f'engine="{e}",model_name="calibration"'
+                lines += [f'{name}_bucket{{{lab},le="{0.001 * 1.5 ** k:.6g}"}} 0.0' for k in range(29)]
+                lines += [f'{name}_bucket{{{lab},le="+Inf"}} 0.0', f"{name}_sum{{{lab}}} 0.0",
+                          f"{name}_count{{{lab}}} 0.0"]
+        _PAGE.append(("\n".join(lines) + "\n").encode())
+    return _PAGE[0]
 
 
 def _cpu() -> dict[str, float]:

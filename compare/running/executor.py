@@ -14,6 +14,7 @@ from core.errors import BackendRequestError, FailureKind
 from backends.base import Backend
 from core.errors import RunFailed
 from core.records import RequestRecord
+from compare.analysis.client_health import LagSamples
 from compare.workload.schedule import LoadLevel, poisson_offsets_ns
 
 
@@ -33,6 +34,9 @@ class LevelOutcome:
     t_end_ns: int
     schedule_offsets_ns: list[int] | None
     loop_lag_ms: dict[str, float] = field(default_factory=dict)
+    lag_samples: LagSamples | None = None  # each wake-up of the lag monitor (compare/analysis/client_health.py)
+    # several client processes: each one's wake-ups with the records it sent (judged one by one)
+    lag_samples_by_proc: list[tuple[LagSamples, list[RequestRecord]]] | None = None
     aborted: str | None = None
     planned: int = 0  # requests the level was to send
     client_procs: dict | None = None  # sent by several client processes (compare/running/multiproc.py)
@@ -53,13 +57,16 @@ class LoopLagMonitor:
     def __init__(self, interval_s: float = 0.01) -> None:
         self.interval_s = interval_s
         self.lags_ms: list[float] = []
+        self.t_ns: list[int] = []  # when each wake-up happened: which requests a stall coincided with
         self._task: asyncio.Task | None = None
 
     async def _run(self) -> None:
         while True:
             t0 = time.perf_counter_ns()
             await asyncio.sleep(self.interval_s)
-            self.lags_ms.append(max(0.0, (time.perf_counter_ns() - t0) / 1e6 - self.interval_s * 1e3))
+            t = time.perf_counter_ns()
+            self.t_ns.append(t)
+            self.lags_ms.append(max(0.0, (t - t0) / 1e6 - self.interval_s * 1e3))
 
     def __enter__(self) -> "LoopLagMonitor":
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -68,6 +75,9 @@ class LoopLagMonitor:
     def __exit__(self, *exc: object) -> None:
         if self._task:
             self._task.cancel()
+
+    def samples(self) -> LagSamples:
+        return LagSamples(tuple(self.t_ns), tuple(self.lags_ms), self.interval_s * 1e3)
 
     def summary(self) -> dict[str, float]:
         if not self.lags_ms:
@@ -318,7 +328,7 @@ async def _run_level(backend: Backend, requests: list[GenerationRequest], level:
             await _cancel_all(tasks)
     outcome = LevelOutcome(level=level, records=records, t_start_ns=t0, t_end_ns=time.perf_counter_ns(),
                            schedule_offsets_ns=offsets, loop_lag_ms=lag.summary(),
-                           aborted=aborted[0] if aborted else None, planned=len(requests))
+                           lag_samples=lag.samples(), aborted=aborted[0] if aborted else None, planned=len(requests))
     if interrupted:
         raise LevelInterrupted(outcome)
     return outcome

@@ -40,6 +40,7 @@ from urllib.parse import urlsplit
 
 from backends.base import Backend
 from core.records import GenerationRequest, RequestRecord
+from compare.analysis.client_health import LagSamples
 from compare.running import multiproc_worker as worker
 from compare.running.executor import CANCEL_GRACE_S, LevelInterrupted, LevelOutcome, _gc_quiet
 from compare.workload.schedule import LoadLevel, poisson_offsets_ns
@@ -169,6 +170,8 @@ class _Level:
         self.shared: worker.Shared | None = None
         self.conns: list[Any] = []
         self.stats: dict[int, dict[str, Any]] = {}
+        self.lag_samples: dict[int, LagSamples] = {}  # each process's loop-lag wake-ups
+        self.sent_by: dict[int, list[RequestRecord]] = {}  # and the records it sent
         self.errors: dict[int, str] = {}
         self.aborted: list[str] = []
         self.finished: set[int] = set()
@@ -228,12 +231,15 @@ class _Level:
         kind = msg[0]
         if kind == "rec":
             self.merge.add(k, msg[1])
+            self.sent_by.setdefault(k, []).append(msg[1])
         elif kind == "tick":
             self.merge.mark[k] = max(self.merge.mark[k], msg[1])
         elif kind == "aborted":
             self.aborted.append(msg[1])
             self._send_all(("cancel",))  # the others stop too, as one process's level would
         elif kind == "done":
+            t_ns, lags = msg[1].pop("lag_samples", ((), ()))
+            self.lag_samples[k] = LagSamples(tuple(t_ns), tuple(lags))
             self.stats[k] = msg[1]
             self.finished.add(k)
             self.merge.close(k)
@@ -305,7 +311,9 @@ class _Level:
         outcome = LevelOutcome(level=self.level, records=self.merge.out, t_start_ns=t0,
                                t_end_ns=max(t_end, t0), schedule_offsets_ns=self.offsets,
                                loop_lag_ms=self._lag(), aborted=self.aborted[0] if self.aborted else None,
-                               planned=self.planned, client_procs=self._summary())
+                               planned=self.planned, client_procs=self._summary(),
+                               lag_samples_by_proc=[(s, self.sent_by.get(k, []))
+                                                    for k, s in sorted(self.lag_samples.items())])
         if interrupted:
             raise LevelInterrupted(outcome)
         return outcome

@@ -270,6 +270,7 @@ async def _run(share: Share, recipe: ClientRecipe, conn: Any, shared: Any) -> No
         clock = backend.describe().extra.get("event_clock")
         conn.send(("done", {"process": share.index + 1, "pid": os.getpid(), "requests": sent,
                             "t_end_ns": t_end, "loop_lag_ms": lag.summary(), "cpu_s": round(cpu, 3),
+                            "lag_samples": (lag.t_ns, lag.lags_ms),  # the parent judges client health
                             "cpu_util": round(cpu / wall, 3) if wall > 0 else None,
                             "event_clock": clock}))
 

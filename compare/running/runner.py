@@ -163,12 +163,20 @@ class _Pool:
     def __init__(self) -> None:
         self.records: dict[tuple[str, str], list[RequestRecord]] = {}
         self.wall_ns: dict[tuple[str, str], int] = {}
-        self.lag_max: dict[tuple[str, str], float] = {}
+        self.lag: dict[tuple[str, str], dict[str, float]] = {}  # the worst max and p99 of any repeat
+        self.lagged: dict[tuple[str, str], bool] = {}
+        self.lag_max: dict[tuple[str, str], float] = {}  # (a cell run on a Ray cluster sends these back)
 
-    def add(self, key: tuple[str, str], outcome: LevelOutcome, records: list[RequestRecord]) -> None:
+    def add(self, key: tuple[str, str], outcome: LevelOutcome, records: list[RequestRecord],
+            lagged: bool = False) -> None:
         self.records.setdefault(key, []).extend(records)
         self.wall_ns[key] = self.wall_ns.get(key, 0) + (outcome.t_end_ns - outcome.t_start_ns)
-        self.lag_max[key] = max(self.lag_max.get(key, 0.0), outcome.loop_lag_ms.get("max", 0.0))
+        lag = self.lag.setdefault(key, {"max": 0.0})
+        for k in ("max", "p99"):
+            if k in outcome.loop_lag_ms:
+                lag[k] = max(lag.get(k, 0.0), outcome.loop_lag_ms[k])
+        self.lagged[key] = self.lagged.get(key, False) or lagged
+        self.lag_max[key] = lag["max"]
 
 
 async def score_quality(cfg: RunConfig, writer: ResultsWriter, pending: list[Any], progress: Progress) -> None:
@@ -248,9 +256,8 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
                     stopped_in.append(f"in level {level.label} ({summary['aborted']})")
                     raise
                 records = [replace(r, repeat=rep) for r in outcome.records]
-                summary = _level_summary(cfg, records, outcome.t_end_ns - outcome.t_start_ns,
-                                         outcome.loop_lag_ms.get("max", 0.0))
-                summary["loop_lag_ms"] = outcome.loop_lag_ms
+                summary = _level_summary(cfg, records, outcome.t_end_ns - outcome.t_start_ns, outcome.loop_lag_ms)
+                summary.update(_client_health(cfg, outcome))
                 if outcome.client_procs is not None:
                     summary["client_procs"] = outcome.client_procs
                 summary["telemetry"] = tel.summary(summary["output_tokens"])
@@ -269,8 +276,9 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
                 entry["levels"][level.label] = summary
                 if cfg.repeats > 1:
                     key = (name, level.label)
-                    pool.add(key, outcome, records)
-                    pooled = _level_summary(cfg, pool.records[key], pool.wall_ns[key], pool.lag_max[key])
+                    pool.add(key, outcome, records, summary["client_lagged"])
+                    pooled = _level_summary(cfg, pool.records[key], pool.wall_ns[key], pool.lag[key])
+                    pooled["client_lagged"] = pool.lagged[key]  # some repeat's client fell behind
                     # server-side samples are per level run; the pooled row shows the latest one
                     pooled.update({k: summary[k] for k in ("server_metrics", "server_gauges", "prefix_cache",
                                                            "time_breakdown", "telemetry", "aborted") if k in summary})
@@ -307,7 +315,8 @@ def _keep_interrupted_level(cfg: RunConfig, o: LevelOutcome, this: dict[str, Any
                             rep: int) -> dict[str, Any]:
     """A level a stop signal cut short: its completed part is summarised, marked as aborted."""
     summary = _level_summary(cfg, [replace(r, repeat=rep) for r in o.records], o.t_end_ns - o.t_start_ns,
-                             o.loop_lag_ms.get("max", 0.0))
+                             o.loop_lag_ms)
+    summary.update(_client_health(cfg, o))
     done = sum(1 for r in o.records if r.error_kind != "cancelled")
     if o.client_procs is not None:
         summary["client_procs"] = o.client_procs
@@ -335,11 +344,33 @@ async def _engine(cfg: RunConfig, name: str, backend: Backend, log: Path, progre
 
 
 def _level_summary(cfg: RunConfig, records: list[RequestRecord], wall_ns: int,
-                   lag_max_ms: float) -> dict[str, Any]:
+                   lag: dict[str, float] | float) -> dict[str, Any]:
+    from compare.analysis.client_health import judge_summary
+
+    lag = {"max": lag} if isinstance(lag, (int, float)) else lag
     summary = summarize(records, wall_ns, cfg.slo)
-    summary["loop_lag_ms"] = {"max": lag_max_ms}
-    summary["client_lagged"] = lag_max_ms > cfg.lag_threshold_ms
+    summary["loop_lag_ms"] = dict(lag) if lag else {"max": 0.0}
+    summary["client_lagged"] = judge_summary(lag, cfg.lag_threshold_ms)
     return summary
+
+
+def _client_health(cfg: RunConfig, o: LevelOutcome) -> dict[str, Any]:
+    """The client over the level, judged from every wake-up of its lag monitor, not one spike
+    (compare/analysis/client_health.py); several processes: each with the records it sent, the
+    worst one kept. Nothing where no samples came back (Ray load shards)."""
+    from compare.analysis.client_health import judge
+
+    if o.lag_samples is not None:
+        h = judge(o.lag_samples, o.t_start_ns, o.t_end_ns, o.records, threshold_ms=cfg.lag_threshold_ms)
+    elif o.lag_samples_by_proc:
+        each = [(judge(s, o.t_start_ns, o.t_end_ns, recs, threshold_ms=cfg.lag_threshold_ms), k)
+                for k, (s, recs) in enumerate(o.lag_samples_by_proc, 1)]
+        h, k = max(each, key=lambda x: (x[0]["fell_behind"], x[0]["lagged_share"], x[0]["lag_p99_ms"]))
+        if h["why"]:
+            h["why"] = f"client process {k}: {h['why']}"
+    else:
+        return {}
+    return {"client_health": h, "client_lagged": h["fell_behind"]}
 
 
 WARMUP_TIMEOUT_S = 120.0  # per warm-up request (at most 8 tokens), capped by --timeout

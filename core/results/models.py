@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.results.client_health import ClientHealth
 from core.results.telemetry import Telemetry
 
 SCHEMA_VERSION = 2
@@ -177,7 +178,9 @@ class LevelSummary(_Measured):
     engine_output_tok_s: float | None = None
     delivery_lag_ms: Dist | None = None
     loop_lag_ms: LoopLag | None = None
+    # the client fell behind (its numbers are invalid): lag that lasted, not one spike (client_health.why)
     client_lagged: bool = False
+    client_health: ClientHealth | None = None  # absent in runs recorded before it (and multi-process levels)
     client_procs: ClientProcs | None = None  # the level was sent by several client processes
     server_metrics: dict[str, Any] | None = None  # scraped around the level; layout per engine
     # derived from server_metrics and the records (compare/analysis/breakdown.py)

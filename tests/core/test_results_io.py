@@ -154,3 +154,27 @@ def test_the_same_run_id_twice_through_the_cli(server, tmp_path):
     assert _run(server, tmp_path, "--run-id", "x").returncode == 0
     _one_line_error(_run(server, tmp_path, "--run-id", "x"), 2, "already exists; pick another --run-id")
     assert os.listdir(tmp_path) == ["x"]
+
+
+def test_a_record_line_is_its_json_whichever_encoder_wrote_it():
+    """requests.jsonl lines: msgspec for plain records (fast, on the measuring loop), json where
+    a value may be NaN/inf (logprobs, engine metrics); either reads back as the same record."""
+    import json
+    import math
+
+    from core.errors import FailureKind
+    from core.records import RequestRecord
+    from core.results.io import record_line
+
+    plain = RequestRecord(request_id="r", backend="b", level="c4", t_sent_ns=10, t_ready_ns=5,
+                          event_times_ns=(20, 30), event_token_counts=(1, 2), token_ids=(7, 8, 9), t_end_ns=31,
+                          finish_reason="length", error_kind=FailureKind.TIMEOUT, error='a "quoted" error')
+    odd = RequestRecord(request_id="s", backend="b", level="c4", t_sent_ns=1, logprobs=(-math.inf, -0.5),
+                        engine_metrics={"queue_s": math.nan})
+    for rec in (plain, odd):
+        line = record_line(rec)
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        assert json.loads(line) == json.loads(json.dumps(rec.to_json()))
+        back = RequestRecord.from_json(json.loads(line))
+        assert back.event_times_ns == rec.event_times_ns and back.error_kind == rec.error_kind
+    assert RequestRecord.from_json(json.loads(record_line(odd))).logprobs[0] == -math.inf

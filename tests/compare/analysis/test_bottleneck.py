@@ -60,7 +60,7 @@ def test_lagging_client_saturated_or_starved_reads_in_the_caveat():
                                    "saturated, the machine's CPU was oversubscribed: b c1")
     assert "(telemetry: client's own work saturated its loop: a c1" in caveats(r)[0]
     b = r.backends["b"].levels["c1"]
-    assert [f.text for f in level_flags(b)] == ["client loop lagged 300 ms, its thread at 5%: CPU oversubscribed "
+    assert [f.text for f in level_flags(b)] == ["client fell behind (loop lag max 300 ms), its thread at 5%: CPU oversubscribed "
                                                 "(machine 99% busy, this run 1.6 of 2 cores)"]
     assert console_line(b) is None  # the caveat under the table says it, once
     run["backends"]["a"]["levels"]["c1"]["client_lagged"] = False

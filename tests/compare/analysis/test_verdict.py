@@ -65,7 +65,8 @@ def test_caveats_travel_into_the_verdict():
 
     _, v = _verdict(mutate=[lag, not_forced, failures, quant])
     text = "\n".join(v.caveats)
-    assert "client event loop lagged (hf c1 120 ms)" in text and "hf c1 repeat 2 120 ms" in text
+    # an older run's record (no client_health): said by its loop lag
+    assert "client fell behind (hf c1 loop lag max 120 ms)" in text and "hf c1 repeat 2: loop lag max 120 ms" in text
     assert "output length cannot be forced" in text
     assert "2 failed request(s)" in text
     assert "different quantizations" in text
@@ -78,3 +79,29 @@ def test_one_repeat_says_point_estimate():
     assert any("fewer than 2 repeats" in c for c in v.caveats)
     assert "point estimate" in decision_rows(v)[0][-1]
     assert "point estimates, no CI" in summary_lines(v)[0]
+
+
+def test_an_slo_nobody_meets_still_ranks_the_columns():
+    """A `--vary` run whose columns all miss the SLO: the headline says which is closest, where,
+    how far over the limit, and by how much it beats each other column at that load."""
+    from compare.analysis.headline import headlines
+    from compare.analysis.metrics import summarize
+    from core.results import RunResults
+    from core.slo import SLO
+
+    slo = SLO.parse("ttft_p95=10ms")
+    a, b = "vllm[block_size=16]", "vllm[block_size=32]"
+    cells = {a: [records(a, "c1", k, ttft_ms=20.0) for k in range(3)],
+             b: [records(b, "c1", k, ttft_ms=40.0, seed=5) for k in range(3)]}
+    run, recs = make_run(cells, slo=slo.to_json())
+    for name, reps in cells.items():  # the summaries as the runner writes them under an SLO
+        pooled = [r for rep in reps for r in rep]
+        run["backends"][name]["levels"]["c1"] = summarize(pooled, max(r.t_end_ns for r in pooled), slo)
+    v = build_verdict(run, recs)
+    (line,) = headlines(RunResults.model_validate(run), v)
+    x_a = run["backends"][a]["levels"]["c1"]["slo_checks"]["ttft_p95"]["value_ms"]
+    x_b = run["backends"][b]["levels"]["c1"]["slo_checks"]["ttft_p95"]["value_ms"]
+    assert line.startswith(f"TTFT p95 <= 10.0 ms: no backend meets it at any load; closest: {a}, "
+                           f"{x_a:.1f} ms at c1 ("), line
+    assert f"lower than {b}'s {x_b:.1f} ms (significant, p=" in line, line
+    assert f"{(1 - x_a / x_b) * 100:.0f}% lower" in line or f"{x_b / x_a:.1f}x lower" in line

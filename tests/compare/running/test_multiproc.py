@@ -84,6 +84,12 @@ def test_two_processes_ingest_what_one_does(server):
     assert sorted(p["requests"] for p in procs) == [6, 6]  # 2 streams each, equal requests: an even split
     assert all(p["cpu_s"] > 0 and p["loop_lag_ms"]["samples"] > 0 for p in procs)
     assert two.loop_lag_ms["max"] == max(p["loop_lag_ms"]["max"] for p in procs)
+    # each process's loop-lag wake-ups come back with the records it sent, for the client's health
+    assert len(two.lag_samples_by_proc) == 2 and all("lag_samples" not in p for p in procs)
+    assert sorted(len(recs) for _, recs in two.lag_samples_by_proc) == [6, 6]
+    for (samples, recs), p in zip(two.lag_samples_by_proc, procs):
+        assert len(samples.t_ns) == len(samples.lag_ms) == p["loop_lag_ms"]["samples"]
+        assert round(max(samples.lag_ms), 3) == p["loop_lag_ms"]["max"]
     # the wall time is the level's, not the processes' start-up: within 50% of one process's
     assert (two.t_end_ns - two.t_start_ns) < 1.5 * (one.t_end_ns - one.t_start_ns)
     # open loop: the one seeded schedule, every arrival sent at (never before) its time
