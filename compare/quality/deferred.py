@@ -202,3 +202,33 @@ def _accuracy(tok: Any, cand: tuple[tuple[int, ...], ...], ref: list[list[int]],
         return [is_correct(tok.decode(list(o), skip_special_tokens=True), a) for o, a in zip(outs, gold)]
 
     return accuracy(right(cand), right(ref))
+
+
+# ---------------------------------------------------------------- the runner's hooks
+
+async def score_quality(cfg: Any, writer: Any, pending: list[Probed], progress: Any) -> None:
+    """The quality probes answered during the run, scored now that every engine has stopped, into
+    each backend's run.json entry; the reference's own output goes to logs/quality.log."""
+    if not pending:
+        return
+    from backends.logs import capture, log_file
+
+    progress.backend_start("quality")
+    log = log_file(writer.dir, "quality")
+    on_line = (lambda line: progress.log_line("quality", line)) if cfg.stream_logs else None
+    with capture(log, on_line):
+        results = await score(pending, cfg.quality, lambda what: progress.phase("quality", what, log))
+    for name, q in results.items():
+        writer.backend(name)["quality"] = q
+        said = (f"token agreement {q.get('token_agreement')} vs the float32 reference on "
+                f"{q['reference']['device']}" if q.get("status") == "measured" else f"{q['status']}: {q.get('reason')}")
+        progress.note(name, f"  {name} quality: {said}")
+    pending.clear()
+    writer.flush()
+
+
+def unscored(writer: Any, pending: list[Probed], why: str) -> None:
+    """A run that ends before the reference scored its probes says so per backend."""
+    for p in pending:
+        writer.backend(p.backend)["quality"] = {"status": "skipped", "reason": why}
+    pending.clear()

@@ -157,7 +157,8 @@ def run_cell(cfg: Any, target: Any, rep: int, submitted: float) -> CellResult:
     """One engine start of ``target`` in repeat ``rep``, in a Ray worker on the node Ray picked."""
     from compare.running import aio
     from compare.running.ray_merge import CellWriter
-    from compare.running.runner import Progress, _Pool, _run_backend, score_quality
+    from compare.quality.deferred import score_quality
+    from compare.running.runner import Progress, _Pool, _run_backend
     from backends import registry
     from compare.running.load import offered_load
 

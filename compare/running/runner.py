@@ -33,6 +33,7 @@ from compare.running.load import offered_load
 from core.hardware import fingerprint
 from backends.http.urls import redact_url
 from compare.analysis.metrics import summarize
+from compare.quality.deferred import score_quality, unscored
 from compare.quality.parity import QualityOptions
 from core.slo import SLO
 from core.records import RequestRecord
@@ -137,14 +138,14 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
                     failed.add(name)
         await score_quality(cfg, writer, pending, progress)
     except (KeyboardInterrupt, asyncio.CancelledError):
-        _unscored(writer, pending, "the run was stopped before the reference scored it")
+        unscored(writer, pending, "the run was stopped before the reference scored it")
         sig = aio.stop_signal()
         by = f"stopped by {signal.Signals(sig).name}" if sig else "interrupted"
         writer.finish("interrupted", f"{by}; every finished request is kept and the completed part "
                                      f"of each level summarised (a level cut short is marked aborted)")
         raise
     except BaseException as e:
-        _unscored(writer, pending, "the run failed before the reference scored it")
+        unscored(writer, pending, "the run failed before the reference scored it")
         writer.finish("failed", f"{type(e).__name__}: {e}")
         raise
     from compare.analysis.length_match import attach  # '@k' rows when some backend could not force lengths
@@ -177,32 +178,6 @@ class _Pool:
                 lag[k] = max(lag.get(k, 0.0), outcome.loop_lag_ms[k])
         self.lagged[key] = self.lagged.get(key, False) or lagged
         self.lag_max[key] = lag["max"]
-
-
-async def score_quality(cfg: RunConfig, writer: ResultsWriter, pending: list[Any], progress: Progress) -> None:
-    """The quality probes answered during the run, scored now that every engine has stopped."""
-    if not pending:
-        return
-    from compare.quality.deferred import score
-
-    progress.backend_start("quality")
-    log = log_file(writer.dir, "quality")  # transformers' loading output goes there, not to the console
-    on_line = (lambda line: progress.log_line("quality", line)) if cfg.stream_logs else None
-    with capture(log, on_line):
-        results = await score(pending, cfg.quality, lambda what: progress.phase("quality", what, log))
-    for name, q in results.items():
-        writer.backend(name)["quality"] = q
-        said = (f"token agreement {q.get('token_agreement')} vs the float32 reference on "
-                f"{q['reference']['device']}" if q.get("status") == "measured" else f"{q['status']}: {q.get('reason')}")
-        progress.note(name, f"  {name} quality: {said}")
-    pending.clear()
-    writer.flush()
-
-
-def _unscored(writer: ResultsWriter, pending: list[Any], why: str) -> None:
-    for p in pending:
-        writer.backend(p.backend)["quality"] = {"status": "skipped", "reason": why}
-    pending.clear()
 
 
 async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: ResultsWriter,
