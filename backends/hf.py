@@ -18,6 +18,7 @@ from backends.registry import BackendEntry, register
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
 from core.errors import BackendRequestError, BackendStartError, FailureKind
 from core.lazy import require
+from core.engine_guard import check_start
 
 CAPS = Capabilities(
     forced_output_length=True, token_id_prompts=True, logprobs=False, continuous_batching=False,
@@ -46,6 +47,7 @@ class HFBackend:
         return CAPS
 
     async def __aenter__(self) -> "HFBackend":
+        check_start("the transformers engine (in-process)")
         transformers = require("transformers", "hf")
         torch = require("torch", "hf")
         self._version = transformers.__version__

@@ -15,6 +15,7 @@ from backends.registry import BackendEntry, register
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
 from core.errors import BackendRequestError, BackendStartError, FailureKind
 from core.lazy import require
+from core.engine_guard import check_start
 
 # perf_counter and monotonic are the same clock (CLOCK_MONOTONIC) on Linux; elsewhere engine
 # stamps are not comparable with ours
@@ -49,6 +50,7 @@ class VllmBackend:
         return CAPS
 
     async def __aenter__(self) -> "VllmBackend":
+        check_start("the vLLM engine (in-process)")
         vllm = require("vllm", "vllm")
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.usage.usage_lib import UsageContext

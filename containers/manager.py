@@ -31,6 +31,7 @@ from typing import Any, Awaitable, Callable
 
 from core.errors import BackendStartError
 from core.errors import UserError
+from core.engine_guard import check_start
 from containers.spec import (  # noqa: F401  (re-exported: callers import them from here)
     BACKEND, LABEL, OWNER_HOST, OWNER_PID, OWNER_START, RUN_ID, ContainerSpec, device_requests, is_secret,
     parse_gpus, run_id,
@@ -60,6 +61,7 @@ def connect() -> Any:
     """A Docker client, or one line saying the daemon is not reachable and how to start it."""
     from core.lazy import require
 
+    check_start("a Docker client")
     docker = require("docker", "docker")
     try:
         client = docker.from_env(timeout=60)
