@@ -61,7 +61,6 @@ def connect() -> Any:
     """A Docker client, or one line saying the daemon is not reachable and how to start it."""
     from core.lazy import require
 
-    check_start("a Docker client")
     docker = require("docker", "docker")
     try:
         client = docker.from_env(timeout=60)
@@ -163,6 +162,7 @@ class ManagedContainer:
     # ---------------------------------------------------------------- preflight
     def preflight(self) -> None:
         """Daemon reachable and image present: checked before any backend starts."""
+        check_start(f"a container ({self.spec.image})")
         if self.client is None:
             self.client = connect()
         self.image_id = ensure_image(self.client, self.spec.image, self.pull,

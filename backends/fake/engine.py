@@ -78,6 +78,7 @@ class FakeBackend:
 
     async def __aexit__(self, *exc: object) -> None:
         self._started = False
+        await asyncio.sleep(self.model["stop"] / 1e3)
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
         t_ask = time.perf_counter_ns()

@@ -24,6 +24,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "seqs": ("int", None, "sequence slots (requests beyond them queue); default the spec's max_num_seqs, else 64"),
     "start": ("duration", 0.0, "engine start time (a slow start)"),
     "start_fail": ("bool", False, "the engine start fails"),
+    "stop": ("duration", 0.0, "engine shutdown time (a slow teardown)"),
     "fail": ("fraction", 0.0, "fraction of requests that fail after their first token (chosen by request id)"),
     "stall": ("duration", 0.0, "a pause in the middle of a stalled request's output"),
     "stall_frac": ("fraction", 1.0, "fraction of requests that stall when stall is set (chosen by request id)"),

@@ -30,6 +30,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.engine  # a server process tree (a stand-in child under the real guard)
 def test_guard_kills_the_group_when_the_benchmark_is_killed(tmp_path):
     """SIGKILL the process that launched a server: the guard must still take the server down."""
     pidfile = tmp_path / "child.pid"

@@ -4,9 +4,13 @@ OpenAI server (API server + engine core, our client apart) in slow_run; no GPU h
 says once why there is no GPU record, and the report shows the CPU table."""
 from __future__ import annotations
 
+import pytest
+
 from core.results import RunResults
 from compare.analysis.bottleneck import cpu_rows, gpu_note
 from tests.conftest import run_cli
+
+pytestmark = pytest.mark.engine  # the shared real runs (tests/conftest.py)
 
 ENGINE = {"engine core", "engine worker"}
 
