@@ -47,9 +47,9 @@ class HFBackend:
         return CAPS
 
     async def __aenter__(self) -> "HFBackend":
-        check_start("the transformers engine (in-process)")
         transformers = require("transformers", "hf")
         torch = require("torch", "hf")
+        check_start("the transformers engine (in-process)")
         self._version = transformers.__version__
         try:
             loop = asyncio.get_running_loop()

@@ -49,8 +49,8 @@ class OpenVINOBackend(EngineProcessBackend):
 
         from backends.models.openvino_export import MODEL_XML, export_model, weight_types
 
-        check_start("the OpenVINO GenAI engine")
         require("openvino_genai", "openvino")
+        check_start("the OpenVINO GenAI engine")
         loop = asyncio.get_running_loop()
         entry, hit = await loop.run_in_executor(None, export_model, self.spec.model, dict(self.plan.export))
         ir = entry.path / "model"

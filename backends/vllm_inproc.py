@@ -50,8 +50,8 @@ class VllmBackend:
         return CAPS
 
     async def __aenter__(self) -> "VllmBackend":
-        check_start("the vLLM engine (in-process)")
         vllm = require("vllm", "vllm")
+        check_start("the vLLM engine (in-process)")
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM

@@ -6,4 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tier default
-exec .venv/bin/compare run "$@"
+# where PYTHONDONTWRITEBYTECODE is set, every process would compile torch/vLLM/transformers from
+# source on every import (an engine start: ~95 s instead of ~30 s); the default tier does not
+# byte-compile the venv up front (scripts/setup.d/90-bytecode.sh is a test-tier step), so this run
+# writes the .pyc of what it imports, once, into .venv
+exec env -u PYTHONDONTWRITEBYTECODE .venv/bin/compare run "$@"

@@ -2,9 +2,10 @@
 # The test suite. Tiers (markers, pyproject.toml):
 #   bash scripts/test.sh          every tier: sets everything up (scripts/setup.sh, both tiers), then
 #                                 runs the whole suite, real engines and containers included
-#   bash scripts/test.sh --fast   the fast tier, `-m "not engine and not docker"`: no engine, server,
-#                                 container or cluster starts (tests/conftest.py refuses one from a test
-#                                 not marked for it); a minute or two. Skips the set-up when .venv exists.
+#   bash scripts/test.sh --fast   the fast tier, `-m "not engine and not docker and not slow"`: no
+#                                 engine, server, container or cluster starts (tests/conftest.py refuses
+#                                 one from a test not marked for it) and no model training; a minute or
+#                                 two. Runs the default set-up tier only when .venv does not exist.
 # Extra arguments go to pytest (`bash scripts/test.sh -k gate`, `bash scripts/test.sh --fast -x`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,7 @@ if [ "$fast" = 1 ]; then
   # two workers: the fast tier is many short tests plus a few CPU-bound ones (training steps,
   # loopback servers); xdist's default load balancing spreads them
   exec .venv/bin/python -m pytest -p no:cacheprovider -n "${LLM_COMPARE_TEST_WORKERS:-2}" -ra \
-    -m "not engine and not docker" "${args[@]}" tests
+    -m "not engine and not docker and not slow" "${args[@]}" tests
 fi
 bash scripts/setup.sh
 # Two pytest-xdist workers: the suite is real engine starts, mostly single-threaded imports, so a

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# tier: default
-# Byte-compiles the virtual environments once (.venv, and .venv-quant where the test tier made it).
+# tier: test
+# Byte-compiles the virtual environments once (.venv, .venv-quant): a test-tier step, since the suite
+# starts dozens of engines. The default tier does without: scripts/run-default.sh lets Python write
+# the .pyc of what the run imports, on first import (the first run compiles what it imports, once,
+# instead of every file of the venvs up front: 1-3 min on 2 cores).
 # Why: uv installs without .pyc files, and where PYTHONDONTWRITEBYTECODE=1 is set (as on these
 # machines) Python never writes them either, so EVERY process re-compiles torch/vllm/transformers
 # from source: `import vllm` took 30 s instead of ~6 s, and a vLLM engine start imports it in three

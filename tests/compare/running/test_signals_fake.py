@@ -89,7 +89,8 @@ def test_compare_clean_removes_only_what_dead_runs_left(tmp_path):
         time.sleep(0.5)
         dry = run_cli("clean", "--dry-run")
         assert dry.returncode == 0, dry.stderr
-        assert f"would remove process {orphan.pid} " in dry.stdout and orphan.poll() is None
+        # a `compare run` of the suite's other worker may have removed the orphan first (below)
+        assert f"would remove process {orphan.pid} " in dry.stdout or orphan.poll() is not None, dry.stdout
         r = run_cli("clean")
         assert r.returncode == 0, r.stderr
         # every `compare run` also cleans up after dead runs before it measures: with the suite's
