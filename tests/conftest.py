@@ -38,8 +38,9 @@ if _WORKER.startswith("gw"):
 # A test not marked `engine` or `docker` runs with core.engine_guard's switch on: every engine,
 # server, container or cluster start in it, or in a `compare` command it runs, is refused and
 # recorded, and the test fails at teardown naming what it tried to start. So the fast tier
-# (scripts/test.sh --fast: -m "not engine and not docker and not slow") never waits on an engine, and a new
-# engine test cannot slip into it unmarked. The fake engine (backends/fake/) is not an engine here.
+# (scripts/test.sh --fast: -m "not engine and not docker and not slow") never waits on an engine,
+# and a new engine test cannot slip into it unmarked. The fake engine (backends/fake/) is not an
+# engine here: it is a test instrument that runs no model.
 ENGINE_MARKS = ("engine", "docker")
 # executables a test may start directly that are an engine, a container or a cluster
 _ENGINE_EXECUTABLES = {"docker", "dockerd", "ray", "raylet", "gcs_server"}

@@ -123,6 +123,9 @@ def cluster():
     saved = {k: os.environ.get(k) for k in LOOPBACK}
     os.environ.update(LOOPBACK)
     temp = tempfile.mkdtemp(prefix="llmc-ray-", dir="/tmp")  # Ray's socket paths must stay short
+    # Cluster() writes the head's address to /tmp/ray/ray_current_cluster whatever temp_dir says,
+    # and fails where no Ray ever ran on the machine (that directory missing)
+    os.makedirs("/tmp/ray", exist_ok=True)
     c = None
     try:
         c = Cluster(initialize_head=True, head_node_args={
