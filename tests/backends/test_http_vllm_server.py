@@ -68,6 +68,9 @@ def test_inprocess_vs_server_one_command(slow_run):
     # the same engine config reached both
     assert srv["describe"]["native_config"]["engine_args"] == run["backends"]["vllm"]["describe"]["native_config"]["engine_args"]
     assert srv["describe"]["native_config"]["engine_args"]["max_num_seqs"] == 1
+    # what the engine itself resolved (the knob that --vary and compare tune set; those run on the
+    # fake engine, so this is where max_num_seqs reaching vLLM is checked)
+    assert run["backends"]["vllm"]["describe"]["native_config"]["resolved"]["max_num_seqs"] == 1
     for label in ("c2", "r20"):
         lvl = srv["levels"][label]
         assert lvl["ok"] == N and lvl["server_metrics"]["available"]
