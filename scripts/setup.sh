@@ -16,24 +16,28 @@
 # progress, and cached (`compare quant quality` trains the trained tiny model).
 #
 # One progress line per step, with the seconds it took: `[setup] 45-openvino.sh 83 s`.
+# `--list` prints the tier's steps, one a line, and runs none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TIER=test
+LIST=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --tier) TIER="${2:-}"; shift 2 ;;
+    --tier) TIER="${2:-}"; shift; [ $# -gt 0 ] && shift ;;
     --tier=*) TIER="${1#--tier=}"; shift ;;
-    *) echo "setup.sh: unknown argument $1 (use --tier default|test)" >&2; exit 2 ;;
+    --list) LIST=1; shift ;;
+    *) echo "setup.sh: unknown argument $1 (use --tier default|test, --list)" >&2; exit 2 ;;
   esac
 done
 case "$TIER" in default|test) ;; *) echo "setup.sh: unknown tier '$TIER' (use default or test)" >&2; exit 2 ;; esac
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 T_ALL=$SECONDS
-# step NAME CMD...: runs CMD, then one line with the seconds it took
+# step NAME CMD...: runs CMD, then one line with the seconds it took (--list: the name only)
 step() {
   local name=$1 t0=$SECONDS
   shift
+  if [ "$LIST" = 1 ]; then echo "$name"; return; fi
   "$@"
   log "$name $((SECONDS - t0)) s"
 }
@@ -69,11 +73,12 @@ for s in scripts/setup.d/*.sh; do
   step "$(basename "$s")" bash "$s"
 done
 
-step "tiny model" .venv/bin/compare model tiny >/dev/null
+quiet() { "$@" >/dev/null; }
+step "tiny model" quiet .venv/bin/compare model tiny
 if [ "$TIER" = test ]; then
   # the trained tiny model (the quality tests; `compare quant quality` builds it itself when
   # missing): minutes of single-threaded, deterministic training, once (cached): ~3 min with a
   # free core, 9 min on a heavily loaded one
-  step "trained tiny model" .venv/bin/compare model tiny --trained >/dev/null
+  step "trained tiny model" quiet .venv/bin/compare model tiny --trained
 fi
-log "done: tier $TIER in $((SECONDS - T_ALL)) s"
+[ "$LIST" = 1 ] || log "done: tier $TIER in $((SECONDS - T_ALL)) s"
