@@ -40,6 +40,9 @@ WEIGHTS = {
     # on the fake engine (test_signals_fake.py: four short runs)
     "test_signals_e2e.py": 350,
     "test_signals_fake.py": 30,
+    # fake-engine orchestration tests (a few short `compare run`s each, no engine start)
+    "test_gate_fake.py": 25,
+    "test_failures_fake.py": 12,
     "test_tune_live.py": 40,  # compare tune on the fake engine: two tunes + a resume (was 127 on vLLM)
     # --find-max-rate on the fake engine: three short runs (was three vLLM starts, 94-330 s)
     "test_max_rate.py": 20,
