@@ -43,7 +43,7 @@ if _WORKER.startswith("gw"):
 # engine here: it is a test instrument that runs no model.
 ENGINE_MARKS = ("engine", "docker")
 # executables a test may start directly that are an engine, a container or a cluster
-_ENGINE_EXECUTABLES = {"docker", "dockerd", "ray", "raylet", "gcs_server"}
+_ENGINE_EXECUTABLES = {"docker", "dockerd", "ray", "raylet", "gcs_server", "llama-server", "text-generation-launcher"}
 _REFUSALS = Path(os.environ.get("TMPDIR", "/tmp")) / f"llm-compare-refusals-{os.getpid()}"
 
 
