@@ -29,6 +29,7 @@ from typing import Any, AsyncIterator
 
 from core.errors import BackendRequestError, BackendStartError, FailureKind
 from core.records import GenerationRequest, StreamEnd, StreamItem, TokenEvent
+from core.engine_guard import check_start
 
 _LEN = struct.Struct("<I")
 
@@ -117,6 +118,7 @@ class EngineProcessBackend:
         self.cancelled_in_engine = 0  # cancels that reached a request still in the engine
 
     async def _start(self, config: dict[str, Any], env: dict[str, str] | None = None) -> None:
+        check_start(self.engine_label or self.engine_module)
         self._proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", self.engine_module, stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, env={**os.environ, **(env or {})})

@@ -18,6 +18,7 @@ from backends.registry import BackendEntry, register
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
 from core.errors import BackendRequestError, BackendStartError, FailureKind
 from core.lazy import require
+from core.engine_guard import check_start
 
 CAPS = Capabilities(
     forced_output_length=True, token_id_prompts=True, logprobs=False, continuous_batching=False,
@@ -52,6 +53,7 @@ class HFBackend:
     async def __aenter__(self) -> "HFBackend":
         transformers = require("transformers", "hf")
         torch = require("torch", "hf")
+        check_start("the transformers engine (in-process)")
         self._version = transformers.__version__
         try:
             loop = asyncio.get_running_loop()

@@ -20,6 +20,7 @@ from backends.engine_process import EngineProcessBackend
 from backends.registry import BackendEntry, register
 from core.lazy import require
 from core.records import BackendDescription, Capabilities, GenerationRequest
+from core.engine_guard import check_start
 
 CAPS = Capabilities(forced_output_length=True, token_id_prompts=True, logprobs=False, continuous_batching=True,
                     notes=("model exported to OpenVINO IR by optimum-intel (cached); weights compressed by "
@@ -49,6 +50,7 @@ class OpenVINOBackend(EngineProcessBackend):
         from backends.models.openvino_export import MODEL_XML, export_model, weight_types
 
         require("openvino_genai", "openvino")
+        check_start("the OpenVINO GenAI engine")
         loop = asyncio.get_running_loop()
         entry, hit = await loop.run_in_executor(None, export_model, self.spec.model, dict(self.plan.export))
         ir = entry.path / "model"

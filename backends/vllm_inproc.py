@@ -15,6 +15,7 @@ from backends.registry import BackendEntry, register
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
 from core.errors import BackendRequestError, BackendStartError, FailureKind
 from core.lazy import require
+from core.engine_guard import check_start
 
 # perf_counter and monotonic are the same clock (CLOCK_MONOTONIC) on Linux; elsewhere engine
 # stamps are not comparable with ours
@@ -50,6 +51,7 @@ class VllmBackend:
 
     async def __aenter__(self) -> "VllmBackend":
         vllm = require("vllm", "vllm")
+        check_start("the vLLM engine (in-process)")
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM

@@ -33,6 +33,7 @@ from adapters.spec import ServingSpec
 from adapters.vllm import VllmPlan, server_argv, vllm_plan
 from core.errors import BackendStartError
 from backends.http_backends import HttpStreamBackend
+from core.engine_guard import check_start
 
 HOST = "127.0.0.1"
 # vLLM on a loaded 2-core CPU machine has been seen to need 8 minutes to become healthy
@@ -107,6 +108,7 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
+        check_start(f"a server process ({' '.join(self.argv[:3])} ...)")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         try:

@@ -31,6 +31,7 @@ from typing import Any, Awaitable, Callable
 
 from core.errors import BackendStartError
 from core.errors import UserError
+from core.engine_guard import check_start
 from containers.spec import (  # noqa: F401  (re-exported: callers import them from here)
     BACKEND, LABEL, OWNER_HOST, OWNER_PID, OWNER_START, RUN_ID, ContainerSpec, device_requests, is_secret,
     parse_gpus, run_id,
@@ -161,6 +162,7 @@ class ManagedContainer:
     # ---------------------------------------------------------------- preflight
     def preflight(self) -> None:
         """Daemon reachable and image present: checked before any backend starts."""
+        check_start(f"a container ({self.spec.image})")
         if self.client is None:
             self.client = connect()
         self.image_id = ensure_image(self.client, self.spec.image, self.pull,

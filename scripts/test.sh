@@ -1,14 +1,33 @@
 #!/usr/bin/env bash
-# Sets everything up (scripts/setup.sh), then runs the whole test suite, real engines included.
+# The test suite. Tiers (markers, pyproject.toml):
+#   bash scripts/test.sh          every tier: sets everything up (scripts/setup.sh, both tiers), then
+#                                 runs the whole suite, real engines and containers included
+#   bash scripts/test.sh --fast   the fast tier, `-m "not engine and not docker and not slow"`: no
+#                                 engine, server, container or cluster starts (tests/conftest.py refuses
+#                                 one from a test not marked for it) and no model training; a minute or
+#                                 two. Runs the default set-up tier only when .venv does not exist.
+# Extra arguments go to pytest (`bash scripts/test.sh -k gate`, `bash scripts/test.sh --fast -x`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+fast=0
+args=()
+for a in "$@"; do
+  if [ "$a" = "--fast" ]; then fast=1; else args+=("$a"); fi
+done
 export PYTHONUNBUFFERED=1
+if [ "$fast" = 1 ]; then
+  [ -x .venv/bin/python ] || bash scripts/setup.sh --tier default
+  # two workers: the fast tier is many short tests plus a few CPU-bound ones (training steps,
+  # loopback servers); xdist's default load balancing spreads them
+  exec .venv/bin/python -m pytest -p no:cacheprovider -n "${LLM_COMPARE_TEST_WORKERS:-2}" -ra \
+    -m "not engine and not docker and not slow" "${args[@]}" tests
+fi
+bash scripts/setup.sh
 # Two pytest-xdist workers: the suite is real engine starts, mostly single-threaded imports, so a
 # second worker uses the second core (tests/scheduling.py keeps shared engine fixtures on one
 # worker and starts the longest groups first). LLM_COMPARE_TEST_WORKERS=0 runs serially.
 workers="${LLM_COMPARE_TEST_WORKERS:-2}"
 if [ "$workers" = "0" ]; then
-  exec .venv/bin/python -m pytest -p no:cacheprovider -p no:xdist -ra "$@" tests
+  exec .venv/bin/python -m pytest -p no:cacheprovider -p no:xdist -ra "${args[@]}" tests
 fi
-exec .venv/bin/python -m pytest -p no:cacheprovider -n "$workers" -ra "$@" tests
+exec .venv/bin/python -m pytest -p no:cacheprovider -n "$workers" -ra "${args[@]}" tests

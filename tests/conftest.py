@@ -33,6 +33,65 @@ if _WORKER.startswith("gw"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+# ------------------------------------------------- tiers: a test that starts an engine says so
+
+# A test not marked `engine` or `docker` runs with core.engine_guard's switch on: every engine,
+# server, container or cluster start in it, or in a `compare` command it runs, is refused and
+# recorded, and the test fails at teardown naming what it tried to start. So the fast tier
+# (scripts/test.sh --fast: -m "not engine and not docker and not slow") never waits on an engine,
+# and a new engine test cannot slip into it unmarked. The fake engine (backends/fake/) is not an
+# engine here: it is a test instrument that runs no model.
+ENGINE_MARKS = ("engine", "docker")
+# executables a test may start directly that are an engine, a container or a cluster
+_ENGINE_EXECUTABLES = {"docker", "dockerd", "ray", "raylet", "gcs_server", "llama-server", "text-generation-launcher"}
+_REFUSALS = Path(os.environ.get("TMPDIR", "/tmp")) / f"llm-compare-refusals-{os.getpid()}"
+
+
+def _guarded_popen_init(orig):
+    def init(self, args, *a, **kw):
+        from core.engine_guard import ENV, check_start
+
+        if os.environ.get(ENV):
+            argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+            exe = os.path.basename(str(argv[0])) if argv else ""
+            if exe in _ENGINE_EXECUTABLES or any("vllm.entrypoints" in str(x) for x in argv):
+                check_start(f"a subprocess ({' '.join(map(str, argv[:3]))} ...)")
+        orig(self, args, *a, **kw)
+    return init
+
+
+subprocess.Popen.__init__ = _guarded_popen_init(subprocess.Popen.__init__)
+
+
+def _unmarked(item) -> bool:
+    return not any(item.get_closest_marker(m) for m in ENGINE_MARKS)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if _unmarked(item):
+        from core.engine_guard import ENV
+
+        _REFUSALS.unlink(missing_ok=True)
+        os.environ[ENV] = str(_REFUSALS)
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    from core.engine_guard import ENV
+
+    try:
+        return (yield)
+    finally:
+        if os.environ.pop(ENV, None):
+            refused = _REFUSALS.read_text().splitlines() if _REFUSALS.exists() else []
+            _REFUSALS.unlink(missing_ok=True)
+            if refused:
+                pytest.fail(f"{item.nodeid} starts an engine, server, container or cluster "
+                            f"({refused[0].split(' ', 1)[1]}) but is not marked: add "
+                            f"pytestmark = pytest.mark.engine (docker: pytest.mark.docker)", pytrace=False)
+
+
 def pytest_collection_modifyitems(config, items):
     from tests.scheduling import order_heaviest_first
 

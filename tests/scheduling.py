@@ -36,12 +36,16 @@ GROUPS = {
 WEIGHTS = {
     "shared-runs": 205,
     "test_containers_e2e.py": 175,
-    # six real runs stopped by signals (vLLM x3, vllm-server, hf, openvino)
-    "test_signals_e2e.py": 420,
-    "test_tune_live.py": 127,
-    # --find-max-rate: three vLLM starts (2 repeats with a generous SLO, 1 with an impossible one);
-    # 94 s alone at load ~2, 330 s at load 12-18
-    "test_max_rate.py": 120,
+    # five real runs stopped by signals (vLLM x2, vllm-server, hf, openvino); the policy itself runs
+    # on the fake engine (test_signals_fake.py: four short runs)
+    "test_signals_e2e.py": 350,
+    "test_signals_fake.py": 30,
+    # fake-engine orchestration tests (a few short `compare run`s each, no engine start)
+    "test_gate_fake.py": 25,
+    "test_failures_fake.py": 12,
+    "test_tune_live.py": 40,  # compare tune on the fake engine: two tunes + a resume (was 127 on vLLM)
+    # --find-max-rate on the fake engine: three short runs (was three vLLM starts, 94-330 s)
+    "test_max_rate.py": 20,
     "test_quant_engine.py": 85,
     "test_trtllm_pipeline.py": 75,
     "tgi-double": 250,  # 73 s, the text-generation client (~30 s), served-model runs (~95 s), client-procs runs (~50 s)
@@ -64,13 +68,14 @@ WEIGHTS = {
     # and a compare run killed with its engine running
     "test_hf_cb.py": 170,
     "test_hf_cb_openvino_e2e.py": 40,
-    "test_console_e2e.py": 160,  # a vllm+hf run, an hf run and a vLLM start that fails
-    "test_vary_e2e.py": 90,  # two vLLM starts (compare run --vary max_num_seqs=1,4), then re-checks
+    "test_console_e2e.py": 130,  # a vllm+hf run and a vLLM start that fails (--quiet: the fake engine)
+    "test_vary_e2e.py": 12,  # compare run --vary max_num_seqs=1,4 on the fake engine, then re-checks
+    "test_fake.py": 15,
     "test_containers.py": 12,
-    # a 3-node local Ray cluster (6 transformers cells, 2 load shards), the run without Ray to match,
-    # and `ray start --head` + one cell + a cell stopped by Ctrl-C + `ray stop`; measured alone at load
-    # 6-10: 285 s before the Ctrl-C case (+10-40 s)
-    "ray": 310,
+    # a 3-node local Ray cluster (6 fake-engine cells, 2 load shards), the run without Ray to match,
+    # and `ray start --head` + one transformers cell + a cell stopped by Ctrl-C + `ray stop`; with
+    # transformers cells in the matrix too: 285 s alone at load 6-10 (+10-40 s for the Ctrl-C case)
+    "ray": 220,
     # --client-procs: a vLLM server start and two runs; loopback-server levels, a kill, a Ctrl-C
     "test_multiproc.py": 55,
     # a vLLM start and a vllm-server start, one shared-prefix level each (390 s on a box at load 12)

@@ -10,6 +10,7 @@ import socket
 from typing import Any
 
 from core.errors import UserError
+from core.engine_guard import check_start
 
 # the custom resource of one CPU node's "accelerator": `ray start --resources '{"llmc_slot": 1}'`
 SLOT = "llmc_slot"
@@ -53,6 +54,7 @@ def check_address(address: str) -> None:
 def connect(address: str) -> Any:
     """``ray.init`` against an existing cluster; a missing one is one line naming the fix."""
     check_address(address)
+    check_start(f"a Ray connection ({address})")
     import ray
 
     if ray.is_initialized():

@@ -126,6 +126,11 @@ SPACES: dict[str, Space] = {
              native="kv_cache_config.free_gpu_memory_fraction", gpu_only=True),
         Knob("enable_block_reuse", (True, False), bool, native="kv_cache_config.enable_block_reuse"),
     ), _trtllm_rules),
+    # the fake engine (backends/fake/): a test instrument whose sequence slots follow max_num_seqs, so
+    # the search itself (probes, repeats, cache, Pareto, the tuned spec) runs without a real engine
+    "fake": Space("fake", (
+        Knob("max_num_seqs", (1, 8), int, field="max_num_seqs", help="sequence slots (requests beyond queue)"),
+    ), lambda cfg, spec, gpu: None),
 }
 
 

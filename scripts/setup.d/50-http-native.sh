@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: default
 # Builds the HTTP client's optional native helpers (backends/http/_native.c + _rxthread.c, _stamp.h) into
 # .venv as the module _llm_compare_http, with the one build recipe (backends/http/native_build.py,
 # also what a pip-installed machine runs: python -m backends.http.native_build). Optional: without

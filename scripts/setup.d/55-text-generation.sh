@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: test
 # Hugging Face's TGI client, the `text-generation` package, into .venv: the second TGI client
 # (`--native tgi.client=text-generation`, backends/http/tgi_client.py) and what
 # `compare calibrate --tgi-clients` measures. Installed with --no-deps: its metadata pins

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: test
 # Ray into .venv: `compare run --ray auto|ADDRESS` runs a comparison's cells as Ray tasks and its
 # load generator as Ray actors (compare/running/ray_*.py, docs/ray.md); the tests start a local
 # multi-node Ray cluster. Ray is the `ray` extra of llm-compare (pip install 'llm-compare[ray]');

@@ -30,6 +30,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.engine  # a server process tree (a stand-in child under the real guard)
 def test_guard_kills_the_group_when_the_benchmark_is_killed(tmp_path):
     """SIGKILL the process that launched a server: the guard must still take the server down."""
     pidfile = tmp_path / "child.pid"
@@ -67,6 +68,9 @@ def test_inprocess_vs_server_one_command(slow_run):
     # the same engine config reached both
     assert srv["describe"]["native_config"]["engine_args"] == run["backends"]["vllm"]["describe"]["native_config"]["engine_args"]
     assert srv["describe"]["native_config"]["engine_args"]["max_num_seqs"] == 1
+    # what the engine itself resolved (the knob that --vary and compare tune set; those run on the
+    # fake engine, so this is where max_num_seqs reaching vLLM is checked)
+    assert run["backends"]["vllm"]["describe"]["native_config"]["resolved"]["max_num_seqs"] == 1
     for label in ("c2", "r20"):
         lvl = srv["levels"][label]
         assert lvl["ok"] == N and lvl["server_metrics"]["available"]

@@ -9,7 +9,9 @@ import pytest
 
 from tests.conftest import run_cli
 
+# training takes minutes of CPU (the trained model: minutes, once, by the test set-up or here)
 pytestmark = pytest.mark.timeout(1800)
+slow = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")
@@ -19,6 +21,7 @@ def trained_model():
     return ensure_trained_model()  # cached; a first build trains for minutes
 
 
+@slow
 def test_short_training_is_deterministic_and_atomic(tmp_path):
     from backends.models.train import TrainConfig, ensure_trained_model
 
@@ -41,6 +44,7 @@ def test_heldout_split_is_disjoint_and_about_five_percent():
     assert 0.01 < len(held) / (len(train) + len(held)) < 0.12
 
 
+@slow
 def test_trained_model_learned_and_records_provenance(trained_model, tiny_model):
     prov = json.loads((trained_model / "llm_compare_tiny.json").read_text())
     tr, held = prov["train"], prov["heldout"]
@@ -57,6 +61,7 @@ def test_trained_model_learned_and_records_provenance(trained_model, tiny_model)
     assert (trained_model / "model.safetensors").read_bytes() != (tiny_model / "model.safetensors").read_bytes()
 
 
+@slow
 def test_cli_prints_the_cached_trained_model(trained_model):
     r = run_cli("model", "tiny", "--trained", timeout=300)
     assert r.returncode == 0, r.stderr[-1000:]

@@ -79,6 +79,7 @@ def test_quality_is_refused_for_dummy_weights_and_skipped_for_plain_fp32(tiny_mo
     assert wanted(ServingSpec(model=str(tiny_model), dtype="float32"), QualityOptions(mode="on")) is None
 
 
+@pytest.mark.engine  # the transformers engine
 def test_teacher_forced_reference_reproduces_its_own_greedy_output(tiny_model):
     """The scorer's argmax under teacher forcing must be exactly what generate() produced greedily:
     agreement 1.0, no divergence. Then a corrupted continuation diverges where it was corrupted."""
@@ -103,6 +104,7 @@ def test_teacher_forced_reference_reproduces_its_own_greedy_output(tiny_model):
     assert parity([{"tokens": bad}], [rows_bad])["per_prompt"][0]["first_divergence"] == 5
 
 
+@pytest.mark.engine  # the transformers engine
 def test_accuracy_task_runs_on_real_backends_with_a_paired_test(tiny_model):
     """The accuracy path end to end on the real transformers backend (as candidate and reference):
     the candidate answers while it runs, the reference scores after it stopped; answers are the

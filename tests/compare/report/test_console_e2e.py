@@ -1,7 +1,7 @@
 """What a new user sees: ``compare run`` on real engines prints no engine log line, fits an
 80-column terminal in a few dozen lines, and opens its summary with the verdict; the engines' own
-output is in RESULTS/logs/; ``--quiet`` prints the verdict and the results path only; a backend
-that fails to start shows the end of its log."""
+output is in RESULTS/logs/; a backend that fails to start shows the end of its log. ``--quiet``
+(console only, no engine) is test_console_quiet.py's, on the fake engine."""
 from __future__ import annotations
 
 import re
@@ -49,18 +49,6 @@ def test_two_engines_print_a_short_readable_console_and_file_their_logs(tmp_path
     assert "EngineCore" in vllm_log and re.search(r"INFO \d\d-\d\d", vllm_log)  # vLLM's own lines, filed
     assert "[shutdown]" in vllm_log  # teardown chatter too
     assert (logs / "hf.log").exists()
-
-
-def test_quiet_prints_the_verdict_and_the_results_path_only(tmp_path, tiny_model):
-    p = run_cli("run", "--backends", "hf", "--model", str(tiny_model), *TINY_SPEC_ARGS, *SMALL,
-                "--concurrency", "1", "--out", str(tmp_path), "--run-id", "q", "--quiet", env=ENV, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    out = p.stdout.strip().splitlines()
-    assert out[0].startswith("Verdict (one backend, run complete)")
-    assert out[-1] == f"results: {tmp_path / 'q'}"
-    assert len(out) <= 6 and not any("TTFT p50" in ln and "backend" in ln for ln in out), out
-    assert "hf c1:" not in p.stdout  # no progress lines
-    assert (tmp_path / "q" / "logs" / "hf.log").exists()
 
 
 def test_a_backend_that_fails_to_start_shows_its_log_tail(tmp_path, tiny_model):

@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 
 from backends.logs import log_file
-from tests.conftest import ROOT, TINY_SPEC_ARGS, run_cli
+from tests.conftest import ROOT, run_cli
+
+# a local multi-node Ray cluster (the cells are the fake engine's; a real engine in a Ray cell is
+# test_ray_start_e2e.py's)
+pytestmark = pytest.mark.engine
 
 # Ray's nodes advertise 127.0.0.1 (read when Ray is imported, so set before that)
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
@@ -23,8 +27,11 @@ os.environ.update(LOOPBACK)
 ray = pytest.importorskip("ray")
 
 VENV_BIN = Path(sys.executable).parent
-# 2 columns (knob variants of the transformers reference, which starts fastest) x 3 repeats = 6 cells
-MATRIX = ("--backends", "hf", "--vary", "max_model_len=256,512", "--repeats", "3")
+# 2 columns (knob variants) x 3 repeats = 6 cells. Spreading cells over nodes and merging them is
+# orchestration: the cells run the fake engine (backends/fake/, a test instrument), which starts at
+# once and yields the same tokens for the same request wherever it runs
+MATRIX = ("--backends", "fake", "--native", "fake.ttft=5ms", "--native", "fake.itl=2ms",
+          "--vary", "max_model_len=256,512", "--repeats", "3")
 WORKLOAD = ("--num-requests", "2", "--input-len", "12", "--output-len", "4", "--prompt-format", "token_ids",
             "--concurrency", "2", "--warmup", "1")
 SMALL_STORE = 80 * 2**20
@@ -72,8 +79,7 @@ def plain(tmp_path_factory, tiny_model) -> Path:
     code = ("import sys\nfrom compare.cli.main import main\nrc = main(sys.argv[1:])\n"
             "print('RAY_IMPORTED', any(m == 'ray' or m.startswith('ray.') for m in sys.modules), file=sys.stderr)\n"
             "sys.exit(rc)\n")
-    p = subprocess.run([sys.executable, "-c", code, "run", *MATRIX, "--model", str(tiny_model), *TINY_SPEC_ARGS,
-                        *WORKLOAD, "--out", str(out), "--run-id", "plain", "--quiet"],
+    p = subprocess.run([sys.executable, "-c", code, "run", *MATRIX, "--model", str(tiny_model), *WORKLOAD, "--out", str(out), "--run-id", "plain", "--quiet"],
                        cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "RAY_IMPORTED False" in p.stderr  # without --ray nothing about Ray is imported
@@ -117,6 +123,9 @@ def cluster():
     saved = {k: os.environ.get(k) for k in LOOPBACK}
     os.environ.update(LOOPBACK)
     temp = tempfile.mkdtemp(prefix="llmc-ray-", dir="/tmp")  # Ray's socket paths must stay short
+    # Cluster() writes the head's address to /tmp/ray/ray_current_cluster whatever temp_dir says,
+    # and fails where no Ray ever ran on the machine (that directory missing)
+    os.makedirs("/tmp/ray", exist_ok=True)
     c = None
     try:
         c = Cluster(initialize_head=True, head_node_args={
@@ -140,16 +149,16 @@ def cluster():
 
 def test_matrix_on_a_local_multi_node_cluster(plain, cluster, tiny_model, tmp_path):
     address, slot_nodes = cluster
-    p = run_cli("run", *MATRIX, "--model", str(tiny_model), *TINY_SPEC_ARGS, *WORKLOAD, "--ray", address,
+    p = run_cli("run", *MATRIX, "--model", str(tiny_model), *WORKLOAD, "--ray", address,
                 "--out", str(tmp_path), "--run-id", "ray", env=LOOPBACK, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
     run = _same_results(plain, tmp_path / "ray")
     cells = run["ray"]["cells"]
     assert [(c["backend"], c["repeat"]) for c in cells] == [  # merged in the interleaved order
-        (b, rep) for rep in range(3) for b in ("hf[max_model_len=256]", "hf[max_model_len=512]")]
+        (b, rep) for rep in range(3) for b in ("fake[max_model_len=256]", "fake[max_model_len=512]")]
     assert all(c["resources"] == {"resources": {"llmc_slot": 1}, "num_cpus": 0} for c in cells)
     assert {c["node_id"] for c in cells} == slot_nodes  # both nodes took cells
-    log = log_file(tmp_path / "ray", "hf[max_model_len=256]").read_text()
+    log = log_file(tmp_path / "ray", "fake[max_model_len=256]").read_text()
     assert log.count("Ray node 127.0.0.1") == 3  # the remote engines' logs came back
 
 

@@ -16,6 +16,8 @@ import pytest
 from tests.compare.running.test_ray_e2e import LOOPBACK, SMALL_STORE, VENV_BIN, WORKLOAD, _kill_left
 from tests.conftest import TINY_SPEC_ARGS, run_cli
 
+pytestmark = pytest.mark.engine  # `ray start --head` and engine cells
+
 ray = pytest.importorskip("ray")
 
 

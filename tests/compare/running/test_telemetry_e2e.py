@@ -8,9 +8,13 @@ from __future__ import annotations
 import ctypes.util
 import shutil
 
+import pytest
+
 from core.results import RunResults
 from compare.analysis.bottleneck import cpu_rows, gpu_note
 from tests.conftest import run_cli
+
+pytestmark = pytest.mark.engine  # the shared real runs (tests/conftest.py)
 
 ENGINE = {"engine core", "engine worker"}
 # no driver library and no nvidia-smi: nothing here expects a GPU

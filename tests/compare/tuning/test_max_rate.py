@@ -1,5 +1,8 @@
-"""``compare run --find-max-rate``: the highest Poisson rate meeting the SLO, per backend, on a real
-vLLM engine (tiny model, CPU), plus the interval arithmetic over engine starts and the bad input."""
+"""``compare run --find-max-rate``: the highest Poisson rate meeting the SLO, per backend, plus the
+interval arithmetic over engine starts and the bad input. The search is orchestration: it runs on
+the fake engine (backends/fake/, a test instrument with a fixed timing model), so its probes,
+repeats, console answer and report are checked in seconds; what an engine does under each probe
+is the real-engine tests' subject."""
 from __future__ import annotations
 
 import json
@@ -7,7 +10,10 @@ import json
 import pytest
 
 from compare.tuning.max_rate import answer_line, summarize_starts
-from tests.conftest import TINY_SPEC_ARGS, run_cli
+from tests.conftest import run_cli
+
+# the fake engine: 20 ms to the first token, 5 ms per token after it
+FAKE = ("--backends", "fake", "--native", "fake.ttft=20ms", "--native", "fake.itl=5ms")
 
 # small: each probe sends the whole list, so a probe at r req/s lasts about 6/r s
 WORKLOAD = ("--num-requests", "6", "--input-len", "24", "--output-len", "8", "--concurrency", "1",
@@ -51,8 +57,8 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, words):
 
 
 def _run(tmp_path, tiny_model, *extra):
-    p = run_cli("run", "--backends", "vllm", "--model", str(tiny_model), *TINY_SPEC_ARGS, *WORKLOAD,
-                "--find-max-rate", "--out", str(tmp_path), "--run-id", "r", *extra, timeout=900)
+    p = run_cli("run", *FAKE, "--model", str(tiny_model), *WORKLOAD,
+                "--find-max-rate", "--out", str(tmp_path), "--run-id", "r", *extra, timeout=300)
     return p, json.loads((tmp_path / "r" / "run.json").read_text())
 
 
@@ -62,20 +68,22 @@ def test_generous_slo_two_engine_starts(tmp_path, tiny_model):
     p, run = _run(tmp_path, tiny_model, "--slo", "ttft_p95=60s", "--max-rate-start", "2",
                   "--max-rate-probes", "2", "--repeats", "2")
     assert p.returncode == 0, p.stdout + p.stderr
-    mr = run["backends"]["vllm"]["max_rate"]
+    mr = run["backends"]["fake"]["max_rate"]
     assert [s["repeat"] for s in mr["repeats"]] == [0, 1]
     for s in mr["repeats"]:
         assert s["status"] == "complete" and s["met"] and s["max_rate"] >= 2
         assert [x["rate"] for x in s["probes"]][0] == 2 and len(s["probes"]) <= 2
         assert all(x["slo_met"] == (x["ttft_p95_ms"] <= 60_000) for x in s["probes"])
-        if s["missed_at"] is not None:  # the engine could not keep up with 4 req/s
+        if s["missed_at"] is not None:
             assert s["missed_at"] > s["max_rate"]
+    # the fake engine's TTFT is its configured 20 ms (stamped on its schedule), so every probe met
+    assert all(20 <= x["ttft_p95_ms"] < 1000 for s in mr["repeats"] for x in s["probes"])
     assert mr["summary"]["n"] == 2 and mr["summary"]["max_rate"] >= 2
     out = " ".join(p.stdout.split())  # the answer may wrap at the console's width
-    assert "vllm max rate meeting SLO:" in out and "mean of 2 engine starts" in out
+    assert "fake max rate meeting SLO:" in out and "mean of 2 engine starts" in out
     assert "max-rate r2: met" in p.stdout
     md = run_cli("report", str(tmp_path / "r")).stdout
-    assert "Max rate meeting the SLO: every probe" in md and "| vllm | 2 | 2 |" in md
+    assert "Max rate meeting the SLO: every probe" in md and "| fake | 2 | 2 |" in md
 
 
 def test_impossible_slo_none_met_is_an_answer(tmp_path, tiny_model):
@@ -83,7 +91,7 @@ def test_impossible_slo_none_met_is_an_answer(tmp_path, tiny_model):
     'none met' and the run still completes (exit 0: the search answered; it did not fail)."""
     p, run = _run(tmp_path, tiny_model, "--slo", "ttft_p95=1us", "--max-rate-start", "8", "--max-rate-probes", "2")
     assert p.returncode == 0, p.stdout + p.stderr
-    s = run["backends"]["vllm"]["max_rate"]["repeats"][0]
+    s = run["backends"]["fake"]["max_rate"]["repeats"][0]
     assert not s["met"] and s["max_rate"] is None
     assert [x["rate"] for x in s["probes"]] == [8, 4] and not any(x["slo_met"] for x in s["probes"])
     assert s["missed_at"] == 4

@@ -1,0 +1,97 @@
+"""The fake engine's timing model: what it is told (the name's target or the spec's native
+options) resolved into one plain dict. Pure: no I/O, no clock.
+
+    fake@ttft=50ms+itl=10ms            the name's target: KEY=VALUE terms joined by '+' (',' separates
+                                       backends in --backends)
+    --native fake.ttft=50ms            the spec's native options (a target wins over them)
+
+Durations take a unit (ns, us, ms, s; a bare number is milliseconds); fractions are 0..1.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from adapters.spec import ServingSpec
+from core.errors import UserError
+
+# option -> (kind, default, meaning)
+OPTIONS: dict[str, tuple[str, Any, str]] = {
+    "ttft": ("duration", 20.0, "time to the first token of a request that got a sequence slot"),
+    "prefill": ("duration", 0.0, "added to the first token per prompt token"),
+    "itl": ("duration", 5.0, "time between two output tokens"),
+    "batch": ("number", 0.0, "ITL grows by this fraction per other running sequence"),
+    "seqs": ("int", None, "sequence slots (requests beyond them queue); default the spec's max_num_seqs, else 64"),
+    "start": ("duration", 0.0, "engine start time (a slow start)"),
+    "start_fail": ("bool", False, "the engine start fails"),
+    "stop": ("duration", 0.0, "engine shutdown time (a slow teardown)"),
+    "fail": ("fraction", 0.0, "fraction of requests that fail after their first token (chosen by request id)"),
+    "stall": ("duration", 0.0, "a pause in the middle of a stalled request's output"),
+    "stall_frac": ("fraction", 1.0, "fraction of requests that stall when stall is set (chosen by request id)"),
+    "die_after": ("int", None, "the engine dies after this many requests: later ones fail as engine_dead"),
+}
+DEFAULT_SEQS = 64
+_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ns|us|ms|s)?\s*$")
+
+
+class FakeOptionError(UserError, ValueError):
+    pass
+
+
+def _value(key: str, raw: Any) -> Any:
+    kind = OPTIONS[key][0]
+    text = str(raw).strip().lower()
+    try:
+        if kind == "duration":
+            m = _DURATION.match(text)
+            if not m:
+                raise ValueError
+            return float(m.group(1)) * _UNIT_MS[m.group(2) or "ms"]
+        if kind == "bool":
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if kind == "int":
+            v = int(text)
+            if v < 1:
+                raise ValueError
+            return v
+        v = float(text)
+        if v < 0 or (kind == "fraction" and v > 1):
+            raise ValueError
+        return v
+    except ValueError:
+        want = {"duration": "a duration such as 50ms or 2s", "bool": "true or false", "int": "an integer >= 1",
+                "number": "a number >= 0", "fraction": "a number from 0 to 1"}[kind]
+        raise FakeOptionError(f"fake engine option {key}={raw!r}: expected {want} "
+                              f"(e.g. fake@ttft=50ms+itl=10ms)") from None
+
+
+def parse_target(target: str | None) -> dict[str, str]:
+    """``ttft=50ms+itl=10ms`` -> {"ttft": "50ms", "itl": "10ms"} (',' between terms works too)."""
+    out: dict[str, str] = {}
+    for term in re.split(r"[+,]", target or ""):
+        if not term.strip():
+            continue
+        key, eq, val = term.partition("=")
+        if not eq:
+            raise FakeOptionError(f"fake engine target term {term!r} is not KEY=VALUE (e.g. fake@ttft=50ms+itl=10ms)")
+        out[key.strip()] = val.strip()
+    return out
+
+
+def timing_model(spec: ServingSpec, target: str | None = None) -> dict[str, Any]:
+    """The resolved model: every option's value (durations in ms), the sequence slots, and which
+    spec fields it models; an unknown option is one line naming the known ones."""
+    given = {**spec.native_for("fake"), **parse_target(target)}
+    unknown = sorted(set(given) - set(OPTIONS))
+    if unknown:
+        raise FakeOptionError(f"unknown fake engine option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
+    model = {k: (_value(k, given[k]) if k in given else default) for k, (_, default, _) in OPTIONS.items()}
+    if model["seqs"] is None:
+        model["seqs"] = spec.max_num_seqs or DEFAULT_SEQS
+    model["max_model_len"] = spec.max_model_len
+    return model
