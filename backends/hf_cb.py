@@ -59,7 +59,8 @@ class HFCBBackend(EngineProcessBackend):
             name=self.name, framework="transformers-cb", version=self._info.get("version", "unknown"),
             native_config={**self.plan.as_dict(), "resolved": self._info.get("resolved", {})},
             extra={"engine_pid": self._info.get("pid"), "torch": self._info.get("torch"),
-                   "engine": "transformers ContinuousBatchingManager"})
+                   "engine": "transformers ContinuousBatchingManager",
+                   **({"version_notes": self._info["notes"]} if self._info.get("notes") else {})})
 
 
 def plan(spec: ServingSpec, native: HFCBPlan) -> dict[str, Any]:

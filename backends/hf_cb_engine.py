@@ -21,6 +21,48 @@ from typing import Any
 from backends.engine_process import encode, engine_process_setup, fatal_line, read_frame
 
 READY_TIMEOUT_S = 300.0
+# ContinuousBatchingConfig fields under an earlier name: transformers 5.17 has ``block_size`` where
+# 5.19 has ``page_size`` (tokens per KV-cache block)
+EARLIER_NAMES = {"page_size": ("block_size",)}
+# fields whose requested value is the installed version's only behaviour when it lacks them
+# (None: any value); anything else it lacks is refused
+WITHOUT_FIELD = {"auto_switch_to_flash": None}
+
+
+def cb_kwargs(cb: dict[str, Any], fields: set[str], version: str) -> tuple[dict[str, Any], list[str]]:
+    """The plan's ContinuousBatchingConfig arguments as the installed transformers names them, and
+    notes on what it cannot be told. A field it has under neither name is refused (ValueError)."""
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    for key, value in cb.items():
+        name = key if key in fields else next((n for n in EARLIER_NAMES.get(key, ()) if n in fields), None)
+        if name is not None:
+            out[name] = value
+        elif key in WITHOUT_FIELD:
+            notes.append(f"transformers {version} has no ContinuousBatchingConfig.{key}: its own behaviour "
+                         f"applies (see resolved.attn_implementation)")
+        else:
+            raise ValueError(f"transformers {version}'s ContinuousBatchingConfig has no {key!r} "
+                             f"(it has: {', '.join(sorted(fields))}); drop native hf-cb.{key} or use another version")
+    return out, notes
+
+
+def _cache_bytes(cache: Any) -> int | None:
+    """Bytes of the paged KV cache: one uint8 tensor since transformers 5.19, per-layer key/value
+    tensors before (5.17)."""
+    if getattr(cache, "cache_tensor", None) is not None:
+        return int(cache.cache_tensor.numel())
+    layers = list(getattr(cache, "key_cache", [])) + list(getattr(cache, "value_cache", []))
+    return sum(int(t.numel()) * t.element_size() for t in layers) or None
+
+
+def config_fields(cls: Any) -> set[str]:
+    import dataclasses
+    import inspect
+
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+    return {p for p in inspect.signature(cls).parameters if p != "self"}
 
 
 class _Engine:
@@ -44,8 +86,10 @@ class _Engine:
         gc = transformers.GenerationConfig(max_new_tokens=16, do_sample=False,
                                            eos_token_id=model.generation_config.eos_token_id)
         self.eos = gc.eos_token_id if gc.eos_token_id is not None else -1
+        kwargs, self.notes = cb_kwargs(dict(plan["cb_config"]), config_fields(ContinuousBatchingConfig),
+                                       transformers.__version__)
         self.mgr = model.init_continuous_batching(
-            generation_config=gc, continuous_batching_config=ContinuousBatchingConfig(**plan["cb_config"]))
+            generation_config=gc, continuous_batching_config=ContinuousBatchingConfig(**kwargs))
         self.lock = threading.Lock()  # guards live and the order of frames about one request
         self.live: dict[int, list[int]] = {}  # rid -> [tokens sent, max_new_tokens]
         self.stopping = False
@@ -60,21 +104,22 @@ class _Engine:
             time.sleep(0.01)
         cache = self.mgr.batch_processor.cache
         cfg = self.mgr.continuous_batching_config
-        self.capacity = int(cache.num_blocks) * int(cfg.page_size)
+        page = int(getattr(cfg, "page_size", None) or cfg.block_size)  # block_size: transformers <= 5.17
+        self.capacity = int(cache.num_blocks) * page
         import torch
         import transformers
 
-        resolved = {"num_blocks": int(cache.num_blocks), "page_size": int(cfg.page_size),
+        resolved = {"num_blocks": int(cache.num_blocks), "page_size": page,
                     "max_batch_tokens": int(cache.max_batch_tokens),
                     "max_requests_per_batch": int(cfg.max_requests_per_batch),
                     "block_sharing": bool(cache.use_prefix_sharing), "kv_cache_tokens": self.capacity,
-                    "kv_cache_bytes": int(cache.cache_tensor.numel()), "scheduler_type": cfg.scheduler_type,
+                    "kv_cache_bytes": _cache_bytes(cache), "scheduler_type": cfg.scheduler_type,
                     "attn_implementation": self.model.config._attn_implementation,
                     "dtype": str(self.model.dtype).replace("torch.", ""), "device": str(self.model.device),
                     "use_async_batching": bool(cfg.use_async_batching),
                     "use_cuda_graph": list(cfg.cuda_graph_booleans), "torch_num_threads": torch.get_num_threads()}
         return {"version": transformers.__version__, "torch": torch.__version__.split("+")[0],
-                "resolved": resolved, "pid": os.getpid()}
+                "resolved": resolved, "pid": os.getpid(), **({"notes": self.notes} if self.notes else {})}
 
     # ------------------------------------------------------------------ commands (stdin thread)
     def add(self, rid: int, prompt: dict[str, Any], params: dict[str, Any]) -> None:
