@@ -217,7 +217,7 @@ def wanted(spec: ServingSpec, opts: QualityOptions) -> str | None:
                    or spec.dtype in ("bfloat16", "float16")
                    or (cfg.is_file() and "quantization_config" in json.loads(cfg.read_text())))
         if not reduced:
-            return "skipped: unquantized float32/auto run (use `compare quant run` to measure it anyway)"
+            return "skipped: unquantized float32/auto run"
     return None
 
 
