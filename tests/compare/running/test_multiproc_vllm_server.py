@@ -26,6 +26,9 @@ def _run(url, tiny_model, out, procs: str) -> tuple[dict, list[dict]]:
             [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines()])
 
 
+HANDLING_SLACK_NS = 50_000_000  # how much later than its arrival the loop may handle an end, loaded machine
+
+
 @pytest.mark.engine
 def test_two_client_processes_measure_what_one_does(vllm_url, tiny_model, tmp_path):
     run1, recs1 = _run(vllm_url, tiny_model, tmp_path, "1")
@@ -49,10 +52,11 @@ def test_two_client_processes_measure_what_one_does(vllm_url, tiny_model, tmp_pa
         t0_2 = min(r["t_scheduled_ns"] for r in recs2 if r["level"] == level)
         assert ({k: r["t_scheduled_ns"] - t0_1 for k, r in by1.items() if k[0] == level}
                 == {k: r["t_scheduled_ns"] - t0_2 for k, r in by2.items() if k[0] == level})
-    for rec_list in (recs1, recs2):  # each level's records in completion order
-        for level in ("c4", "r20"):
-            ends = [r["t_end_ns"] for r in rec_list if r["level"] == level]
-            assert ends == sorted(ends)
+    for rec_list in (recs1, recs2):  # each level's records in completion order, as the client handled them:
+        for level in ("c4", "r20"):  # an end is the arrival stamp of the receive thread, so two ends that
+            ends = [r["t_end_ns"] for r in rec_list if r["level"] == level]  # arrive together may be
+            worst = max((a - b for a, b in zip(ends, ends[1:])), default=0)  # handled the other way round
+            assert worst <= HANDLING_SLACK_NS, (level, worst)
     (l1,) = run1["backends"].values()
     (l2,) = run2["backends"].values()
     for label in ("c4", "r20"):
