@@ -201,6 +201,7 @@ PLUGINS = (
     "backends.topology",        # replicas behind a client-side load balancer
     "backends.openvino",        # OpenVINO GenAI in-process (CPU)
     "backends.hf_cb",           # transformers continuous batching in its own engine process
+    "backends.llamacpp",        # llama.cpp's llama-server (GGUF) launched here, over HTTP
 )
 _plugins_loaded = False
 
