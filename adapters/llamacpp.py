@@ -21,7 +21,7 @@ reason. Server defaults a fair comparison must not hide (llama.cpp b11434, ``lla
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -46,7 +46,7 @@ class LlamaCppPlan:
     gguf_type: str  # "f32" | "f16" | "bf16" (converter) or "Q8_0" | "Q4_K_M" (llama-quantize)
     flags: Mapping[str, Any]  # "--flag" -> value (True: a bare switch)
     device: str = "cpu"
-    env: Mapping[str, str] = MappingProxyType({})
+    env: Mapping[str, str] = field(default_factory=dict)
     server_bin: str | None = None  # a prebuilt llama-server (native llamacpp.server_bin)
     gguf: str | None = None  # a GGUF file to serve as is (native llamacpp.gguf)
     max_model_len: int | None = None
