@@ -42,7 +42,8 @@ HOST = "127.0.0.1"
 # llama_model_loader / print_info lines of the server log
 _FTYPE = re.compile(r"file type\s*=\s*(.+?)\s*$", re.M)
 _TENSOR_TYPE = re.compile(r"llama_model_loader: - type\s+(\S+):\s+(\d+) tensors")
-_FLASH = re.compile(r"flash_attn\s*=\s*(\S+)")
+# "flash_attn = auto" (what was asked), then "Flash Attention enabled" / "... not supported, set to disabled"
+_FLASH = re.compile(r"flash_attn\s*=\s*(\S+)|Flash Attention (enabled)|Flash Attention not supported, set to (disabled)")
 _KV = re.compile(r"llama_kv_cache: size = .*?K \((\S+)\).*?V \((\S+)\)")
 # GGUF file type (as llama.cpp prints it) -> (neutral dtype, quantization method)
 FILE_TYPES = {"all F32": ("float32", None), "F16": ("float16", None), "BF16": ("bfloat16", None),
@@ -54,7 +55,7 @@ def loaded_report(log_text: str, kv_type: str | None = None) -> dict[str, Any] |
     ftypes = _FTYPE.findall(log_text)
     if not ftypes:
         return None
-    ftype = ftypes[-1]
+    ftype = ftypes[-1].removeprefix("(guessed) ")
     dtype, method = FILE_TYPES.get(ftype, (None, ftype))
     types = {t: int(n) for t, n in _TENSOR_TYPE.findall(log_text)}
     rep: dict[str, Any] = {"method": method, "file_type": ftype, "tensor_types": types, "kernels": [],
@@ -214,7 +215,7 @@ class LlamaCppBackend(HttpStreamBackend):
     def describe(self) -> BackendDescription:
         log = self._log_text()
         dgs = self._props.get("default_generation_settings") or {}
-        flash = _FLASH.findall(log)
+        flash = ["".join(m) for m in _FLASH.findall(log)]
         resolved = {"n_ctx": dgs.get("n_ctx") if isinstance(dgs, dict) else None,
                     "total_slots": self._props.get("total_slots"), "flash_attn": flash[-1] if flash else None,
                     "build_info": self._props.get("build_info")}

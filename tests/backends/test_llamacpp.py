@@ -2,7 +2,7 @@
 the engine cache, or $LLM_COMPARE_LLAMA_SERVER), serving the tiny model's f32 GGUF.
 
 One server start covers streaming, concurrency, greedy tokens equal to transformers' fp32 tokens,
-the per-request server timings, cancellation and what the server reports it loaded; the process
+the per-request server timings, cancellation, tokenization and what the server reports it loaded; the process
 tests check that no llama-server outlives the tool, however it ends.
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ from core.records import GenerationRequest, StreamEnd, TokenEvent
 from tests.conftest import TINY_SPEC_ARGS, VENV_BIN, run_cli
 
 pytestmark = pytest.mark.engine
+TEXT = "def main(argv):\n    return {'a': 1, \"b\": [2, 3]}  # it's 42\t\u00e9t\u00e9 \u2713\n\n  x"
 SPEC = dict(dtype="float32", max_model_len=512, kv_cache_memory_bytes=64 << 20, max_num_seqs=4)
 
 
@@ -57,11 +58,17 @@ def test_one_server_streams_greedy_tokens_with_its_own_timings(tiny_model):
             async for _ in gen:
                 break
             await gen.aclose()
+            for _ in range(100):  # the server notices the closed connection within its next steps
+                slots = (await b._client.get("/slots")).json()
+                if not any(s.get("is_processing") for s in slots):
+                    break
+                await asyncio.sleep(0.1)
             after = await _collect(b, GenerationRequest("after", max_tokens=5, prompt_token_ids=(4, 5, 6)))
-            slots = (await b._client.get("/slots")).json()
-            return outs, level, after, slots, b.describe()
+            # the declared pre-tokenizer is the right one: llama-server's /tokenize equals transformers'
+            r = await b._client.post("/tokenize", json={"content": TEXT, "add_special": False})
+            return outs, level, after, slots, r.json()["tokens"], b.describe()
 
-    outs, level, after, slots, desc = asyncio.run(go())
+    outs, level, after, slots, server_ids, desc = asyncio.run(go())
     ref = _reference_greedy(tiny_model, prompts, 24)
     for items, want, prompt in zip(outs, ref, prompts):
         events, end = items[:-1], items[-1]
@@ -85,21 +92,9 @@ def test_one_server_streams_greedy_tokens_with_its_own_timings(tiny_model):
     assert q["file_type"] == "all F32" and q["dtype"] == "float32" and q["method"] is None
     assert set(q["tensor_types"]) == {"f32"} and q["kv_cache_dtype"] == "f32"
     assert desc.extra["gguf"]["declared_pre_tokenizer"] == "gpt-2"
-
-
-def test_the_server_tokenizes_like_the_checkpoint(tiny_model):
-    """The declared pre-tokenizer is the right one: llama-server's /tokenize equals transformers'."""
     from transformers import AutoTokenizer
 
-    text = "def main(argv):\n    return {'a': 1, \"b\": [2, 3]}  # it's 42\t\u00e9t\u00e9 \u2713\n\n  x"
-    want = AutoTokenizer.from_pretrained(str(tiny_model))(text)["input_ids"]
-
-    async def go():
-        async with LlamaCppBackend(ServingSpec(model=str(tiny_model), **SPEC)) as b:
-            r = await b._client.post("/tokenize", json={"content": text, "add_special": False})
-            return r.json()["tokens"]
-
-    assert asyncio.run(go()) == want
+    assert server_ids == AutoTokenizer.from_pretrained(str(tiny_model))(TEXT)["input_ids"]
 
 
 def _llama_servers(tree):
