@@ -8,8 +8,10 @@ quantized types, the llama-quantize binary's digest; the tool's log is kept besi
 
 The BPE pre-tokenizer: the converter recognises a tokenizer by a hash of how it splits a fixed
 text; a tokenizer it does not know (a locally trained one) is converted with the pre-tokenizer its
-tokenizer.json declares (:func:`declared_pre_tokenizer`; backends/llamacpp/convert_main.py), never
-a guessed one. Only the GPT-2 byte-level split is declared this way; anything else is refused.
+transformers applies to the checkpoint (:func:`declared_pre_tokenizer`; backends/llamacpp/convert_main.py),
+never a guessed one: the split of the tokenizer every other engine uses. Only GPT-2's byte-level
+split and Qwen2's split are declared this way; anything else is left to the converter (which
+refuses what it does not know).
 """
 from __future__ import annotations
 
@@ -30,17 +32,32 @@ MODEL_FILE = "model.gguf"
 UNQUANTIZED = ("f32", "f16", "bf16")
 
 
+# Qwen2's pre-tokenizer split (transformers' Qwen2Tokenizer; llama.cpp's "qwen2" pre type)
+QWEN2_SPLIT = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+               "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+
+
 def declared_pre_tokenizer(model_dir: str | os.PathLike[str]) -> str:
-    """The llama.cpp pre-tokenizer type that tokenizer.json's ``pre_tokenizer`` is, or "-" (none
-    declared: the converter must recognise the tokenizer itself)."""
+    """The llama.cpp pre-tokenizer type of the split that transformers applies to this checkpoint
+    (the tokenizer vLLM and the reference use), or "-" (none recognised: the converter must know
+    the tokenizer itself). transformers may not apply tokenizer.json's own pre-tokenizer: for a
+    qwen2 model it loads Qwen2Tokenizer, whose split (digits one by one) replaces a plain ByteLevel
+    regex; the GGUF must split as the other engines do."""
     try:
-        tj = json.loads(Path(model_dir, "tokenizer.json").read_text())
-    except (OSError, ValueError):
+        from transformers import AutoTokenizer
+
+        backend = AutoTokenizer.from_pretrained(str(model_dir)).backend_tokenizer
+        pre = json.loads(backend.to_str()).get("pre_tokenizer") or {}
+    except Exception:  # noqa: BLE001 - no fast tokenizer: nothing can be declared
         return "-"
-    pre = tj.get("pre_tokenizer") or {}
-    # tokenizers' ByteLevel with use_regex splits with GPT-2's regex: llama.cpp's "gpt-2" type
-    if pre.get("type") == "ByteLevel" and pre.get("use_regex", True) and not pre.get("add_prefix_space"):
-        return "gpt-2"
+    steps = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    kinds = [s.get("type") for s in steps]
+    if kinds == ["ByteLevel"] and steps[0].get("use_regex", True) and not steps[0].get("add_prefix_space"):
+        return "gpt-2"  # tokenizers' ByteLevel regex is GPT-2's
+    if kinds == ["Split", "ByteLevel"] and not steps[1].get("use_regex", True):
+        pattern = (steps[0].get("pattern") or {}).get("Regex")
+        if pattern == QWEN2_SPLIT and steps[0].get("behavior") == "Isolated":
+            return "qwen2"
     return "-"
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.http.protocol import (BadEvent, Done, Error, Parsed, Protocol, bad_event, int_ids, obj, opt_int,
+from backends.http.protocol import (UNKNOWN_ID, BadEvent, Done, Error, Parsed, Protocol, bad_event, int_ids, obj, opt_int,
                                     opt_str, token_event)
 from backends.http.sse import RawEvent, loads, snippet
 from core.errors import FailureKind
@@ -48,9 +48,16 @@ def completion_payload(req: GenerationRequest, model: str = "") -> dict[str, Any
     return p
 
 
-def parse_completion(raw: RawEvent, timings: dict[str, Any] | None = None) -> list[Parsed]:
-    """One event -> its tokens and, in the last one, the end; ``timings`` receives the server's
-    per-request timings when the last event carries them."""
+def parse_completion(raw: RawEvent, state: dict[str, Any] | None = None) -> list[Parsed]:
+    """One event -> its tokens and, in the last one, the end. ``state`` (one dict per stream)
+    keeps the server's generated-token count between events and receives, under "timings", the
+    server's per-request timings from the last event.
+
+    A token whose text ends inside a UTF-8 character is never sent on its own: llama-server sends
+    nothing for that step, and the next event carries only the next token's id while its
+    ``tokens_predicted`` has grown by two (server-context.cpp ``process_token``). With ``state``
+    the count is kept exact: the missing token is placed before the known one, in the same event,
+    with the unknown id -1 (its bytes are in this event's text)."""
     try:
         ev = loads(raw.data)
     except ValueError:
@@ -66,11 +73,18 @@ def parse_completion(raw: RawEvent, timings: dict[str, Any] | None = None) -> li
     try:
         out: list[Parsed] = []
         ids = int_ids(ev["tokens"], "tokens") if ev.get("tokens") is not None else ()
+        n = opt_int(ev.get("tokens_predicted"), "tokens_predicted")
+        if state is not None and n is not None and ev.get("stop") is not True:
+            held = n - state.get("n", 0) - len(ids)
+            if ids and held > 0:
+                ids = (UNKNOWN_ID,) * held + ids
+            state["n"] = n
         if ids:
             out.append(token_event(raw.t_ns, ids, opt_str(ev.get("content"), "content") or ""))
         if ev.get("stop") is True:
             stop_type = opt_str(ev.get("stop_type"), "stop_type")
-            if timings is not None:
+            if state is not None:
+                timings = state.setdefault("timings", {})
                 timings.update(obj(ev.get("timings"), "timings"))
                 if ev.get("tokens_cached") is not None:
                     timings["tokens_cached"] = opt_int(ev.get("tokens_cached"), "tokens_cached")

@@ -14,14 +14,15 @@ requests); ``/metrics`` (``llamacpp:*`` counters and gauges) is scraped around e
 Prometheus server. llama.cpp does not expose queue time, time to first token or end-to-end latency
 per request, and has no histograms: those stay client-side.
 
-What was loaded is read back, not assumed: the GGUF's file type and per-type tensor counts from the
-server's own log (``llama_model_loader``), the context, slots and KV layout from ``/props`` and the
-log, into ``describe().extra["quantization"]`` (compare/quality/verify.py checks it).
+What was loaded is read back, not assumed: the file type the server loaded (``/props``
+model_ftype) and its bytes per parameter (``/v1/models`` meta), the context and slots from
+``/props``, and the tensor types of the GGUF it was given, into ``describe().extra["quantization"]``
+(compare/quality/verify.py checks it). At its default log level the server does not log the loaded
+tensor types, the KV cache type or the resolved flash-attention choice.
 """
 from __future__ import annotations
 
 import asyncio
-import re
 import statistics
 import tempfile
 import time
@@ -39,35 +40,50 @@ from core.errors import BackendRequestError, FailureKind
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem
 
 HOST = "127.0.0.1"
-# llama_model_loader / print_info lines of the server log
-_FTYPE = re.compile(r"file type\s*=\s*(.+?)\s*$", re.M)
-_TENSOR_TYPE = re.compile(r"llama_model_loader: - type\s+(\S+):\s+(\d+) tensors")
-# "flash_attn = auto" (what was asked), then "Flash Attention enabled" / "... not supported, set to disabled"
-_FLASH = re.compile(r"flash_attn\s*=\s*(\S+)|Flash Attention (enabled)|Flash Attention not supported, set to (disabled)")
-_KV = re.compile(r"llama_kv_cache: size = .*?K \((\S+)\).*?V \((\S+)\)")
-# GGUF file type (as llama.cpp prints it) -> (neutral dtype, quantization method)
+# llama.cpp's file-type name (``/props`` model_ftype) -> (neutral dtype, quantization method)
 FILE_TYPES = {"all F32": ("float32", None), "F16": ("float16", None), "BF16": ("bfloat16", None),
               "Q8_0": (None, "Q8_0"), "Q4_K - Medium": (None, "Q4_K_M")}
 
 
-def loaded_report(log_text: str, kv_type: str | None = None) -> dict[str, Any] | None:
-    """What the server loaded, from its log: ``{"method", "dtype", "file_type", "tensor_types", ...}``."""
-    ftypes = _FTYPE.findall(log_text)
-    if not ftypes:
+def loaded_report(props: dict[str, Any], meta: dict[str, Any], tensor_types: dict[str, int] | None = None,
+                  kv_type: str | None = None) -> dict[str, Any] | None:
+    """What the server loaded: its file type (``/props`` model_ftype), its size per parameter
+    (``/v1/models`` meta: bytes in memory / parameters), and the tensor types of the GGUF it was given."""
+    ftype = props.get("model_ftype")
+    if not isinstance(ftype, str) or not ftype:
         return None
-    ftype = ftypes[-1].removeprefix("(guessed) ")
+    ftype = ftype.removeprefix("(guessed) ")
     dtype, method = FILE_TYPES.get(ftype, (None, ftype))
-    types = {t: int(n) for t, n in _TENSOR_TYPE.findall(log_text)}
-    rep: dict[str, Any] = {"method": method, "file_type": ftype, "tensor_types": types, "kernels": [],
-                           "source": "llama-server log (print_info file type, llama_model_loader tensor types)"}
+    rep: dict[str, Any] = {"method": method, "file_type": ftype, "kernels": [],
+                           "source": "llama-server /props model_ftype and /v1/models size / n_params"}
     if dtype:
         rep["dtype"] = dtype
-    kv = _KV.findall(log_text)
-    if kv:
-        rep["kv_cache_dtype"] = kv[-1][0]
-    elif kv_type:
-        rep["kv_cache_dtype"] = kv_type
+    size, n = meta.get("size"), meta.get("n_params")
+    if isinstance(size, (int, float)) and isinstance(n, (int, float)) and n > 0:
+        rep["weight_bytes"] = size
+        rep["bits_per_weight"] = round(size * 8 / n, 3)
+    if tensor_types:
+        rep["tensor_types"] = tensor_types
+    if kv_type:
+        rep["kv_cache_dtype"] = kv_type  # as configured (--cache-type-k); the server does not report it
     return rep
+
+
+def gguf_tensor_types(path: Path) -> dict[str, int]:
+    """Tensor types counted in a GGUF's header (gguf-py of the pinned source)."""
+    import sys
+
+    from backends.llamacpp.build import converter_dir
+
+    gguf_py = str(converter_dir() / "gguf-py")
+    if gguf_py not in sys.path:
+        sys.path.append(gguf_py)
+    from gguf import GGUFReader  # type: ignore[import-not-found]
+
+    counts: dict[str, int] = {}
+    for t in GGUFReader(str(path)).tensors:
+        counts[t.tensor_type.name.lower()] = counts.get(t.tensor_type.name.lower(), 0) + 1
+    return counts
 
 
 def _timing_metrics(t: dict[str, Any]) -> dict[str, float]:
@@ -113,6 +129,8 @@ class LlamaCppBackend(HttpStreamBackend):
         self._health_s: float | None = None
         self._origin: dict[str, Any] = {}
         self._props: dict[str, Any] = {}
+        self._model_meta: dict[str, Any] = {}
+        self._tensor_types: dict[str, int] = {}
         self._level: list[dict[str, float]] = []
 
     @property
@@ -134,6 +152,7 @@ class LlamaCppBackend(HttpStreamBackend):
             return server, Path(self.plan.gguf)
         quant = quantize_binary(server) if self.plan.gguf_type not in ("f32", "f16", "bf16") else None
         entry, hit = prepare_gguf(self.spec.model, self.plan.gguf_type, quant)
+        self._tensor_types = gguf_tensor_types(entry.path / MODEL_FILE)
         self._origin["gguf"] = {"path": str(entry.path / MODEL_FILE), "cache_key": entry.key, "cache_hit": hit,
                                 "type": self.plan.gguf_type,
                                 "declared_pre_tokenizer": entry.meta.get("declared_pre_tokenizer")}
@@ -165,6 +184,12 @@ class LlamaCppBackend(HttpStreamBackend):
         except (ValueError, Exception):  # noqa: BLE001 - identity only; /health already answered
             props = {}
         self._props = props if isinstance(props, dict) else {}
+        try:
+            r = await self._client.get("/v1/models", timeout=10.0)
+            data = (r.json().get("data") or [{}]) if r.status_code == 200 else [{}]
+            self._model_meta = (data[0] or {}).get("meta") or {}
+        except (ValueError, AttributeError, Exception):  # noqa: BLE001 - reported as absent
+            self._model_meta = {}
         self._version = str(self._props.get("build_info") or "unknown")
         self._info = {k: v for k, v in self._props.items() if isinstance(v, (str, int, float, bool))
                       and k not in ("chat_template",)}
@@ -176,8 +201,8 @@ class LlamaCppBackend(HttpStreamBackend):
             payload = COMPLETION.build_payload(self._adapt(req), "")
         except ValueError as e:
             raise BackendRequestError(FailureKind.PROMPT, str(e)) from None
-        timings: dict[str, Any] = {}
-        sink = EventSink(lambda raw: COMPLETION.parse_event(raw, timings), self.raw_observer, req.request_id)
+        state: dict[str, Any] = {}  # this stream's token count and, at its end, the server's timings
+        sink = EventSink(lambda raw: COMPLETION.parse_event(raw, state), self.raw_observer, req.request_id)
         try:
             async for batch in read_events(self._client, COMPLETION.path, payload, sink, self._post):
                 for item in batch:
@@ -190,7 +215,7 @@ class LlamaCppBackend(HttpStreamBackend):
         if not sink.terminal:
             raise BackendRequestError(FailureKind.DISCONNECTED, "stream closed before llama-server's last event "
                                       "(stop: true): the server died or cut it")
-        metrics = _timing_metrics(timings)
+        metrics = _timing_metrics(state.get("timings") or {})
         self._level.append(metrics)
         yield StreamEnd(t_ns=sink.end_ns or time.perf_counter_ns(), finish_reason=sink.finish,
                         prompt_tokens=sink.prompt_tokens, completion_tokens=sink.completion_tokens,
@@ -206,20 +231,12 @@ class LlamaCppBackend(HttpStreamBackend):
         self._level = []
         return out
 
-    def _log_text(self) -> str:
-        try:
-            return self._server.log_path.read_text(errors="replace") if self._server else ""
-        except OSError:
-            return ""
-
     def describe(self) -> BackendDescription:
-        log = self._log_text()
         dgs = self._props.get("default_generation_settings") or {}
-        flash = ["".join(m) for m in _FLASH.findall(log)]
         resolved = {"n_ctx": dgs.get("n_ctx") if isinstance(dgs, dict) else None,
-                    "total_slots": self._props.get("total_slots"), "flash_attn": flash[-1] if flash else None,
-                    "build_info": self._props.get("build_info")}
-        quant = loaded_report(log, self.plan.flags.get("--cache-type-k"))
+                    "total_slots": self._props.get("total_slots"), "model_ftype": self._props.get("model_ftype"),
+                    "build_info": self._props.get("build_info"), "model_meta": self._model_meta}
+        quant = loaded_report(self._props, self._model_meta, self._tensor_types, self.plan.flags.get("--cache-type-k"))
         return BackendDescription(
             name=self.name, framework=self.framework, version=self._version,
             native_config={**self.plan.as_dict(), "server_argv": self._argv[1:], "resolved": resolved,

@@ -88,25 +88,30 @@ def test_completion_payload_and_events():
     assert sampled["top_k"] == 0 and sampled["min_p"] == 0.0 and sampled["top_p"] == 0.9  # no hidden truncation
     tok = parse_completion(RawEvent(5, '{"content":"","tokens":[17],"stop":false}', "", 5))
     assert len(tok) == 1 and isinstance(tok[0], TokenEvent) and tok[0].token_ids == (17,)  # empty text: still a token
-    timings: dict = {}
+    state: dict = {}
+    first = parse_completion(RawEvent(5, '{"content":"a","tokens":[17],"stop":false,"tokens_predicted":1}', "", 5), state)
+    assert first[0].token_ids == (17,)
+    # the server sent nothing for a token that ended inside a UTF-8 character: its count is restored
+    held = parse_completion(RawEvent(6, '{"content":"\u00e9","tokens":[18],"stop":false,"tokens_predicted":3}',
+                                     "", 6), state)
+    assert held[0].token_ids == (-1, 18) and held[0].text == "\u00e9"
     last = parse_completion(RawEvent(9, '{"content":"","tokens":[],"stop":true,"stop_type":"limit",'
-                                        '"tokens_predicted":7,"tokens_evaluated":2,"tokens_cached":8,'
+                                        '"tokens_predicted":3,"tokens_evaluated":2,"tokens_cached":8,'
                                         '"timings":{"prompt_ms":1.5,"predicted_ms":3.0,"cache_n":0,"prompt_n":2}}',
-                                     "", 9), timings)
-    assert last == [Done(finish_reason="length", prompt_tokens=2, completion_tokens=7, terminal=True)]
-    assert timings["prompt_ms"] == 1.5 and timings["tokens_cached"] == 8
+                                     "", 9), state)
+    assert last == [Done(finish_reason="length", prompt_tokens=2, completion_tokens=3, terminal=True)]
+    assert state["timings"]["prompt_ms"] == 1.5 and state["timings"]["tokens_cached"] == 8
     err = parse_completion(RawEvent(1, '{"error":{"code":400,"message":"bad"}}', "", 1))
     assert isinstance(err[0], Error) and err[0].message == "bad"
 
 
-def test_loaded_types_from_the_server_log():
-    log = ("llama_model_loader: - type  f32:   37 tensors\nllama_model_loader: - type q8_0:   13 tensors\n"
-           "print_info: file type   = Q8_0\n")
-    rep = loaded_report(log)
-    assert rep["method"] == "Q8_0" and rep["tensor_types"] == {"f32": 37, "q8_0": 13} and "dtype" not in rep
-    rep = loaded_report("print_info: file type   = all F32\n", "f32")
+def test_loaded_type_from_what_the_server_reports():
+    rep = loaded_report({"model_ftype": "Q8_0"}, {"size": 1_200_000, "n_params": 1_100_000}, {"f32": 9, "q8_0": 28})
+    assert rep["method"] == "Q8_0" and "dtype" not in rep and rep["bits_per_weight"] == pytest.approx(8.727, abs=1e-3)
+    rep = loaded_report({"model_ftype": "(guessed) all F32"}, {}, None, "f32")
     assert rep["method"] is None and rep["dtype"] == "float32" and rep["kv_cache_dtype"] == "f32"
-    assert loaded_report("nothing loaded") is None
+    assert loaded_report({"model_ftype": "Q4_K - Medium"}, {})["method"] == "Q4_K_M"
+    assert loaded_report({}, {}) is None
 
 
 def test_level_timings_are_exact_means():

@@ -69,17 +69,29 @@ def test_one_server_streams_greedy_tokens_with_its_own_timings(tiny_model):
             return outs, level, after, slots, r.json()["tokens"], b.describe()
 
     outs, level, after, slots, server_ids, desc = asyncio.run(go())
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model))
     ref = _reference_greedy(tiny_model, prompts, 24)
+    unknown = 0
     for items, want, prompt in zip(outs, ref, prompts):
         events, end = items[:-1], items[-1]
         assert all(isinstance(e, TokenEvent) for e in events) and isinstance(end, StreamEnd)
-        assert [t for e in events for t in e.token_ids] == want  # fp32 greedy: transformers' tokens
+        got = [t for e in events for t in e.token_ids]
+        assert len(got) == len(want) == 24
+        for i, (g, w) in enumerate(zip(got, want)):
+            if g == -1:  # not streamed by llama-server: transformers' token ends inside a UTF-8 character
+                unknown += 1
+                assert tok.decode(want[:i + 1]).endswith("\ufffd"), (i, w)
+            else:
+                assert g == w, (i, got, want)  # fp32 greedy: transformers' tokens
         stamps = [e.t_ns for e in events]
         assert stamps == sorted(stamps) and end.t_ns >= stamps[-1]
         assert end.finish_reason == "length" and end.completion_tokens == 24 and end.prompt_tokens == len(prompt)
         m = end.engine_metrics  # the server's own per-request timings
         assert m["prefill_s"] > 0 and m["decode_s"] > 0 and m["num_generation_tokens"] == 24
         assert m["prompt_processed_tokens"] + m["prompt_cached_tokens"] == len(prompt)
+    assert unknown < 4 * 24 // 4  # most ids are streamed
     assert sum(len(i.token_ids) for i in after[:-1]) == 5 and after[-1].finish_reason == "length"
     assert not any(s.get("is_processing") for s in slots), slots  # the abandoned request was stopped
     # per level: exact means of the timings, and the Prometheus counters of /metrics
@@ -88,13 +100,11 @@ def test_one_server_streams_greedy_tokens_with_its_own_timings(tiny_model):
     assert desc.framework == "llamacpp" and desc.version != "unknown"
     resolved = desc.native_config["resolved"]
     assert resolved["total_slots"] == 4 and resolved["n_ctx"] == 512  # --kv-unified-per-slot: the request limit
-    q = desc.extra["quantization"]  # what the server log says it loaded
+    q = desc.extra["quantization"]  # what the server says it loaded
     assert q["file_type"] == "all F32" and q["dtype"] == "float32" and q["method"] is None
-    assert set(q["tensor_types"]) == {"f32"} and q["kv_cache_dtype"] == "f32"
-    assert desc.extra["gguf"]["declared_pre_tokenizer"] == "gpt-2"
-    from transformers import AutoTokenizer
-
-    assert server_ids == AutoTokenizer.from_pretrained(str(tiny_model))(TEXT)["input_ids"]
+    assert 31 < q["bits_per_weight"] <= 33 and set(q["tensor_types"]) == {"f32"} and q["kv_cache_dtype"] == "f32"
+    assert desc.extra["gguf"]["declared_pre_tokenizer"] == "qwen2"  # transformers loads it as Qwen2Tokenizer
+    assert server_ids == tok(TEXT)["input_ids"]
 
 
 def _llama_servers(tree):

@@ -33,13 +33,19 @@ def test_three_engines_serve_the_same_greedy_tokens(tiny_model, tmp_path):
         assert rec["error_kind"] is None
         by[(rec["level"], rec["request_id"])][rec["backend"]] = rec
     assert len(by) == 12
+    unknown = 0
     for recs in by.values():
         v = recs["vllm"]
         for other in ("openvino", "llamacpp"):
             o = recs[other]
             assert v["prompt_tokens"] == o["prompt_tokens"]  # the same prompt reached every engine
             assert len(o["token_ids"]) == 16
-            assert v["token_ids"] == o["token_ids"], (other, v["request_id"])
+            # llama-server does not stream the id of a token that ends inside a UTF-8 character
+            # (backends/llamacpp/protocol.py): -1 there, every other id equal
+            known = [(a, b) for a, b in zip(v["token_ids"], o["token_ids"]) if b != -1]
+            unknown += 16 - len(known)
+            assert all(a == b for a, b in known), (other, v["request_id"], v["token_ids"], o["token_ids"])
+    assert unknown < 12 * 16 // 4
     lc = run["backends"]["llamacpp"]
     assert lc["describe"]["framework"] == "llamacpp"
     assert lc["quant_verification"]["valid"] is True, lc["quant_verification"]
@@ -57,7 +63,7 @@ def test_gguf_quantizations_are_loaded_and_verified(tiny_model, tmp_path, scheme
     run = json.loads((tmp_path / "q" / "run.json").read_text())
     b = run["backends"]["llamacpp"]
     q = b["describe"]["extra"]["quantization"]
-    assert q["method"] == method, q
+    assert q["method"] == method and q["bits_per_weight"] < 16, q
     if qtype:
         assert q["tensor_types"].get(qtype, 0) >= 4 * 7  # 4 layers x 7 linear layers
     else:  # the tiny model's 128-wide rows are not a multiple of Q4_K's 256: llama-quantize falls back
