@@ -14,8 +14,10 @@ reason. Server defaults a fair comparison must not hide (llama.cpp b11434, ``lla
 - the KV cache type defaults to f16 even for an f32 model; the plan follows the model's dtype
   (``--cache-type-k/-v``), as vLLM's kv_cache_dtype=auto does.
 - ``--n-gpu-layers`` defaults to "auto" (as many as fit): pinned to 0 on CPU and all on CUDA.
-- flash attention defaults to auto; the plan writes it out (``--flash-attn auto``) so the run
-  records it, and the resolved value is read back from the server.
+- flash attention defaults to auto, which turns ggml's flash-attention kernel on for the CPU; that
+  kernel does not compute in f32 (it flipped a near-tie against transformers' fp32 greedy token on
+  the tiny model; with it off llama.cpp's log-probs equal transformers' to 1e-5), so an f32 model
+  gets ``--flash-attn off``; other types keep ``auto``, written out.
 - prompt caching is on by default (``--cache-prompt``, plus a host-RAM prompt cache ``--cache-ram``);
   prefix_caching=false turns both off.
 """
@@ -149,9 +151,16 @@ def llamacpp_plan(spec: ServingSpec, target: Target) -> LlamaCppPlan:
     notes: list[str] = []
     _refuse_fields(spec, target, notes)
     gguf_type, kv_type = _weights(spec, target, notes)
+    # flash attention "auto" resolves to on for the CPU, and ggml's CPU flash-attention kernel does
+    # not compute in f32 (measured: a top-2 log-prob gap of 0.003 flipped against transformers' fp32,
+    # with FA off the log-probs equal transformers' to 1e-5): an f32 model gets it off
+    fa = "off" if gguf_type == "f32" else "auto"
     flags: dict[str, Any] = {"--seed": spec.seed, "--cache-type-k": kv_type, "--cache-type-v": kv_type,
-                             "--flash-attn": "auto", "--metrics": True, "--slots": True, "--no-webui": True}
+                             "--flash-attn": fa, "--metrics": True, "--slots": True, "--no-webui": True}
     notes.append(f"KV cache {kv_type} (the model's dtype; llama-server's own default is f16)")
+    if fa == "off":
+        notes.append("--flash-attn off: the f32 model's attention in f32 (llama-server's auto turns on a CPU "
+                     "flash-attention kernel that computes in reduced precision)")
     env: dict[str, str] = {}
     if target.device == "cpu":
         flags["--n-gpu-layers"] = 0

@@ -25,7 +25,7 @@ def test_golden_plan_sizes_the_pool_like_vllm():
     p = llamacpp_plan(spec, target())
     # 2 (K and V) x 4 layers x 2 KV heads x 32 dims x 4 bytes (f32) = 2 KiB a token
     assert p.gguf_type == "f32"
-    assert dict(p.flags) == {"--seed": 3, "--cache-type-k": "f32", "--cache-type-v": "f32", "--flash-attn": "auto",
+    assert dict(p.flags) == {"--seed": 3, "--cache-type-k": "f32", "--cache-type-v": "f32", "--flash-attn": "off",
                              "--metrics": True, "--slots": True, "--no-webui": True, "--n-gpu-layers": 0,
                              "--parallel": 8, "--ctx-size": 64 * 2**20 // 2048, "--kv-unified": True,
                              "--kv-unified-per-slot": 512, "--batch-size": 256, "--ubatch-size": 256,
@@ -43,7 +43,7 @@ def test_max_model_len_alone_gives_each_slot_its_own_context():
 def test_dtype_and_quantization_become_the_gguf_type():
     assert llamacpp_plan(ServingSpec(model="/m"), target()).gguf_type == "f32"  # the checkpoint's dtype
     p = llamacpp_plan(ServingSpec(model="/m", dtype="bfloat16"), target())
-    assert p.gguf_type == "bf16" and p.flags["--cache-type-k"] == "bf16"
+    assert p.gguf_type == "bf16" and p.flags["--cache-type-k"] == "bf16" and p.flags["--flash-attn"] == "auto"
     assert llamacpp_plan(ServingSpec(model="/m", quantization="gguf-q8_0"), target()).gguf_type == "Q8_0"
     assert llamacpp_plan(ServingSpec(model="/m", quantization="gguf-q4_k_m"), target()).gguf_type == "Q4_K_M"
     with pytest.raises(UnsupportedSpecError, match="nearest supported: gguf-q8_0"):
