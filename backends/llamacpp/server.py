@@ -56,12 +56,14 @@ def loaded_report(props: dict[str, Any], meta: dict[str, Any], tensor_types: dic
     dtype, method = FILE_TYPES.get(ftype, (None, ftype))
     rep: dict[str, Any] = {"method": method, "file_type": ftype, "kernels": [],
                            "source": "llama-server /props model_ftype and /v1/models size / n_params"}
-    if dtype:
-        rep["dtype"] = dtype
+    # a quantized GGUF's other tensors (norms) and activations are f32 on the CPU
+    rep["dtype"] = dtype or "float32"
     size, n = meta.get("size"), meta.get("n_params")
     if isinstance(size, (int, float)) and isinstance(n, (int, float)) and n > 0:
         rep["weight_bytes"] = size
         rep["bits_per_weight"] = round(size * 8 / n, 3)
+        # every weight (embeddings included) against f32: verify.py's size check of the scheme's bits
+        rep["linear_ratio"] = round(size * 8 / n / 32, 4)
     if tensor_types:
         rep["tensor_types"] = tensor_types
     if kv_type:

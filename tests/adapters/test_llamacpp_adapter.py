@@ -107,7 +107,8 @@ def test_completion_payload_and_events():
 
 def test_loaded_type_from_what_the_server_reports():
     rep = loaded_report({"model_ftype": "Q8_0"}, {"size": 1_200_000, "n_params": 1_100_000}, {"f32": 9, "q8_0": 28})
-    assert rep["method"] == "Q8_0" and "dtype" not in rep and rep["bits_per_weight"] == pytest.approx(8.727, abs=1e-3)
+    assert rep["method"] == "Q8_0" and rep["dtype"] == "float32" and rep["bits_per_weight"] == pytest.approx(8.727, abs=1e-3)
+    assert rep["linear_ratio"] == pytest.approx(8.727 / 32, abs=1e-3)
     rep = loaded_report({"model_ftype": "(guessed) all F32"}, {}, None, "f32")
     assert rep["method"] is None and rep["dtype"] == "float32" and rep["kv_cache_dtype"] == "f32"
     assert loaded_report({"model_ftype": "Q4_K - Medium"}, {})["method"] == "Q4_K_M"

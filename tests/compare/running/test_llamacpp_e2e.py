@@ -64,9 +64,14 @@ def test_gguf_quantizations_are_loaded_and_verified(tiny_model, tmp_path, scheme
     b = run["backends"]["llamacpp"]
     q = b["describe"]["extra"]["quantization"]
     assert q["method"] == method and q["bits_per_weight"] < 16, q
+    v = b["quant_verification"]
     if qtype:
         assert q["tensor_types"].get(qtype, 0) >= 4 * 7  # 4 layers x 7 linear layers
-    else:  # the tiny model's 128-wide rows are not a multiple of Q4_K's 256: llama-quantize falls back
-        assert set(q["tensor_types"]) - {"f32"}, q
-    assert b["quant_verification"]["valid"] is True, b["quant_verification"]
+        assert v["valid"] is True, v
+    else:
+        # the tiny model's 128-wide rows are not a multiple of Q4_K's 256-weight super-blocks:
+        # llama-quantize falls back to q5_0 / q8_0 for most tensors, ~7 bits a weight. The run is
+        # labelled Q4_K_M (the server says so) but is not 4-bit: reported invalid, with the reason
+        assert q["tensor_types"].get("q5_0", 0) > q["tensor_types"].get("q4_k", 0), q
+        assert v["valid"] is False and any("4-bit scheme" in p for p in v["problems"]), v
     assert b["levels"]["c2"]["ok"] == 4
