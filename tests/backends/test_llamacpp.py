@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -157,9 +158,12 @@ def test_no_llama_server_outlives_the_tool(tiny_model, tmp_path, sig):
 def test_gguf_builds_are_listed_in_the_engine_cache(tiny_model):
     from backends.llamacpp.gguf import prepare_gguf
 
-    prepare_gguf(str(tiny_model), "f32")
+    entry, _ = prepare_gguf(str(tiny_model), "f32")
     ls = run_cli("cache", "ls", "--json")
     assert ls.returncode == 0, ls.stderr
-    rows = [x for x in json.loads(ls.stdout) if x["kind"] == "gguf" and x["model"] == str(tiny_model.resolve())]
-    assert [r["quant"] for r in rows if r["quant"] == "f32"] == ["f32"]
-    assert all("llama.cpp b11434" in r["built_by"] for r in rows)
+    rows = {x["key"]: x for x in json.loads(ls.stdout) if x["kind"] == "gguf"}
+    mine = rows[entry.key]
+    assert mine["model"] == str(tiny_model.resolve()) and mine["quant"] == "f32" and mine["size_bytes"] > 0
+    assert "llama.cpp b11434" in mine["built_by"] and (entry.path / "convert.log").is_file()
+    builds = [x for x in json.loads(ls.stdout) if x["kind"] == "llama.cpp-build"]
+    assert builds and all((Path(b["path"]) / "build.log").is_file() for b in builds)
