@@ -48,7 +48,7 @@ def _summary(rows, n_tokens):
             "server_timings": bool(rows and rows[0][3] and rows[0][3].engine_metrics)}
 
 
-async def main(n: int, tokens: int) -> dict:
+async def main(n: int, tokens: int, reverse: bool = False) -> dict:
     model = ensure_tiny_model()
     spec = ServingSpec(model=str(model), dtype="float32", max_model_len=512, kv_cache_memory_bytes=64 << 20)
     reqs = [GenerationRequest(f"r{i}", max_tokens=tokens, prompt_token_ids=tuple(range(5 + i, 37 + i)),
@@ -58,7 +58,8 @@ async def main(n: int, tokens: int) -> dict:
     async with LlamaCppBackend(spec) as native:
         oai = HttpStreamBackend(spec, "llamacpp-openai", protocol="openai", base_url=native.base_url, metrics=None)
         async with oai:
-            for name, b in (("native /completion", native), ("openai /v1/completions", oai)):
+            pairs = [("native /completion", native), ("openai /v1/completions", oai)]
+            for name, b in (pairs[::-1] if reverse else pairs):  # --reverse: the order's effect
                 rows = [await _one(b, r) for r in reqs]  # one at a time: no queueing in the numbers
                 out[name] = _summary(rows, tokens)
     return out
@@ -69,8 +70,9 @@ if __name__ == "__main__":
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--reverse", action="store_true", help="measure the OpenAI stream first")
     a = ap.parse_args()
-    res = asyncio.run(main(a.requests, a.tokens))
+    res = asyncio.run(main(a.requests, a.tokens, a.reverse))
     print(json.dumps(res, indent=2))
     if a.json:
         with open(a.json, "w") as f:
