@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any, AsyncIterator
 
+import httpx
+
 from adapters.llamacpp import LlamaCppPlan, llamacpp_plan
 from adapters.spec import ServingSpec
 from backends.http.protocol import EventSink
@@ -183,14 +185,14 @@ class LlamaCppBackend(HttpStreamBackend):
         try:
             r = await self._client.get("/props", timeout=10.0)
             props = r.json() if r.status_code == 200 else {}
-        except (ValueError, Exception):  # noqa: BLE001 - identity only; /health already answered
+        except (httpx.HTTPError, ValueError):  # identity only; /health already answered
             props = {}
         self._props = props if isinstance(props, dict) else {}
         try:
             r = await self._client.get("/v1/models", timeout=10.0)
             data = (r.json().get("data") or [{}]) if r.status_code == 200 else [{}]
             self._model_meta = (data[0] or {}).get("meta") or {}
-        except (ValueError, AttributeError, Exception):  # noqa: BLE001 - reported as absent
+        except (httpx.HTTPError, ValueError, AttributeError, IndexError, TypeError):  # reported as absent
             self._model_meta = {}
         self._version = str(self._props.get("build_info") or "unknown")
         self._info = {k: v for k, v in self._props.items() if isinstance(v, (str, int, float, bool))
