@@ -57,7 +57,8 @@ def parse_completion(raw: RawEvent, state: dict[str, Any] | None = None) -> list
     nothing for that step, and the next event carries only the next token's id while its
     ``tokens_predicted`` has grown by two (server-context.cpp ``process_token``). With ``state``
     the count is kept exact: the missing token is placed before the known one, in the same event,
-    with the unknown id -1 (its bytes are in this event's text)."""
+    with the unknown id -1 (its bytes are in this event's text). Tokens still held when the
+    generation ends are never sent: the last event's count adds them, ids -1, at its stamp."""
     try:
         ev = loads(raw.data)
     except ValueError:
@@ -82,6 +83,9 @@ def parse_completion(raw: RawEvent, state: dict[str, Any] | None = None) -> list
         if ids:
             out.append(token_event(raw.t_ns, ids, opt_str(ev.get("content"), "content") or ""))
         if ev.get("stop") is True:
+            if state is not None and n is not None and n > state.get("n", 0) + len(ids):
+                # the last token(s) ended inside a UTF-8 character: never streamed, counted here
+                out.append(token_event(raw.t_ns, (UNKNOWN_ID,) * (n - state.get("n", 0) - len(ids)), ""))
             stop_type = opt_str(ev.get("stop_type"), "stop_type")
             if state is not None:
                 timings = state.setdefault("timings", {})

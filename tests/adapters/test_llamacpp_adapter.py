@@ -101,6 +101,11 @@ def test_completion_payload_and_events():
                                      "", 9), state)
     assert last == [Done(finish_reason="length", prompt_tokens=2, completion_tokens=3, terminal=True)]
     assert state["timings"]["prompt_ms"] == 1.5 and state["timings"]["tokens_cached"] == 8
+    # the generation ended on a held token: the last event's count restores it
+    state = {"n": 2}
+    end = parse_completion(RawEvent(9, '{"content":"","tokens":[],"stop":true,"stop_type":"limit",'
+                                       '"tokens_predicted":3,"tokens_evaluated":2}', "", 9), state)
+    assert end[0].token_ids == (-1,) and end[0].t_ns == 9 and end[1].completion_tokens == 3
     err = parse_completion(RawEvent(1, '{"error":{"code":400,"message":"bad"}}', "", 1))
     assert isinstance(err[0], Error) and err[0].message == "bad"
 
