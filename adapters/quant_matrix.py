@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-BACKENDS = ("vllm", "tgi", "trtllm", "hf", "openvino")
+BACKENDS = ("vllm", "tgi", "trtllm", "hf", "openvino", "llamacpp")
 DEVICES = ("cpu", "cuda")
 
 
@@ -115,6 +115,20 @@ def _ref(cls: str) -> BackendQuant:
     return _on(any=_no(_REF.format(cls=cls), "fp32"))
 
 
+def _gguf(how: str, kernel: str) -> BackendQuant:
+    """llama.cpp: the scheme is the GGUF's type, written when the checkpoint is converted."""
+    return _on(any=Cell(True, how, kernel, "export"))
+
+
+def _no_gguf(reason: str, alternative: str | None) -> BackendQuant:
+    return _on(any=_no(reason, alternative))
+
+
+_GGUF_W4 = ("llama.cpp serves GGUF block types, not {what}: its 4-bit types use blocks of 32 (Q4_0) or "
+            "256-weight super-blocks (Q4_K), and ggml quantizes activations to 8 bits for the dot products")
+_GGUF_CPU = "ggml CPU dot product against 8-bit-block activations (AVX2/AVX512-VNNI)"
+
+
 def _scheme(name: str, kind: str, summary: str, **kw: Any) -> QuantScheme:
     for k in ("spec_update", "backends"):
         kw[k] = MappingProxyType(dict(kw.get(k) or {}))
@@ -137,7 +151,8 @@ TABLE: tuple[QuantScheme, ...] = (
                 "hf": _on(any=Cell(True, "dtype=float32", "torch dense GEMM", "dtype")),
                 "openvino": _ov(cpu=Cell(True, "export fp32, INFERENCE_PRECISION_HINT f32", "CPU plugin f32 GEMM "
                                          "(oneDNN)", "dtype", reason="the plugin's own default computes in bf16 "
-                                         "where the CPU has bf16 units; the plan pins f32"))}),
+                                         "where the CPU has bf16 units; the plan pins f32")),
+                "llamacpp": _gguf("GGUF f32 (convert_hf_to_gguf.py --outtype f32)", "ggml f32 matmul (CPU) / cuBLAS")}),
     _scheme("bf16", "dtype", "unquantized bfloat16", weight_bits=16, weight_type="float",
             spec_update={"dtype": "bfloat16"}, backends={
                 "vllm": _on(cuda=Cell(True, "dtype=bfloat16", _DENSE, "dtype"),
@@ -147,7 +162,8 @@ TABLE: tuple[QuantScheme, ...] = (
                 "trtllm": _gpu(cuda=Cell(True, "dtype bfloat16", _TRT_DENSE, "dtype")),
                 "hf": _on(any=Cell(True, "dtype=bfloat16", "torch dense GEMM", "dtype")),
                 "openvino": _ov(cpu=Cell(True, "export fp16, INFERENCE_PRECISION_HINT bf16", "CPU plugin bf16 GEMM "
-                                         "(AMX / AVX512-BF16)", "dtype"))}),
+                                         "(AMX / AVX512-BF16)", "dtype")),
+                "llamacpp": _gguf("GGUF bf16 (convert_hf_to_gguf.py --outtype bf16)", "ggml bf16 matmul (AVX512-BF16 on CPU)")}),
     _scheme("fp16", "dtype", "unquantized float16", weight_bits=16, weight_type="float",
             spec_update={"dtype": "float16"}, backends={
                 "vllm": _on(cuda=Cell(True, "dtype=float16", _DENSE, "dtype"),
@@ -158,7 +174,8 @@ TABLE: tuple[QuantScheme, ...] = (
                 "hf": _on(cuda=Cell(True, "dtype=float16", "torch dense GEMM", "dtype"),
                           cpu=Cell(True, "dtype=float16", "torch dense GEMM (slow on CPU)", "dtype")),
                 "openvino": _ov(cpu=Cell(True, "export fp16, INFERENCE_PRECISION_HINT f16", "CPU plugin f16 GEMM "
-                                         "(fast only with AVX512-FP16 / AMX-FP16)", "dtype"))}),
+                                         "(fast only with AVX512-FP16 / AMX-FP16)", "dtype")),
+                "llamacpp": _gguf("GGUF f16 (convert_hf_to_gguf.py --outtype f16)", "ggml f16 matmul (F16C conversion on CPU) / cuBLAS")}),
     _scheme("auto", "dtype", "unquantized, the checkpoint's dtype"),
     _scheme("w4a16-awq", "weights", "AWQ 4-bit weights, 16-bit activations (AWQ checkpoint)",
             weight_bits=4, weight_type="int", act_bits=16, act_type="float", group_size=128, calibration=True,
@@ -172,7 +189,8 @@ TABLE: tuple[QuantScheme, ...] = (
                 "trtllm": _gpu("W4A16_AWQ", cuda=Cell(True, "ModelOpt qformat int4_awq / QuantAlgo.W4A16_AWQ",
                                                       _INT4, "checkpoint")),
                 "hf": _ref("AwqConfig + autoawq/gptqmodel"),
-                "openvino": _ov(cpu=_no(_OV_CAL.format(flag="--awq"), "w4a16"))}),
+                "openvino": _ov(cpu=_no(_OV_CAL.format(flag="--awq"), "w4a16")),
+                "llamacpp": _no_gguf(_GGUF_W4.format(what="AWQ checkpoints"), "gguf-q4_k_m")}),
     _scheme("w4a16-gptq", "weights", "GPTQ 4-bit weights, 16-bit activations",
             weight_bits=4, weight_type="int", act_bits=16, act_type="float", group_size=128, calibration=True,
             spec_update={"quantization": "w4a16-gptq"}, llmcompressor="GPTQ:W4A16", backends={
@@ -187,7 +205,8 @@ TABLE: tuple[QuantScheme, ...] = (
                 "trtllm": _gpu("W4A16_GPTQ", cuda=Cell(True, "QuantAlgo.W4A16_GPTQ (pre-quantized GPTQ checkpoint; "
                                                        "ModelOpt cannot produce it)", _INT4, "checkpoint")),
                 "hf": _ref("GPTQConfig + gptqmodel"),
-                "openvino": _ov(cpu=_no(_OV_CAL.format(flag="--gptq"), "w4a16"))}),
+                "openvino": _ov(cpu=_no(_OV_CAL.format(flag="--gptq"), "w4a16")),
+                "llamacpp": _no_gguf(_GGUF_W4.format(what="GPTQ checkpoints"), "gguf-q4_k_m")}),
     _scheme("w4a16", "weights", "4-bit integer weights, 16-bit activations (compressed-tensors)",
             weight_bits=4, weight_type="int", act_bits=16, act_type="float", group_size=128,
             spec_update={"quantization": "w4a16"}, llmcompressor="W4A16", backends={
@@ -203,7 +222,8 @@ TABLE: tuple[QuantScheme, ...] = (
                 # NNCF: 4-bit groups of 128, symmetric, every linear layer (ratio 1.0); data-free
                 "openvino": _ov("int4", cpu=Cell(True, "optimum-cli export openvino --weight-format int4 "
                                                  "--group-size 128 --sym --ratio 1.0 (NNCF)",
-                                                 "CPU plugin int4 weight-decompression GEMM", "export"))}),
+                                                 "CPU plugin int4 weight-decompression GEMM", "export")),
+                "llamacpp": _no_gguf(_GGUF_W4.format(what="group-128 int4 with 16-bit activations"), "gguf-q4_k_m")}),
     _scheme("w8a16-int8", "weights", "8-bit integer weights only",
             weight_bits=8, weight_type="int", act_bits=16, act_type="float",
             spec_update={"quantization": "w8a16-int8"}, backends={
@@ -219,7 +239,8 @@ TABLE: tuple[QuantScheme, ...] = (
                 "hf": _ref("TorchAoConfig / QuantoConfig int8 weight-only"),
                 # NNCF: per-channel asymmetric 8-bit weights; data-free
                 "openvino": _ov("int8", cpu=Cell(True, "optimum-cli export openvino --weight-format int8 (NNCF)",
-                                                 "CPU plugin int8 weight-decompression GEMM", "export"))}),
+                                                 "CPU plugin int8 weight-decompression GEMM", "export")),
+                "llamacpp": _no_gguf("GGUF's 8-bit type Q8_0 has blocks of 32 weights with an f16 scale each and its dot products quantize the activations to 8 bits too: not weight-only", "gguf-q8_0")}),
     _scheme("w8a8-int8", "weights", "8-bit integer weights and activations",
             weight_bits=8, weight_type="int", act_bits=8, act_type="int",
             spec_update={"quantization": "w8a8-int8"}, llmcompressor="W8A8", backends={
@@ -232,7 +253,8 @@ TABLE: tuple[QuantScheme, ...] = (
                                cuda=Cell(True, "qformat int8_sq / QuantAlgo.W8A8_SQ_PER_CHANNEL (engine flow)",
                                          "SmoothQuant int8 GEMM plugin", "online")),
                 "hf": _ref("CompressedTensorsConfig"),
-                "openvino": _ov(cpu=_no(_OV_CAL.format(flag="--quant-mode int8"), "w8a16-int8"))}),
+                "openvino": _ov(cpu=_no(_OV_CAL.format(flag="--quant-mode int8"), "w8a16-int8")),
+                "llamacpp": _no_gguf("per-channel int8 W8A8 is not a GGUF type (Q8_0 is block-wise: 32 weights per f16 scale)", "gguf-q8_0")}),
     _scheme("w8a8-fp8", "weights", "FP8 weights and activations (checkpoint, or online)",
             weight_bits=8, weight_type="float", act_bits=8, act_type="float",
             spec_update={"quantization": "w8a8-fp8"}, llmcompressor="FP8_DYNAMIC", backends={
@@ -250,7 +272,36 @@ TABLE: tuple[QuantScheme, ...] = (
                                cuda=Cell(True, "qformat fp8 / QuantAlgo.FP8", "FP8 GEMM (cuBLASLt / CUTLASS, sm_89+)",
                                          "online")),
                 "hf": _ref("FineGrainedFP8Config"),
-                "openvino": _ov(cpu=_no("the CPU plugin has no FP8 GEMM", "w8a16-int8"))}),
+                "openvino": _ov(cpu=_no("the CPU plugin has no FP8 GEMM", "w8a16-int8")),
+                "llamacpp": _no_gguf("ggml has no FP8 types or matmul", "gguf-q8_0")}),
+    _scheme("gguf-q8_0", "weights", "GGUF Q8_0 (llama.cpp): 8-bit integer weights in blocks of 32, one f16 scale per "
+            "block; ggml's dot products quantize the activations to 8-bit blocks on the fly, so it is nearer "
+            "w8a8-int8 (block-wise) than weight-only w8a16-int8",
+            weight_bits=8, weight_type="int", act_bits=8, act_type="int", group_size=32,
+            spec_update={"quantization": "gguf-q8_0"}, backends={
+                "vllm": _on(any=_no("GGUF block types are llama.cpp's format; the vllm backend does not load GGUF",
+                                    "w8a8-int8")),
+                "tgi": _gpu(cuda=_no("the TGI launcher does not load GGUF", "w8a16-int8")),
+                "trtllm": _gpu(cuda=_no("TensorRT-LLM has no GGUF block types", "w8a16-int8")),
+                "hf": _ref("its GGUF loader, which dequantizes to float"),
+                "openvino": _ov(cpu=_no("the backend exports the HF checkpoint (NNCF), not GGUF", "w8a16-int8")),
+                "llamacpp": _on("Q8_0", (), any=Cell(True, "llama-quantize Q8_0 (from the f32 GGUF)",
+                                                     "ggml Q8_0 x Q8_0 dot product (CPU) / MMQ (CUDA)", "export"))}),
+    _scheme("gguf-q4_k_m", "weights", "GGUF Q4_K_M (llama.cpp): mixed 4/6-bit; most tensors Q4_K (super-blocks of 256 "
+            "weights, 8 sub-blocks of 32 with 6-bit scales and mins), attn_v and half of ffn_down Q6_K; activations "
+            "quantized to 8-bit blocks for the dot products. Nearest to w4a16 in size, not in numerics",
+            weight_bits=4, weight_type="int", act_bits=8, act_type="int", group_size=32,
+            spec_update={"quantization": "gguf-q4_k_m"}, backends={
+                "vllm": _on(any=_no("GGUF block types are llama.cpp's format; the vllm backend does not load GGUF",
+                                    "w4a16")),
+                "tgi": _gpu(cuda=_no("the TGI launcher does not load GGUF", "w4a16-awq")),
+                "trtllm": _gpu(cuda=_no("TensorRT-LLM has no GGUF block types", "w4a16-awq")),
+                "hf": _ref("its GGUF loader, which dequantizes to float"),
+                "openvino": _ov(cpu=_no("the backend exports the HF checkpoint (NNCF), not GGUF", "w4a16")),
+                "llamacpp": _on("Q4_K_M", (), any=Cell(True, "llama-quantize Q4_K_M (from the f32 GGUF); rows not "
+                                                       "divisible by 256 get llama-quantize's fallback type",
+                                                       "ggml Q4_K / Q6_K x Q8_K dot products (CPU) / MMQ (CUDA)",
+                                                       "export"))}),
     _scheme("kv-cache-fp8", "kv-cache", "FP8 KV cache (with any weight scheme)",
             spec_update={"kv_cache_dtype": "fp8"}, backends={
                 "vllm": _on(cuda=Cell(True, "kv_cache_dtype=fp8", "FP8 KV cache in the attention backend", "flag"),
@@ -261,7 +312,8 @@ TABLE: tuple[QuantScheme, ...] = (
                                          "flag")),
                 "hf": _on(any=_no("the reference keeps the KV cache in the model dtype", "fp32")),
                 "openvino": _ov(cpu=_no("the CPU plugin's KV cache precisions are f32, f16, bf16, u8 and u4 "
-                                        "(native openvino.KV_CACHE_PRECISION)", None))}),
+                                        "(native openvino.KV_CACHE_PRECISION)", None)),
+                "llamacpp": _no_gguf("llama.cpp's KV cache types are f32, f16, bf16 and block ints (q8_0, q4_0, ...; native llamacpp.--cache-type-k)", None)}),
 )
 
 SCHEMES: Mapping[str, QuantScheme] = MappingProxyType({s.name: s for s in TABLE})

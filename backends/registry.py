@@ -202,6 +202,7 @@ PLUGINS = (
     "backends.openvino",        # OpenVINO GenAI in-process (CPU)
     "backends.hf_cb",           # transformers continuous batching in its own engine process
     "backends.fake",            # the fake engine: a test instrument (no model runs)
+    "backends.llamacpp",        # llama.cpp's llama-server (GGUF) launched here, over HTTP
 )
 _plugins_loaded = False
 

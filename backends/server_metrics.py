@@ -39,7 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from core.errors import UserError
 
-KEEP_PREFIXES = ("vllm:", "tgi_", "trtllm_")
+KEEP_PREFIXES = ("vllm:", "tgi_", "trtllm_", "llamacpp:")
 # histogram families -> summary key (seconds in, ms out)
 HISTOGRAMS = {
     "vllm:time_to_first_token_seconds": "server_ttft_ms",
@@ -56,7 +56,11 @@ HISTOGRAMS = {
     "trtllm_e2e_request_latency_seconds": "server_e2e_ms",
 }
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-          "tgi_queue_size", "tgi_batch_current_size", "trtllm_kv_cache_utilization")
+          "tgi_queue_size", "tgi_batch_current_size", "trtllm_kv_cache_utilization",
+          # llama-server --metrics (llama.cpp b11434): busy slots, requests waiting for a slot, and its
+          # own throughput gauges (not counters: a delta of them means nothing)
+          "llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:n_busy_slots_per_decode",
+          "llamacpp:prompt_tokens_seconds", "llamacpp:predicted_tokens_seconds")
 MAX_ITERATIONS_KEPT = 20000  # TRT-LLM iteration stats per level (one per engine step)
 
 

@@ -47,6 +47,10 @@ WEIGHTS = {
     # --find-max-rate on the fake engine: three short runs (was three vLLM starts, 94-330 s)
     "test_max_rate.py": 20,
     "test_quant_engine.py": 85,
+    # llama.cpp (built by setup): one shared server start and four signalled runs; and a
+    # vllm,openvino,llamacpp run plus two GGUF runs (2026-12-02, one worker, load ~5)
+    "test_llamacpp.py": 80,
+    "test_llamacpp_e2e.py": 75,
     "test_trtllm_pipeline.py": 75,
     "tgi-double": 250,  # 73 s, the text-generation client (~30 s), served-model runs (~95 s), client-procs runs (~50 s)
     "test_topology.py": 47,

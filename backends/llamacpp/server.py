@@ -1,0 +1,251 @@
+"""``llamacpp``: llama.cpp's ``llama-server`` launched here, streamed over HTTP (native ``/completion``).
+
+Lifecycle (as ``vllm-server``, backends/vllm_server.py): the binary (this machine's build from the
+engine cache, or a prebuilt one) and the GGUF (converted once, cached) are resolved first; the
+server binds 127.0.0.1 on a free port, runs in its own process group under the guard process that
+kills the group when this process disappears (even by SIGKILL), carries the run's owner tag for the
+reaper, logs to ``<results>/logs/<name>.log``, is health-polled until ready, and is torn down on
+every exit path.
+
+Server-side timing: every request's last event carries the slot's ``timings`` (prompt processing
+and generation time, cached/processed prompt tokens), kept in the request's ``engine_metrics`` and
+summarised per level (``server_prefill_ms``, ``server_decode_ms``: exact means over the level's
+requests); ``/metrics`` (``llamacpp:*`` counters and gauges) is scraped around each level like any
+Prometheus server. llama.cpp does not expose queue time, time to first token or end-to-end latency
+per request, and has no histograms: those stay client-side.
+
+What was loaded is read back, not assumed: the file type the server loaded (``/props``
+model_ftype) and its bytes per parameter (``/v1/models`` meta), the context and slots from
+``/props``, and the tensor types of the GGUF it was given, into ``describe().extra["quantization"]``
+(compare/quality/verify.py checks it). At its default log level the server does not log the loaded
+tensor types, the KV cache type or the resolved flash-attention choice.
+"""
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import httpx
+
+from adapters.llamacpp import LlamaCppPlan, llamacpp_plan
+from adapters.spec import ServingSpec
+from backends.http.protocol import EventSink
+from backends.http.sse import read_events
+from backends.http_backends import HttpStreamBackend
+from backends.llamacpp import CAPS
+from backends.llamacpp.protocol import COMPLETION
+from core.errors import BackendRequestError, FailureKind
+from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem
+
+HOST = "127.0.0.1"
+# llama.cpp's file-type name (``/props`` model_ftype) -> (neutral dtype, quantization method)
+FILE_TYPES = {"all F32": ("float32", None), "F16": ("float16", None), "BF16": ("bfloat16", None),
+              "Q8_0": (None, "Q8_0"), "Q4_K - Medium": (None, "Q4_K_M")}
+
+
+def loaded_report(props: dict[str, Any], meta: dict[str, Any], tensor_types: dict[str, int] | None = None,
+                  kv_type: str | None = None) -> dict[str, Any] | None:
+    """What the server loaded: its file type (``/props`` model_ftype), its size per parameter
+    (``/v1/models`` meta: bytes in memory / parameters), and the tensor types of the GGUF it was given."""
+    ftype = props.get("model_ftype")
+    if not isinstance(ftype, str) or not ftype:
+        return None
+    ftype = ftype.removeprefix("(guessed) ")
+    dtype, method = FILE_TYPES.get(ftype, (None, ftype))
+    rep: dict[str, Any] = {"method": method, "file_type": ftype, "kernels": [],
+                           "source": "llama-server /props model_ftype and /v1/models size / n_params"}
+    # a quantized GGUF's other tensors (norms) and activations are f32 on the CPU
+    rep["dtype"] = dtype or "float32"
+    size, n = meta.get("size"), meta.get("n_params")
+    if isinstance(size, (int, float)) and isinstance(n, (int, float)) and n > 0:
+        rep["weight_bytes"] = size
+        rep["bits_per_weight"] = round(size * 8 / n, 3)
+        # every weight (embeddings included) against f32: verify.py's size check of the scheme's bits
+        rep["linear_ratio"] = round(size * 8 / n / 32, 4)
+    if tensor_types:
+        rep["tensor_types"] = tensor_types
+    if kv_type:
+        rep["kv_cache_dtype"] = kv_type  # as configured (--cache-type-k); the server does not report it
+    return rep
+
+
+def gguf_tensor_types(path: Path) -> dict[str, int]:
+    """Tensor types counted in a GGUF's header (gguf-py of the pinned source)."""
+    import sys
+
+    from backends.llamacpp.build import converter_dir
+
+    gguf_py = str(converter_dir() / "gguf-py")
+    if gguf_py not in sys.path:
+        sys.path.append(gguf_py)
+    from gguf import GGUFReader  # type: ignore[import-not-found]
+
+    counts: dict[str, int] = {}
+    for t in GGUFReader(str(path)).tensors:
+        counts[t.tensor_type.name.lower()] = counts.get(t.tensor_type.name.lower(), 0) + 1
+    return counts
+
+
+def _timing_metrics(t: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, name, scale in (("prompt_ms", "prefill_s", 1e-3), ("predicted_ms", "decode_s", 1e-3),
+                             ("prompt_n", "prompt_processed_tokens", 1.0), ("cache_n", "prompt_cached_tokens", 1.0),
+                             ("predicted_n", "num_generation_tokens", 1.0)):
+        v = t.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[name] = float(v) * scale
+    return out
+
+
+def level_timings(per_request: list[dict[str, float]]) -> dict[str, Any]:
+    """Exact means over a level's requests of the server's own per-request timings."""
+    out: dict[str, Any] = {}
+    for key, field in (("server_prefill_ms", "prefill_s"), ("server_decode_ms", "decode_s")):
+        vals = [m[field] * 1e3 for m in per_request if field in m]
+        if vals:
+            out[key] = {"count": len(vals), "mean": statistics.fmean(vals), "max": max(vals),
+                        "source": "per-request timings of llama-server's stream (not a histogram)"}
+    cached = sum(m.get("prompt_cached_tokens", 0.0) for m in per_request)
+    processed = sum(m.get("prompt_processed_tokens", 0.0) for m in per_request)
+    if per_request:
+        out["prompt_cache"] = {"cached_tokens": cached, "processed_tokens": processed,
+                               "hit_rate": cached / (cached + processed) if cached + processed else None}
+    return out
+
+
+class LlamaCppBackend(HttpStreamBackend):
+    framework = "llamacpp"
+
+    def __init__(self, spec: ServingSpec, name: str = "llamacpp", native: LlamaCppPlan | None = None,
+                 **kw: Any) -> None:
+        from backends.models.probe import probe
+
+        # the run's plan (backends/registry.py), else resolved here; UnsupportedSpecError before any I/O
+        self.plan = native or llamacpp_plan(spec, probe(spec.model))
+        super().__init__(spec, name, protocol=COMPLETION, model=spec.model, metrics="prometheus", **kw)
+        self.results_dir: Path | None = None
+        self._server: Any = None
+        self._argv: list[str] = []
+        self._health_s: float | None = None
+        self._origin: dict[str, Any] = {}
+        self._props: dict[str, Any] = {}
+        self._model_meta: dict[str, Any] = {}
+        self._tensor_types: dict[str, int] = {}
+        self._level: list[dict[str, float]] = []
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return CAPS
+
+    def attach_results_dir(self, path: Path) -> None:
+        self.results_dir = Path(path)
+
+    def _prepare(self) -> tuple[Path, Path]:
+        """(server binary, GGUF): resolved (built / converted when missing) off the event loop."""
+        from backends.llamacpp.build import quantize_binary, server_binary
+        from backends.llamacpp.gguf import MODEL_FILE, prepare_gguf
+
+        server, origin = server_binary(self.plan.server_bin)
+        self._origin = {"server_bin": str(server), "server_from": origin}
+        if self.plan.gguf:
+            self._origin["gguf"] = {"path": self.plan.gguf, "from": "native llamacpp.gguf (served as is)"}
+            return server, Path(self.plan.gguf)
+        quant = quantize_binary(server) if self.plan.gguf_type not in ("f32", "f16", "bf16") else None
+        entry, hit = prepare_gguf(self.spec.model, self.plan.gguf_type, quant)
+        self._tensor_types = gguf_tensor_types(entry.path / MODEL_FILE)
+        self._origin["gguf"] = {"path": str(entry.path / MODEL_FILE), "cache_key": entry.key, "cache_hit": hit,
+                                "type": self.plan.gguf_type,
+                                "declared_pre_tokenizer": entry.meta.get("declared_pre_tokenizer")}
+        return server, entry.path / MODEL_FILE
+
+    async def _start_server(self) -> None:
+        from backends.vllm_server import START_TIMEOUT_S, ServerProcess, free_port
+
+        loop = asyncio.get_running_loop()
+        server, gguf = await loop.run_in_executor(None, self._prepare)
+        port = free_port()
+        self._argv = [str(server), "--model", str(gguf), "--host", HOST, "--port", str(port), *self.plan.argv()]
+        safe = self.name.replace("/", "_").replace(":", "_").replace("@", "_")
+        log_dir = self.results_dir or Path(tempfile.mkdtemp(prefix="llm-compare-server-"))
+        self._server = ServerProcess(self._argv, log_dir / f"{safe}.log", env=dict(self.plan.env))
+        self._server.start()
+        self.base_url = f"http://{HOST}:{port}"
+        self._health_s = await self._server.wait_healthy(self.base_url + "/health", START_TIMEOUT_S)
+
+    async def _stop_server(self) -> None:
+        if self._server is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._server.stop)
+
+    async def _probe(self) -> None:
+        assert self._client is not None
+        try:
+            r = await self._client.get("/props", timeout=10.0)
+            props = r.json() if r.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):  # identity only; /health already answered
+            props = {}
+        self._props = props if isinstance(props, dict) else {}
+        try:
+            r = await self._client.get("/v1/models", timeout=10.0)
+            data = (r.json().get("data") or [{}]) if r.status_code == 200 else [{}]
+            self._model_meta = (data[0] or {}).get("meta") or {}
+        except (httpx.HTTPError, ValueError, AttributeError, IndexError, TypeError):  # reported as absent
+            self._model_meta = {}
+        self._version = str(self._props.get("build_info") or "unknown")
+        self._info = {k: v for k, v in self._props.items() if isinstance(v, (str, int, float, bool))
+                      and k not in ("chat_template",)}
+
+    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+        if self._client is None:
+            raise BackendRequestError(FailureKind.CONNECT, f"{self.name} is not started")
+        try:
+            payload = COMPLETION.build_payload(self._adapt(req), "")
+        except ValueError as e:
+            raise BackendRequestError(FailureKind.PROMPT, str(e)) from None
+        state: dict[str, Any] = {}  # this stream's token count and, at its end, the server's timings
+        sink = EventSink(lambda raw: COMPLETION.parse_event(raw, state), self.raw_observer, req.request_id)
+        try:
+            async for batch in read_events(self._client, COMPLETION.path, payload, sink, self._post):
+                for item in batch:
+                    yield item
+        except BackendRequestError as e:
+            if e.kind == FailureKind.CONNECT and "refused" in e.message.lower():
+                raise BackendRequestError(FailureKind.ENGINE_DEAD, f"llama-server at {self.base_url} refused the "
+                                          f"connection: it is gone ({e.message})") from None
+            raise
+        if not sink.terminal:
+            raise BackendRequestError(FailureKind.DISCONNECTED, "stream closed before llama-server's last event "
+                                      "(stop: true): the server died or cut it")
+        metrics = _timing_metrics(state.get("timings") or {})
+        self._level.append(metrics)
+        yield StreamEnd(t_ns=sink.end_ns or time.perf_counter_ns(), finish_reason=sink.finish,
+                        prompt_tokens=sink.prompt_tokens, completion_tokens=sink.completion_tokens,
+                        engine_metrics=metrics)
+
+    async def on_level_start(self, label: str) -> None:
+        self._level = []
+        await super().on_level_start(label)
+
+    async def on_level_end(self, label: str) -> dict[str, Any]:
+        out = await super().on_level_end(label)
+        out.update(level_timings(self._level))
+        self._level = []
+        return out
+
+    def describe(self) -> BackendDescription:
+        dgs = self._props.get("default_generation_settings") or {}
+        resolved = {"n_ctx": dgs.get("n_ctx") if isinstance(dgs, dict) else None,
+                    "total_slots": self._props.get("total_slots"), "model_ftype": self._props.get("model_ftype"),
+                    "build_info": self._props.get("build_info"), "model_meta": self._model_meta}
+        quant = loaded_report(self._props, self._model_meta, self._tensor_types, self.plan.flags.get("--cache-type-k"))
+        return BackendDescription(
+            name=self.name, framework=self.framework, version=self._version,
+            native_config={**self.plan.as_dict(), "server_argv": self._argv[1:], "resolved": resolved,
+                           "protocol": "llama.cpp native /completion (stream, return_tokens)",
+                           "base_url": self.base_url},
+            extra={**self._origin, "server_log": str(self._server.log_path) if self._server else None,
+                   "health_after_s": self._health_s, "quantization": quant,
+                   "event_clock": self._transport.clock() if self._transport is not None else None})

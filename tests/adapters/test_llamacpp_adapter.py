@@ -1,0 +1,127 @@
+"""ServingSpec -> llama-server plan (pure): every spec field mapped or refused with its reason, the
+native /completion protocol's payload and events, and what the server log says was loaded."""
+import pytest
+
+from adapters.llamacpp import llamacpp_plan
+from adapters.spec import ServingSpec, UnsupportedSpecError
+from adapters.target import Machine, ModelInfo, Target
+from backends.http.protocol import Done, Error
+from backends.http.sse import RawEvent
+from backends.llamacpp.protocol import completion_payload, parse_completion
+from backends.llamacpp.server import level_timings, loaded_report
+from core.records import GenerationRequest, TokenEvent
+
+TINY_CFG = {"num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+            "hidden_size": 128, "dtype": "float32"}
+
+
+def target(cfg=TINY_CFG, device="cpu"):
+    return Target(ModelInfo("/m", local=True, config=cfg), Machine(device))
+
+
+def test_golden_plan_sizes_the_pool_like_vllm():
+    spec = ServingSpec(model="/m", dtype="float32", max_num_seqs=8, max_num_batched_tokens=256,
+                       kv_cache_memory_bytes=64 * 2**20, max_model_len=512, prefix_caching=True, seed=3)
+    p = llamacpp_plan(spec, target())
+    # 2 (K and V) x 4 layers x 2 KV heads x 32 dims x 4 bytes (f32) = 2 KiB a token
+    assert p.gguf_type == "f32"
+    assert dict(p.flags) == {"--seed": 3, "--cache-type-k": "f32", "--cache-type-v": "f32", "--flash-attn": "off",
+                             "--metrics": True, "--slots": True, "--no-webui": True, "--n-gpu-layers": 0,
+                             "--parallel": 8, "--ctx-size": 64 * 2**20 // 2048, "--kv-unified": True,
+                             "--kv-unified-per-slot": 512, "--batch-size": 256, "--ubatch-size": 256,
+                             "--cache-prompt": True}
+    assert p.argv()[:4] == ["--seed", "3", "--cache-type-k", "f32"] and "--metrics" in p.argv()
+
+
+def test_max_model_len_alone_gives_each_slot_its_own_context():
+    p = llamacpp_plan(ServingSpec(model="/m", max_model_len=256, max_num_seqs=3), target())
+    assert p.flags["--ctx-size"] == 3 * 256 and p.flags["--parallel"] == 3 and "--kv-unified" not in p.flags
+    p = llamacpp_plan(ServingSpec(model="/m", max_model_len=256), target())  # the server's 4 slots, written out
+    assert p.flags["--ctx-size"] == 4 * 256 and p.flags["--parallel"] == 4
+
+
+def test_dtype_and_quantization_become_the_gguf_type():
+    assert llamacpp_plan(ServingSpec(model="/m"), target()).gguf_type == "f32"  # the checkpoint's dtype
+    p = llamacpp_plan(ServingSpec(model="/m", dtype="bfloat16"), target())
+    assert p.gguf_type == "bf16" and p.flags["--cache-type-k"] == "bf16" and p.flags["--flash-attn"] == "auto"
+    assert llamacpp_plan(ServingSpec(model="/m", quantization="gguf-q8_0"), target()).gguf_type == "Q8_0"
+    assert llamacpp_plan(ServingSpec(model="/m", quantization="gguf-q4_k_m"), target()).gguf_type == "Q4_K_M"
+    with pytest.raises(UnsupportedSpecError, match="nearest supported: gguf-q8_0"):
+        llamacpp_plan(ServingSpec(model="/m", quantization="w8a16-int8"), target())
+    with pytest.raises(UnsupportedSpecError, match="nearest supported: gguf-q4_k_m"):
+        llamacpp_plan(ServingSpec(model="/m", quantization="w4a16"), target())
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("block_size", 16, "not paged blocks"),
+    ("gpu_memory_utilization", 0.9, "kv_cache_memory_bytes"),
+    ("kv_cache_dtype", "fp8", "no fp8"),
+    ("chunked_prefill", False, "cannot be turned off"),
+    ("tensor_parallel", 2, "--split-mode"),
+    ("load_format", "dummy", "real weights"),
+    ("tokenizer", "/other", "own tokenizer"),
+])
+def test_refusals_say_why(field, value, match):
+    with pytest.raises(UnsupportedSpecError, match=match):
+        llamacpp_plan(ServingSpec(model="/m", **{field: value}), target())
+
+
+def test_gpu_layers_graphs_and_native_flags():
+    p = llamacpp_plan(ServingSpec(model="/m", enforce_eager=True), target(device="cuda"))
+    assert p.flags["--n-gpu-layers"] == "all" and p.env["GGML_CUDA_DISABLE_GRAPHS"] == "1"
+    p = llamacpp_plan(ServingSpec(model="/m", enforce_eager=True, prefix_caching=False,
+                                  native={"llamacpp": {"--threads": 2, "server_bin": "/opt/llama-server"}}), target())
+    assert p.flags["--n-gpu-layers"] == 0 and not p.env and any("not applicable on CPU" in n for n in p.notes)
+    assert p.flags["--no-cache-prompt"] is True and p.flags["--cache-ram"] == 0 and p.flags["--threads"] == 2
+    assert p.server_bin == "/opt/llama-server"
+    with pytest.raises(UnsupportedSpecError, match="set by the backend"):
+        llamacpp_plan(ServingSpec(model="/m", native={"llamacpp": {"--port": 1}}), target())
+    with pytest.raises(UnsupportedSpecError, match="not a llama-server flag"):
+        llamacpp_plan(ServingSpec(model="/m", native={"llamacpp": {"threads": 2}}), target())
+
+
+def test_completion_payload_and_events():
+    greedy = completion_payload(GenerationRequest("r", max_tokens=7, prompt_token_ids=(1, 2), ignore_eos=True, seed=5))
+    assert greedy["prompt"] == [1, 2] and greedy["n_predict"] == 7 and greedy["temperature"] == 0.0
+    assert greedy["return_tokens"] and greedy["ignore_eos"] and greedy["seed"] == 5 and "top_k" not in greedy
+    sampled = completion_payload(GenerationRequest("r", max_tokens=7, prompt_text="hi", temperature=0.7, top_p=0.9))
+    assert sampled["top_k"] == 0 and sampled["min_p"] == 0.0 and sampled["top_p"] == 0.9  # no hidden truncation
+    tok = parse_completion(RawEvent(5, '{"content":"","tokens":[17],"stop":false}', "", 5))
+    assert len(tok) == 1 and isinstance(tok[0], TokenEvent) and tok[0].token_ids == (17,)  # empty text: still a token
+    state: dict = {}
+    first = parse_completion(RawEvent(5, '{"content":"a","tokens":[17],"stop":false,"tokens_predicted":1}', "", 5), state)
+    assert first[0].token_ids == (17,)
+    # the server sent nothing for a token that ended inside a UTF-8 character: its count is restored
+    held = parse_completion(RawEvent(6, '{"content":"\u00e9","tokens":[18],"stop":false,"tokens_predicted":3}',
+                                     "", 6), state)
+    assert held[0].token_ids == (-1, 18) and held[0].text == "\u00e9"
+    last = parse_completion(RawEvent(9, '{"content":"","tokens":[],"stop":true,"stop_type":"limit",'
+                                        '"tokens_predicted":3,"tokens_evaluated":2,"tokens_cached":8,'
+                                        '"timings":{"prompt_ms":1.5,"predicted_ms":3.0,"cache_n":0,"prompt_n":2}}',
+                                     "", 9), state)
+    assert last == [Done(finish_reason="length", prompt_tokens=2, completion_tokens=3, terminal=True)]
+    assert state["timings"]["prompt_ms"] == 1.5 and state["timings"]["tokens_cached"] == 8
+    # the generation ended on a held token: the last event's count restores it
+    state = {"n": 2}
+    end = parse_completion(RawEvent(9, '{"content":"","tokens":[],"stop":true,"stop_type":"limit",'
+                                       '"tokens_predicted":3,"tokens_evaluated":2}', "", 9), state)
+    assert end[0].token_ids == (-1,) and end[0].t_ns == 9 and end[1].completion_tokens == 3
+    err = parse_completion(RawEvent(1, '{"error":{"code":400,"message":"bad"}}', "", 1))
+    assert isinstance(err[0], Error) and err[0].message == "bad"
+
+
+def test_loaded_type_from_what_the_server_reports():
+    rep = loaded_report({"model_ftype": "Q8_0"}, {"size": 1_200_000, "n_params": 1_100_000}, {"f32": 9, "q8_0": 28})
+    assert rep["method"] == "Q8_0" and rep["dtype"] == "float32" and rep["bits_per_weight"] == pytest.approx(8.727, abs=1e-3)
+    assert rep["linear_ratio"] == pytest.approx(8.727 / 32, abs=1e-3)
+    rep = loaded_report({"model_ftype": "(guessed) all F32"}, {}, None, "f32")
+    assert rep["method"] is None and rep["dtype"] == "float32" and rep["kv_cache_dtype"] == "f32"
+    assert loaded_report({"model_ftype": "Q4_K - Medium"}, {})["method"] == "Q4_K_M"
+    assert loaded_report({}, {}) is None
+
+
+def test_level_timings_are_exact_means():
+    out = level_timings([{"prefill_s": 0.002, "decode_s": 0.010, "prompt_cached_tokens": 0, "prompt_processed_tokens": 4},
+                         {"prefill_s": 0.004, "decode_s": 0.030, "prompt_cached_tokens": 4, "prompt_processed_tokens": 4}])
+    assert out["server_prefill_ms"]["count"] == 2 and out["server_prefill_ms"]["mean"] == pytest.approx(3.0)
+    assert out["server_decode_ms"]["mean"] == pytest.approx(20.0) and out["prompt_cache"]["hit_rate"] == pytest.approx(4 / 12)
