@@ -44,15 +44,9 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
 
 
 def _read_yaml(path: str, what: str) -> dict[str, Any]:
-    p = Path(path)
-    if not p.exists():
-        raise UserError(f"{what} file {path} does not exist; check the path")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"{what} file {path} is not valid YAML{where}: fix the syntax") from None
+    from core.fsutil import read_user_yaml
+
+    data = read_user_yaml(path, f"{what} file", None) or {}
     if not isinstance(data, dict):
         raise UserError(f"{what} file {path} must hold a mapping of field: value")
     return data

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from core.errors import RunFailed, UserError
-from core.fsutil import write_atomic, write_json_atomic
+from core.fsutil import open_user_file, read_user_json, write_atomic, write_json_atomic
 from core.records import RequestRecord
 from core.results.migrate import to_current
 from core.results.models import SCHEMA_VERSION, RunResults
@@ -233,13 +233,9 @@ def load_run(path: str | os.PathLike[str]) -> RunResults:
     """run.json of a results directory (or the file itself); bad input is a one-line UserError."""
     p = Path(path)
     run_json = p / "run.json" if p.is_dir() else p
-    if not run_json.exists():
-        raise UserError(f"{run_json} not found: pass a results directory written by `compare run`")
-    try:
-        doc = json.loads(run_json.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{run_json} is not valid JSON ({e}); pass a results directory written by "
-                        f"`compare run`") from None
+    if p.is_dir() and not run_json.exists() and not run_json.is_symlink():
+        raise UserError(f"{p} holds no run.json: pass a results directory written by `compare run`")
+    doc = read_user_json(run_json, "results file", "pass a results directory written by `compare run`")
     return to_current(doc, str(run_json))
 
 
@@ -248,7 +244,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
     the disk filled while appending it) is skipped with a one-line warning on stderr; a corrupt
     line anywhere else raises (load_results makes that a UserError)."""
     p = Path(path) / REQUESTS
-    with open(p, "rb") as f:
+    with open_user_file(p, "results file", "pass a complete results directory") as f:
         for raw in f:
             if not raw.strip():
                 continue
@@ -270,6 +266,7 @@ def load_results(path: str | os.PathLike[str]) -> tuple[RunResults, list[Request
         raise UserError(f"{path}: no requests.jsonl; pass a complete results directory")
     try:
         return run, list(iter_records(path))
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise UserError(f"{path}/requests.jsonl has a corrupt line ({type(e).__name__}: {e}); "
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+        problem = "not UTF-8" if isinstance(e, UnicodeDecodeError) else f"{type(e).__name__}: {e}"
+        raise UserError(f"{path}/requests.jsonl has a corrupt line ({problem}); "
                         f"pass a complete results directory") from None

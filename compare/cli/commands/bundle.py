@@ -68,7 +68,9 @@ def _bundle(a: argparse.Namespace) -> int:
 
     root, profile = _validate(a)
     target = Platform(python=a.python, machine=a.machine)
-    have = read_package_list(a.have.read_text()) if a.have else {}
+    from core.fsutil import read_user_text
+
+    have = read_package_list(read_user_text(a.have, "--have file")) if a.have else {}
     skip = {k: v[0] for k, v in (profile.skip.items() if profile else [])}
     cache = a.cache or a.out.resolve().parent / ".bundle-cache"
     print(f"resolving {a.package} for CPython {a.python} {a.machine} ({len(have)} packages on the target)",

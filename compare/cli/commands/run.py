@@ -119,10 +119,24 @@ def _requests(args: argparse.Namespace, spec, workload, served=None):
     from compare.workload.build import build_requests, request_from_dict
 
     if args.replay:
+        from core.fsutil import read_user_jsonl
+
+        if not Path(args.replay).is_dir():
+            raise UserError(f"--replay {args.replay}: not a directory; pass a results directory written by "
+                            f"`compare run`")
         path = Path(args.replay) / "workload.jsonl"
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             raise UserError(f"--replay {args.replay}: no workload.jsonl there; pass a results directory")
-        return [request_from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+        fix = "pass a results directory written by `compare run`"
+        rows = read_user_jsonl(path, "--replay file", fix)
+        try:
+            out = [request_from_dict(row) for row in rows]
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise UserError(f"--replay file {path} holds a request that is not one `compare run` wrote "
+                            f"({type(e).__name__}: {e}); {fix}") from None
+        if not out:
+            raise UserError(f"--replay file {path} holds no requests; {fix}")
+        return out
     tokenizer = served.prompt_tokenizer(workload) if served is not None else None
     if (served is None or served.tokenizer) and (workload.prompt_format != "token_ids" or workload.sharegpt):
         try:
