@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -30,6 +31,29 @@ from core.results.models import SCHEMA_VERSION, RunResults
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+RUN_ID_MAX = 128
+_RUN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
+def run_id_problem(run_id: str) -> str | None:
+    """Why ``run_id`` cannot name a results directory (None: it can). It is one path component
+    under the results root: a separator or ``..`` would write the run elsewhere."""
+    if not run_id:
+        return "a run id cannot be empty"
+    if len(run_id) > RUN_ID_MAX:
+        return f"a run id is at most {RUN_ID_MAX} characters (this one has {len(run_id)})"
+    if not _RUN_ID.fullmatch(run_id):
+        return ("a run id is a name of letters, digits, '.', '_' and '-', not starting with a dot "
+                "(no path separators), e.g. baseline-v1")
+    return None
+
+
+def check_run_id(run_id: str) -> None:
+    problem = run_id_problem(run_id)
+    if problem:
+        raise UserError(f"--run-id {run_id!r}: {problem}")
 
 
 def dump(run: RunResults) -> dict[str, Any]:
@@ -61,6 +85,7 @@ def create_results_dir(root: str | os.PathLike[str], run_id: str) -> Path:
     """Create ``root/run_id`` atomically (it must not exist: of simultaneous starts with one run
     id exactly one gets it) and prove it takes writes, before any engine starts. Bad -> UserError
     (one line, nothing left behind)."""
+    check_run_id(run_id)  # before anything is created
     root = Path(root)
     try:
         root.mkdir(parents=True, exist_ok=True)

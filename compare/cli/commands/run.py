@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from compare.cli import max_rate
+from compare.cli.parser import run_id
 from compare.running import aio
 from compare.cli.commands.common import (
     DEFAULT_LEVELS, DEFAULT_WORKLOAD, add_backends_option, apply_served_defaults, apply_tiny_defaults, has_gpu,
@@ -57,7 +58,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "confidence intervals; 3 recommended for baselines)")
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, default=Path("results"), help="results root (default ./results)")
-    o.add_argument("--run-id", default=None, help="results subdirectory name (default: timestamp)")
+    o.add_argument("--run-id", type=run_id, default=None,
+                   help="results subdirectory name: letters, digits, ._- (default: timestamp)")
     o.add_argument("--format", choices=["table", "json", "md", "html"], default="table",
                    help="table: console; json: run.json + verdict on stdout; md: Markdown report on "
                         "stdout; html: RESULTS/report.html (all rendered from the results files)")

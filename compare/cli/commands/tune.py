@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from compare.cli.commands.common import apply_tiny_defaults, has_gpu
+from compare.cli.parser import run_id
 from core.errors import UserError
 from compare.cli.options import add_spec_options, add_workload_options, spec_from_args, workload_from_args
 
@@ -41,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds")
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, default=Path("results"), help="results root (default ./results)")
-    o.add_argument("--run-id", default=None, help="subdirectory name (default tune-TIMESTAMP)")
+    o.add_argument("--run-id", type=run_id, default=None, help="subdirectory name (default tune-TIMESTAMP)")
     o.add_argument("--cache-dir", type=Path, default=None,
                    help="trial cache (default ~/.cache/llm-compare/tune); a re-run resumes from it")
     p.set_defaults(func=_tune)
