@@ -27,6 +27,7 @@ from core.fsutil import open_user_file, read_user_json, write_atomic, write_json
 from core.records import RequestRecord
 from core.results.migrate import to_current
 from core.results.models import SCHEMA_VERSION, RunResults
+from core.results.owner import current_owner, owner_alive
 
 
 def new_run_id() -> str:
@@ -96,7 +97,12 @@ def create_results_dir(root: str | os.PathLike[str], run_id: str) -> Path:
                         f"directory with --out") from None
     d = root / run_id
     try:
-        d.mkdir()  # no exist_ok: the existence check and the creation are one step
+        try:
+            d.mkdir()  # no exist_ok: the existence check and the creation are one step
+        except FileExistsError:
+            check_results_dir_free(root, run_id)  # refuses unless it holds a run that never measured
+            _set_aside(d)
+            d.mkdir()  # (a simultaneous start with the same id that got there first wins)
     except FileExistsError:
         raise UserError(f"results directory {d} already exists; pick another --run-id") from None
     except OSError as e:
@@ -116,6 +122,45 @@ def create_results_dir(root: str | os.PathLike[str], run_id: str) -> Path:
     return d
 
 
+def never_measured(d: Path) -> bool:
+    """``d`` holds a run that ended (or whose owner died) before measuring anything: no request
+    recorded, no level summarised. Its run id may be used again (the old directory is replaced)."""
+    try:
+        with open(d / "run.json", "rb") as f:
+            doc = json.loads(f.read())
+        reqs = d / REQUESTS
+        if reqs.exists() and reqs.stat().st_size > 0:
+            return False
+    except (OSError, ValueError):
+        return False
+    if not isinstance(doc, dict) or not isinstance(doc.get("backends"), dict):
+        return False
+    status = doc.get("status")
+    if status == "running":
+        if owner_alive(doc.get("owner")) is not False:
+            return False  # (still running, or cannot tell)
+    elif status not in ("failed", "interrupted", "killed"):
+        return False
+    return not any(isinstance(b, dict) and b.get("levels") for b in doc["backends"].values())
+
+
+def check_results_dir_free(root: str | os.PathLike[str], run_id: str) -> None:
+    """Before anything starts: ``root/run_id`` does not exist, or holds a run that never measured."""
+    d = Path(root) / run_id
+    if (d.exists() or d.is_symlink()) and not (d.is_dir() and not d.is_symlink() and never_measured(d)):
+        raise UserError(f"results directory {d} already exists; pick another --run-id")
+
+
+def _set_aside(d: Path) -> None:
+    """Move a never-measured run out of the way (one rename: a reader sees the old or nothing)."""
+    gone = d.with_name(f".{d.name}.replaced-{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(d, gone)
+    except FileNotFoundError:
+        return  # a simultaneous start set it aside first
+    shutil.rmtree(gone, ignore_errors=True)
+
+
 class ResultsWriter:
     """Writes one run's results directory (created by ``create_results_dir``).
 
@@ -130,7 +175,7 @@ class ResultsWriter:
         self.dir = create_results_dir(root, run_id)
         self.run: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "run_id": run_id,
                                     "status": "running", "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                                    **header, "backends": {}}
+                                    "owner": current_owner(), **header, "backends": {}}
         self.error: ResultsWriteError | None = None
         self._req = -1
         try:

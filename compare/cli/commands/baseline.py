@@ -30,6 +30,9 @@ def _no_action(args: argparse.Namespace) -> int:
 def _save(args: argparse.Namespace) -> int:
     from compare.analysis.gate import baseline_path, make_baseline, save_baseline, workload_digest
 
+    from compare.cli.killed import settle_dir
+
+    settle_dir(args.results)  # a killed run is recorded as such, not taken for one still running
     run, records = load_results(args.results)
     if run.status != "complete":
         raise UserError(f"{args.results}: run status is {run.status!r}; a baseline must come from a "

@@ -56,6 +56,9 @@ def _report(args: argparse.Namespace) -> int:
     check_price_margin(args.gpu_hour_price, args.margin)
     if not args.results.is_dir():
         raise UserError(f"{args.results} is not a directory: pass a results directory written by `compare run`")
+    from compare.cli.killed import settle_dir
+
+    settle_dir(args.results)  # a killed run is recorded as such, not reported as still running
     written = render(args.results, args.html, args.out, args.gpu_hour_price, args.margin)
     if written:
         print(f"report written to {written}", file=sys.stderr)

@@ -193,8 +193,12 @@ def _run(args: argparse.Namespace) -> int:
                     **({"run_id": args.run_id} if args.run_id else {}))
     cfg.client_procs = _client_procs(args.client_procs)
     cfg.scaleout = scaleout_from_args(args)  # --ray: the cells as Ray tasks (compare/running/ray_cells.py)
-    if (args.out / cfg.run_id).exists():
-        raise UserError(f"results directory {args.out / cfg.run_id} already exists; pick another --run-id")
+    from compare.cli.killed import settle_root
+    from core.results.io import check_results_dir_free
+
+    for note in settle_root(args.out):  # runs killed earlier in this results root: recorded as killed
+        print(note, file=sys.stderr)
+    check_results_dir_free(args.out, cfg.run_id)  # (a run id whose run never measured may be reused)
     if args.tuned:  # each backend at its best config from `compare tune` (compare/tuning/report.py)
         from compare.tuning.report import tuned_specs
 
