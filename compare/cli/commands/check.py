@@ -38,14 +38,14 @@ def _check(args: argparse.Namespace) -> int:
         raise UserError("--floor is a fraction, e.g. 0.05 for 5%")
     if not 0 < args.alpha < 1:
         raise UserError("--alpha is a probability, e.g. 0.05")
+    from compare.cli.killed import settle_dir
+
+    settle_dir(args.results)  # a killed run is recorded as such, not taken for one still running
     base = load_baseline(args.baseline, args.dir)
     if args.backends is not None:
         from adapters.variants import split_names  # variant names hold commas: vllm[block_size=32,max_num_seqs=8]
 
         base = select_backends(base, split_names(args.backends))
-    from compare.cli.killed import settle_dir
-
-    settle_dir(args.results)  # a killed run is recorded as such, not taken for one still running
     run, records = load_results(args.results)
     ensure_comparable(base, run, workload_digest(args.results))
     res = check(base, run, records, floor=args.floor, alpha=args.alpha)
