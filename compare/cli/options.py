@@ -109,11 +109,23 @@ def workload_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None
             raise UserError(f"ShareGPT file {args.sharegpt} does not exist; check the path")
         data["sharegpt"] = args.sharegpt
     if args.workload_seed is not None:
+        if args.workload_seed < 0:
+            raise UserError(f"--workload-seed {args.workload_seed}: a seed is a whole number >= 0")
         data["seed"] = args.workload_seed
     try:
-        return WorkloadSpec(**data)
+        spec = WorkloadSpec(**data)
     except ValidationError as e:
         raise _pydantic_error(e, "workload") from None
+    except ValueError as e:  # (a seed numpy refuses, and other checks the model runs itself)
+        raise UserError(f"workload: {e}") from None
+    if spec.num_requests > MAX_REQUESTS:
+        raise UserError(f"workload: num_requests {spec.num_requests} is more than {MAX_REQUESTS:,} (every request is "
+                        f"built in memory before the run); measure with fewer, e.g. --num-requests 1000")
+    return spec
+
+
+# the request list is built (and written to workload.jsonl) before anything starts
+MAX_REQUESTS = 1_000_000
 
 
 # ---------------------------------------------------------------- topology (backends/topology.py)

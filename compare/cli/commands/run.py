@@ -155,6 +155,19 @@ def _requests(args: argparse.Namespace, spec, workload, served=None):
         raise UserError(f"workload: {e}") from None
 
 
+def _check_lengths(spec, requests) -> None:
+    """A request that cannot fit the context the spec sets would only fail on every engine."""
+    limit = spec.max_model_len
+    if not limit:
+        return
+    for r in requests:
+        prompt = len(r.prompt_token_ids) if r.prompt_token_ids is not None else 0
+        if prompt + r.max_tokens > limit:
+            raise UserError(f"request {r.request_id}: prompt ({prompt or '?'} tokens) + max_tokens ({r.max_tokens}) "
+                            f"exceed --max-model-len {limit}; shorten --input-len/--output-len or raise "
+                            f"--max-model-len")
+
+
 def _run(args: argparse.Namespace) -> int:
     from core.slo import SLO
 
@@ -179,6 +192,8 @@ def _run(args: argparse.Namespace) -> int:
         spec = spec.model_copy(update={"native": native})
     workload = workload_from_args(args, DEFAULT_WORKLOAD if tiny else served.workload_defaults() if served else None)
     requests = _requests(args, spec, workload, served)
+    if served is None:
+        _check_lengths(spec, requests)
     if served is not None:
         served.confirm(requests)  # too long for the server: one line; else says where the model comes from
     header = served.header(workload) if served is not None else {}

@@ -291,3 +291,22 @@ def test_run_id_with_measurements_is_never_reused(tmp_path):
         with pytest.raises(UserError, match="already exists"):
             create_results_dir(tmp_path, "k1")
     assert (d / "requests.jsonl").stat().st_size > 0
+
+
+# ---------------------------------------------------------------- numbers at the edge
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--num-requests", "99999999999"], ["num_requests 99999999999", "more than 1,000,000"]),
+    (["--workload-seed", "-1"], ["--workload-seed -1", ">= 0"]),
+    (["--output-len", "600"], ["max_tokens (600)", "--max-model-len 512"]),
+    (["--input-len", "100000"], ["--max-model-len 512", "--input-len"]),
+    (["--max-errors", "-1"], ["--max-errors must be >= 0"]),
+    (["--repeats", "0"], ["--repeats must be >= 1"]),
+    (["--timeout", "-1"], ["--timeout must be > 0"]),
+])
+def test_numbers_out_of_range_fail_before_anything_starts(tmp_path, args, needles):
+    out = tmp_path / "out"
+    p = run_cli("run", "--backends", "hf", *args, "--out", str(out))
+    assert_one_line_error(p, *needles)
+    assert not out.exists()
