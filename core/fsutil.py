@@ -1,4 +1,5 @@
-"""Atomic file writes: readers never see a half-written results file."""
+"""Atomic file writes (readers never see a half-written results file), and reading and writing the
+files and directories a user names, with whatever is wrong with them as one line."""
 from __future__ import annotations
 
 import json
@@ -167,3 +168,44 @@ def read_user_yaml(path: str | os.PathLike[str], what: str = "file", fix: str | 
         raise _user_error(what, path, f"is not valid YAML{where}", fix or "fix the syntax") from None
     except RecursionError:
         raise _user_error(what, path, "is not valid YAML (nested too deeply)", fix) from None
+
+
+def check_dir_option(path: str | os.PathLike[str], flag: str, must_exist: bool = False) -> None:
+    """A directory option (``--out``, ``--dir``, ``--cache-dir``): refused at once when it is a file, a
+    symlink loop, under a file, or (``must_exist``) missing; a missing one is otherwise created later."""
+    import errno
+
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ENOENT and not must_exist:
+            parent = Path(os.path.abspath(path)).parent
+            while not parent.exists() and parent != parent.parent:  # the deepest part that exists
+                parent = parent.parent
+            if parent.is_dir() or parent == parent.parent:
+                return
+            raise _user_error(flag, path, f"cannot be created: {parent} is a file", "pass a directory") from None
+        raise _user_error(flag, path, _problem(e), "pass a directory") from None
+    import stat
+
+    if not stat.S_ISDIR(st.st_mode):
+        raise _user_error(flag, path, "is a file, not a directory", "pass a directory")
+
+
+def write_user_file(path: str | os.PathLike[str], data: str | bytes, flag: str) -> None:
+    """``write_atomic`` to a path the user named (``--out FILE``): a directory there, a missing or
+    read-only directory is one UserError, never a traceback."""
+    if Path(path).is_dir():
+        raise _user_error(flag, path, "is a directory", "pass a file name")
+    if os.path.islink(path) and not os.path.exists(path):  # a loop or dangling: not replaced silently
+        raise _user_error(flag, path, "is a symlink to nothing (a loop or a missing target)", "pass a file name")
+    try:
+        write_atomic(path, data)
+    except OSError as e:
+        import errno
+
+        text = {errno.EEXIST: "cannot be created (a part of its path is a file)",
+                errno.ENOTDIR: "cannot be created (a part of its path is a file)",
+                errno.ENOENT: "cannot be created (its directory cannot be made there)"}.get(e.errno or 0)
+        raise _user_error(flag, path, text or _problem(e).replace("is not readable", "is not writable"),
+                          "pass a writable file path") from None

@@ -146,6 +146,9 @@ def never_measured(d: Path) -> bool:
 
 def check_results_dir_free(root: str | os.PathLike[str], run_id: str) -> None:
     """Before anything starts: ``root/run_id`` does not exist, or holds a run that never measured."""
+    from core.fsutil import check_dir_option
+
+    check_dir_option(root, "--out")  # a file, a loop, under a file: refused before anything starts
     d = Path(root) / run_id
     if (d.exists() or d.is_symlink()) and not (d.is_dir() and not d.is_symlink() and never_measured(d)):
         raise UserError(f"results directory {d} already exists; pick another --run-id")

@@ -41,6 +41,9 @@ def _check(args: argparse.Namespace) -> int:
     from compare.cli.killed import settle_dir
 
     settle_dir(args.results)  # a killed run is recorded as such, not taken for one still running
+    from core.fsutil import check_dir_option
+
+    check_dir_option(args.dir, "--dir")
     base = load_baseline(args.baseline, args.dir)
     if args.backends is not None:
         from adapters.variants import split_names  # variant names hold commas: vllm[block_size=32,max_num_seqs=8]

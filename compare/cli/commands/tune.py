@@ -90,6 +90,11 @@ def _tune(args: argparse.Namespace) -> int:
     requests = _requests(argparse.Namespace(replay=None), spec, workload)
     run_id = args.run_id or time.strftime("tune-%Y%m%d-%H%M%S")
     out_dir = args.out / run_id
+    from core.fsutil import check_dir_option
+
+    check_dir_option(args.out, "--out")
+    if args.cache_dir is not None:
+        check_dir_option(args.cache_dir, "--cache-dir")
     if out_dir.exists():
         raise UserError(f"{out_dir} already exists; pick another --run-id")
     return _execute(args, backends, grids, spec, workload, requests, slo, out_dir, format_grid)

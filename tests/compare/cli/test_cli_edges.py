@@ -310,3 +310,42 @@ def test_numbers_out_of_range_fail_before_anything_starts(tmp_path, args, needle
     p = run_cli("run", "--backends", "hf", *args, "--out", str(out))
     assert_one_line_error(p, *needles)
     assert not out.exists()
+
+
+# ---------------------------------------------------------------- directories and output paths
+
+
+def test_directory_options_given_a_file_a_loop_or_a_path_under_a_file(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x\n")
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for flag, cmd in (("--out", ["run", "--backends", "hf"]), ("--cache-dir", ["cache", "ls"]),
+                      ("--dir", ["check", str(tmp_path), "--baseline", "b"])):
+        for path, needle in ((afile, "is a file, not a directory"), (loop, "symlink loop"),
+                             (afile / "sub", "a part of the path is a file")):
+            p = run_cli(*cmd, flag, str(path))
+            assert_one_line_error(p, flag, str(path), needle)
+    assert afile.read_text() == "x\n" and loop.is_symlink()
+
+
+def test_report_out_that_cannot_be_written(tmp_path):
+    d = _killed_run(tmp_path / "results")
+    assert run_cli("report", str(d)).returncode == 0  # (records it as killed, with its one note)
+    (tmp_path / "dir").mkdir()
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    afile = tmp_path / "afile"
+    afile.write_text("x\n")
+    for path, needle in ((tmp_path / "dir", "is a directory"), (loop, "symlink to nothing"),
+                         (afile / "r.md", "a part of its path is a file")):
+        p = run_cli("report", str(d), "--out", str(path))
+        assert_one_line_error(p, "--out", str(path), needle)
+    assert loop.is_symlink() and afile.read_text() == "x\n"
+
+
+def test_baseline_name_is_a_name(tmp_path):
+    d = _killed_run(tmp_path / "results")
+    p = run_cli("baseline", "save", str(d), "--name", "../x", "--dir", str(tmp_path / "b"))
+    assert_one_line_error(p, "--name '../x'", "not a path")
+    assert not (tmp_path / "x").exists() and not (tmp_path / "b").exists()
