@@ -185,6 +185,9 @@ def check_dir_option(path: str | os.PathLike[str], flag: str, must_exist: bool =
             if parent.is_dir() or parent == parent.parent:
                 return
             raise _user_error(flag, path, f"cannot be created: {parent} is a file", "pass a directory") from None
+        if e.errno == errno.ENOTDIR:
+            raise _user_error(flag, path, "cannot be created (a part of its path is a file)",
+                              "pass a directory") from None
         raise _user_error(flag, path, _problem(e), "pass a directory") from None
     import stat
 

@@ -29,7 +29,7 @@ def add_spec_options(p: argparse.ArgumentParser) -> None:
         g.add_argument(_flag(name), dest=f"spec_{name}", metavar="V", default=None,
                        help=field.description or None)
     g.add_argument("--native", action="append", default=[], metavar="BACKEND.KEY=VALUE",
-                   help="native option passed as is to one backend, e.g. vllm.swap_space=0")
+                   help="native option passed as is to one backend, e.g. vllm.scheduling_policy=priority")
 
 
 def add_workload_options(p: argparse.ArgumentParser) -> None:
@@ -74,11 +74,16 @@ def spec_from_args(args: argparse.Namespace, default_model: str | None = None) -
         if v is not None:
             data[name] = _scalar(v) if name not in ("model", "tokenizer") else v
     native: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (data.get("native") or {}).items()}
+    given: set[str] = set()
     for item in getattr(args, "native", []) or []:
         key, eq, value = item.partition("=")
         backend, dot, opt = key.partition(".")
         if not eq or not dot or not backend or not opt:
-            raise UserError(f"--native {item!r}: expected BACKEND.KEY=VALUE, e.g. --native vllm.swap_space=0")
+            raise UserError(f"--native {item!r}: expected BACKEND.KEY=VALUE, e.g. "
+                            f"--native vllm.scheduling_policy=priority")
+        if key in given:
+            raise UserError(f"--native {key} is given twice; give each option once")
+        given.add(key)
         native.setdefault(backend, {})[opt] = _scalar(value)
     if native:
         data["native"] = native
@@ -86,10 +91,19 @@ def spec_from_args(args: argparse.Namespace, default_model: str | None = None) -
         if default_model is None:
             raise UserError("no model given: pass --model DIR (a local HF model directory)")
         data["model"] = default_model
+    if getattr(args, "native", None):
+        from compare.cli.native_keys import check_sections
+
+        check_sections(args.native)
     try:
-        return ServingSpec(**data)
+        spec = ServingSpec(**data)
     except ValidationError as e:
         raise _pydantic_error(e, "spec") from None
+    if spec.native:
+        from compare.cli.native_keys import check_native
+
+        check_native(spec.native, spec.model)  # unknown vLLM / transformers keys, before anything starts
+    return spec
 
 
 def workload_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> WorkloadSpec:
@@ -173,6 +187,8 @@ def apply_topology(args: argparse.Namespace, backends: list[str]) -> list[Any]:
     kinds = []
     for item in text.split(","):
         kind, _, n = item.strip().partition("=")
+        if kind in kinds:
+            raise UserError(f"--topology {text!r}: {kind} is given twice; give each of tp=N, replicas=N once")
         if kind not in KINDS or not n.isdigit() or int(n) < 1:
             raise UserError(f"--topology {item!r}: expected tp=N or replicas=N, e.g. --topology tp=2,replicas=2")
         kinds.append(kind)

@@ -99,7 +99,12 @@ def _validate_load(args: argparse.Namespace):
     try:
         levels = parse_levels(conc, args.rate)
     except ValueError as e:
-        raise UserError(str(e)) from None
+        msg = str(e)
+        raise UserError(msg if msg.startswith("--") else f"--{msg}") from None  # "rate must be > 0, got nan"
+    labels = [lv.label for lv in levels]
+    twice = sorted({x for x in labels if labels.count(x) > 1})
+    if twice:
+        raise UserError(f"load level {', '.join(twice)} is given twice in --concurrency/--rate; give each level once")
     if args.warmup < 0:
         raise UserError("--warmup must be >= 0")
     if args.repeats < 1:

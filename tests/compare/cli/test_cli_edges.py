@@ -323,7 +323,7 @@ def test_directory_options_given_a_file_a_loop_or_a_path_under_a_file(tmp_path):
     for flag, cmd in (("--out", ["run", "--backends", "hf"]), ("--cache-dir", ["cache", "ls"]),
                       ("--dir", ["check", str(tmp_path), "--baseline", "b"])):
         for path, needle in ((afile, "is a file, not a directory"), (loop, "symlink loop"),
-                             (afile / "sub", "a part of the path is a file")):
+                             (afile / "sub", "a part of its path is a file")):
             p = run_cli(*cmd, flag, str(path))
             assert_one_line_error(p, flag, str(path), needle)
     assert afile.read_text() == "x\n" and loop.is_symlink()
@@ -349,3 +349,38 @@ def test_baseline_name_is_a_name(tmp_path):
     p = run_cli("baseline", "save", str(d), "--name", "../x", "--dir", str(tmp_path / "b"))
     assert_one_line_error(p, "--name '../x'", "not a path")
     assert not (tmp_path / "x").exists() and not (tmp_path / "b").exists()
+
+
+# ---------------------------------------------------------------- lists: empty items and duplicates
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--backends", "hf,"], ["--backends 'hf,'", "empty name"]),
+    (["--concurrency", "1,1"], ["c1 is given twice"]),
+    (["--rate", "2,2"], ["r2 is given twice"]),
+    (["--rate", "nan"], ["--rate must be > 0, got nan"]),
+    (["--vary", "max_num_seqs=1,,2"], ["--vary", "empty value"]),
+    (["--topology", "replicas=2,replicas=2"], ["replicas is given twice"]),
+    (["--native", "hf.attn_implementation=eager", "--native", "hf.attn_implementation=sdpa"],
+     ["--native hf.attn_implementation is given twice"]),
+    (["--native", "nosuch.x=1"], ["no backend is called 'nosuch'", "compare backends"]),
+])
+def test_list_options_with_empty_items_or_duplicates(tmp_path, args, needles):
+    out = tmp_path / "out"
+    p = run_cli("run", *(["--backends", "hf"] if args[0] != "--backends" else []), *args, "--out", str(out))
+    assert_one_line_error(p, *needles)
+    assert not out.exists()
+
+
+def test_native_keys_the_engine_does_not_have(tmp_path):
+    """Checked against the installed frameworks (vLLM's engine arguments; transformers' loading
+    keywords and the model's config) in `compare plan`, which starts nothing."""
+    p = run_cli("plan", "--backends", "hf", "--native", "hf.no_such_option=1")
+    assert_one_line_error(p, "--native hf.no_such_option", "not a transformers")
+    p = run_cli("plan", "--backends", "hf", "--native", "hf.attn_implementation=eager")
+    assert p.returncode == 0, p.stderr
+    pytest.importorskip("vllm")
+    p = run_cli("plan", "--backends", "vllm", "--native", "vllm.max_num_seqz=4")
+    assert_one_line_error(p, "--native vllm.max_num_seqz", "not a vLLM engine argument", "nearest: max_num_seqs")
+    p = run_cli("plan", "--backends", "vllm", "--native", "vllm.scheduling_policy=priority")
+    assert p.returncode == 0, p.stderr
