@@ -64,13 +64,17 @@ def _hf_keys(model: str) -> set[str] | None:
     return keys | popped | set(config.to_dict())
 
 
-def check_native(native: dict[str, dict[str, Any]], model: str) -> None:
-    """Refuse a vLLM or transformers native key the installed framework does not have."""
+def check_native(native: dict[str, dict[str, Any]], model: str, backends: list[Any]) -> None:
+    """Refuse a vLLM or transformers native key the installed framework does not have, where the
+    run uses that installed framework: ``vllm-container`` runs its image's vLLM, whose arguments
+    may differ, so the vllm section is not checked when one is in the run."""
+    names = {n for b in backends for n in re.findall(r"[a-z][a-z0-9-]*", str(b))}
+    local = {"vllm": bool(names & {"vllm", "vllm-server"}) and "vllm-container" not in names, "hf": "hf" in names}
     for section, label, known_of in (("vllm", "a vLLM engine argument", lambda: _vllm_keys()),
                                      ("hf", "a transformers from_pretrained keyword or config attribute of "
                                             "the model", lambda: _hf_keys(model))):
         keys = set(native.get(section) or {})
-        if not keys:
+        if not keys or not local[section]:
             continue
         known = known_of()
         if known is None:

@@ -186,6 +186,10 @@ def _run(args: argparse.Namespace) -> int:
     default_model = apply_tiny_defaults(args)
     tiny = default_model is not None
     spec = spec_from_args(args, default_model=default_model)
+    if spec.native and served is None:  # unknown vLLM / transformers keys, before anything starts
+        from compare.cli.native_keys import check_native
+
+        check_native(spec.native, spec.model, backends)
     if served is None and not tiny and "://" not in spec.model and not Path(spec.model).exists() and spec.load_format != "dummy":
         raise UserError(f"model path {spec.model} does not exist; pass a local model directory "
                         f"(no hub downloads here)")

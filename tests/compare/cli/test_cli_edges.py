@@ -384,3 +384,10 @@ def test_native_keys_the_engine_does_not_have(tmp_path):
     assert_one_line_error(p, "--native vllm.max_num_seqz", "not a vLLM engine argument", "nearest: max_num_seqs")
     p = run_cli("plan", "--backends", "vllm", "--native", "vllm.scheduling_policy=priority")
     assert p.returncode == 0, p.stderr
+
+
+def test_native_vllm_keys_of_a_container_are_the_image_s_to_judge(tmp_path):
+    """vllm-container runs its image's vLLM: a key the local vLLM lacks is not refused here."""
+    p = run_cli("plan", "--backends", "vllm-container", "--native", "vllm.no_such_flag=1")
+    assert p.returncode == 0, p.stderr
+    assert "no_such_flag: 1" in p.stdout  # passed to the image's server as given
