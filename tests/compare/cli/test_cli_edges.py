@@ -391,3 +391,12 @@ def test_native_vllm_keys_of_a_container_are_the_image_s_to_judge(tmp_path):
     p = run_cli("plan", "--backends", "vllm-container", "--native", "vllm.no_such_flag=1")
     assert p.returncode == 0, p.stderr
     assert "no_such_flag: 1" in p.stdout  # passed to the image's server as given
+
+
+@pytest.mark.parametrize("schema", [2, 3])
+def test_results_written_by_a_newer_tool_say_so(tmp_path, schema):
+    doc = {"schema_version": schema, "run_id": "x", "status": "complete", "a_field_from_the_future": {"x": 1},
+           "hardware": {"packages": {"llm-compare": "99.0.0"}}, "backends": {"hf": {"status": "complete", "new": 1}}}
+    d = _results_dir(tmp_path, json.dumps(doc).encode())
+    p = run_cli("report", str(d))
+    assert_one_line_error(p, "written by llm-compare 99.0.0, newer than this one", "upgrade")
