@@ -60,6 +60,8 @@ def _validate(args: argparse.Namespace):
         raise UserError("--repeats must be >= 1 and --max-probes >= 2")
     if args.start_load <= 0 or args.tol <= 0:
         raise UserError("--start-load and --tol must be > 0")
+    if args.trial_timeout <= 0 or args.timeout <= 0:  # (a trial or request given 0 s fails at once, each)
+        raise UserError("--trial-timeout and --timeout are seconds > 0")
     return slo
 
 

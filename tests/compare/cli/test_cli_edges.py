@@ -400,3 +400,15 @@ def test_results_written_by_a_newer_tool_say_so(tmp_path, schema):
     d = _results_dir(tmp_path, json.dumps(doc).encode())
     p = run_cli("report", str(d))
     assert_one_line_error(p, "written by llm-compare 99.0.0, newer than this one", "upgrade")
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["tune", "--backend", "vllm", "--slo", "ttft_p95=1s", "--trial-timeout", "0"], ["--trial-timeout", "> 0"]),
+    (["tune", "--backend", "vllm", "--slo", "ttft_p95=1s", "--timeout", "-1"], ["--timeout are seconds > 0"]),
+    (["calibrate", "--max-error-ms", "0"], ["--max-error-ms must be > 0"]),
+    (["check", "R", "--baseline", "b", "--floor", "nan"], ["--floor 'nan'", "finite"]),
+])
+def test_other_commands_numbers(tmp_path, args, needles):
+    p = run_cli(*args, cwd=tmp_path)
+    assert_one_line_error(p, *needles)
+    assert list(tmp_path.iterdir()) == [], "nothing written"
