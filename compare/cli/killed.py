@@ -72,7 +72,13 @@ def settle(d: Path) -> str | None:
     from core.results.owner import owner_alive
 
     try:
-        doc = json.loads((d / "run.json").read_bytes())
+        with open(d / "run.json", "rb") as f:
+            # cheap first look (a results root may hold many large runs): the writer puts status
+            # third, so a run that is not "running" is passed over without parsing it
+            head = f.read(4096)
+            if b'"status": "running"' not in head:
+                return None
+            doc = json.loads(head + f.read())
     except (OSError, ValueError):
         return None  # unreadable: the command that reads it says so
     if not isinstance(doc, dict) or doc.get("status") != "running" or owner_alive(doc.get("owner")) is not False:
