@@ -308,6 +308,8 @@ def load_run(path: str | os.PathLike[str]) -> RunResults:
     run_json = p / "run.json" if p.is_dir() else p
     if p.is_dir() and not run_json.exists() and not run_json.is_symlink():
         raise UserError(f"{p} holds no run.json: pass a results directory written by `compare run`")
+    if not run_json.exists() and not run_json.is_symlink():
+        raise UserError(f"{run_json} not found: pass a results directory written by `compare run`")
     doc = read_user_json(run_json, "results file", "pass a results directory written by `compare run`")
     return to_current(doc, str(run_json))
 
