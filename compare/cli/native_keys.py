@@ -84,13 +84,14 @@ def check_native(native: dict[str, dict[str, Any]], model: str, backends: list[A
                             f"(`compare plan` shows what each backend is given)")
 
 
-def check_sections(items: list[str]) -> None:
-    """``--native X.KEY=V`` names a backend this program knows."""
+def check_sections(native: dict[str, dict[str, Any]]) -> None:
+    """Every native section (``--native X.KEY=V``, a spec file's ``native: {X: ...}``) names a backend
+    this program knows: options for a misspelt one would be dropped without a word."""
     from backends.registry import entries
 
     names = {e.name for e in entries()}
-    for item in items:
-        section = item.partition("=")[0].partition(".")[0]
-        if section and section not in names:
-            raise UserError(f"--native {item!r}: no backend is called {section!r}{_nearest(section, names)}; "
-                            f"see `compare backends`")
+    for section, options in native.items():
+        if section not in names:
+            first = next(iter(options or {}), "KEY")
+            raise UserError(f"--native {section}.{first}: no backend is called {section!r}"
+                            f"{_nearest(section, names)}; see `compare backends`")

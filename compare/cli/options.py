@@ -91,10 +91,10 @@ def spec_from_args(args: argparse.Namespace, default_model: str | None = None) -
         if default_model is None:
             raise UserError("no model given: pass --model DIR (a local HF model directory)")
         data["model"] = default_model
-    if getattr(args, "native", None):
+    if native:  # (from --native and the spec file's native section)
         from compare.cli.native_keys import check_sections
 
-        check_sections(args.native)
+        check_sections(native)
     try:
         spec = ServingSpec(**data)
     except ValidationError as e:
