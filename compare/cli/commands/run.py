@@ -89,6 +89,9 @@ def _client_procs(value: str) -> int | None:
         n = 0
     if n < 1:
         raise UserError(f"--client-procs {value!r}: give a number of processes >= 1 or 'auto'")
+    most = max(8, 4 * (os.cpu_count() or 1))  # more load generators than that only contend for the cores
+    if n > most:
+        raise UserError(f"--client-procs {n}: at most {most} here (4 per CPU core); or 'auto'")
     return n
 
 

@@ -162,6 +162,7 @@ def test_argparse_errors_are_one_line(tmp_path, args, needles):
     (["--max-errors", "-1"], ["--max-errors must be >= 0"]),
     (["--repeats", "0"], ["--repeats must be >= 1"]),
     (["--timeout", "-1"], ["--timeout must be > 0"]),
+    (["--client-procs", "99999999"], ["--client-procs 99999999", "4 per CPU core"]),
 ])
 def test_numbers_out_of_range_fail_before_anything_starts(tmp_path, args, needles):
     out = tmp_path / "out"
