@@ -43,6 +43,11 @@ def _validate(a: argparse.Namespace):
         root = Requirement(a.package)
     except InvalidRequirement:
         raise UserError(f"--package {a.package!r} is not a requirement; use e.g. vllm==0.26.0") from None
+    from core.fsutil import check_dir_option
+
+    check_dir_option(a.out, "--out")  # a file, a loop, under a file
+    if a.cache is not None:
+        check_dir_option(a.cache, "--cache")
     if a.out.exists() and any(a.out.iterdir()):
         raise UserError(f"--out {a.out} is not empty; pass a new directory")
     if not a.python.count(".") == 1 or not all(x.isdigit() for x in a.python.split(".")):

@@ -271,3 +271,12 @@ def test_other_commands_numbers(tmp_path, args, needles):
     p = run_cli(*args, cwd=tmp_path)
     assert_one_line_error(p, *needles)
     assert list(tmp_path.iterdir()) == [], "nothing written"
+
+
+@pytest.mark.parametrize("cmd", [["model", "tiny"], ["bundle", "--package", "llm-compare"]])
+def test_output_directories_of_other_commands(tmp_path, cmd):
+    afile = tmp_path / "afile"
+    afile.write_text("x\n")
+    p = run_cli(*cmd, "--out", str(afile))
+    assert_one_line_error(p, "--out", "is a file, not a directory")
+    assert afile.read_text() == "x\n"
