@@ -69,7 +69,7 @@ def settle(d: Path) -> str | None:
     from core.fsutil import write_json_atomic
     from core.results.io import RESERVE_NAME, dump
     from core.results.migrate import to_current
-    from core.results.owner import owner_alive
+    from core.results.owner import boot_id, owner_alive
 
     try:
         with open(d / "run.json", "rb") as f:
@@ -95,8 +95,6 @@ def settle(d: Path) -> str | None:
             entry.setdefault("levels", {})
             this.setdefault("levels", {})
             label = _summarise_cut_level(doc, name, this, int(this.get("repeat", 0) or 0), records)
-            if label and this is not entry and len(repeats) == 1:
-                entry["levels"][label] = this["levels"][label]
             if label:
                 cut.append(f"{name} {label}")
             where = f"in level {label}" if label else ("before its levels ran" if not this["levels"] else
@@ -104,9 +102,11 @@ def settle(d: Path) -> str | None:
             this["status"] = entry["status"] = "killed"
             entry["error"] = f"the run was killed {where}"
     ended = _last_write(d)
+    rebooted = owner.get("boot_id") and boot_id() and owner["boot_id"] != boot_id()
+    how = ("the machine restarted while it ran" if rebooted else f"the process that ran it (pid "
+           f"{owner.get('pid')}) ended without finishing the record (SIGKILL or the out-of-memory killer)")
     doc.update(status="killed", finished_at=ended,
-               error=(f"killed: the process that ran it (pid {owner.get('pid')}) ended without finishing the "
-                      f"record (SIGKILL or the out-of-memory killer); {len(records)} requests kept"
+               error=(f"killed: {how}; {len(records)} requests kept"
                       + (f", the cut level summarised from what finished ({', '.join(cut)})" if cut else "")
                       + f"; recorded as killed on {time.strftime('%Y-%m-%dT%H:%M:%S%z')}"))
     try:

@@ -8,6 +8,9 @@ declare. requests.jsonl gets one complete line per finished request (one append 
 last line is cut off or skipped by readers); workload.jsonl holds the exact request list so a
 run can be replayed. The directory is created atomically and probed before any engine starts;
 a write that fails mid-run (full disk) stops the run with status "failed" naming the problem.
+A run id is one name under the results root (never a path); an id whose run never measured
+anything (it failed or was killed before its first request) may be used again. run.json records
+its owner (core/results/owner.py), so a run killed outright can be told from one still running.
 """
 from __future__ import annotations
 
