@@ -2,8 +2,8 @@
 
 The adapters of OpenVINO, TGI, TensorRT-LLM and hf_cb refuse unknown native keys themselves. vLLM's
 and transformers' native options are passed through as they are (engine arguments, and
-``from_pretrained`` keywords or config attributes), so an unknown key only failed when the engine
-started (vLLM: a TypeError; transformers: the model's ``__init__``). Here they are checked against
+``from_pretrained`` keywords or config attributes), so an unknown key would only fail when the engine
+starts (vLLM: a TypeError; transformers: the model's ``__init__``). Here they are checked against
 the installed framework: vLLM's engine-argument fields; transformers' loading keywords and the
 model's config attributes. A framework that is not installed is not checked (its backend says so).
 """
