@@ -71,9 +71,11 @@ def parse_axis(text: str) -> Axis:
     if not eq or field not in VARYABLE:
         what = f"unknown field {field!r}" if eq and field else "expected FIELD=V1,V2"
         raise UserError(f"--vary {text!r}: {what}; valid fields: {', '.join(VARYABLE)} ({_EXAMPLE})")
-    parts = [v for v in vals.split(",") if v.strip()]
-    if not parts:
+    parts = vals.split(",")
+    if not vals.strip():
         raise UserError(f"--vary {text!r}: no values; {_EXAMPLE}")
+    if any(not v.strip() for v in parts):
+        raise UserError(f"--vary {text!r}: an empty value between commas; {_EXAMPLE}")
     values = tuple(_parse_value(field, v) for v in parts)
     seen: dict[Any, str] = {}
     for v, raw in zip(values, parts):

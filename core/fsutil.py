@@ -1,4 +1,5 @@
-"""Atomic file writes: readers never see a half-written results file."""
+"""Atomic file writes (readers never see a half-written results file), and reading and writing the
+files and directories a user names, with whatever is wrong with them as one line."""
 from __future__ import annotations
 
 import json
@@ -48,3 +49,166 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+# ---------------------------------------------------------------- reading what a user gave us
+#
+# Every file the tool reads on a user's say-so (specs, workloads, datasets, results, baselines,
+# tunes) comes through these: whatever is wrong with it (missing, a directory, unreadable, a
+# symlink loop, not UTF-8, not JSON/YAML, the wrong shape) is one UserError naming the file and
+# the problem, never a traceback.
+
+
+def _problem(e: OSError) -> str:
+    import errno
+
+    if e.errno == errno.ELOOP:
+        return "is a symlink loop"
+    if e.errno == errno.ENOENT:
+        return "does not exist"
+    if e.errno == errno.EISDIR:
+        return "is a directory, not a file"
+    if e.errno == errno.ENOTDIR:
+        return "does not exist (a part of the path is a file)"
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return "is not readable (permission denied)"
+    name = errno.errorcode.get(e.errno or 0)
+    text = e.strerror or str(e)
+    return f"cannot be read: {text} ({name})" if name else f"cannot be read: {text}"
+
+
+def _user_error(what: str, path: str | os.PathLike[str], problem: str, fix: str | None) -> Exception:
+    from core.errors import UserError
+
+    return UserError(f"{what} {path} {problem}" + (f"; {fix}" if fix else ""))
+
+
+def open_user_file(path: str | os.PathLike[str], what: str = "file", fix: str | None = None) -> Any:
+    """A file the user named, open for binary reading; missing, a directory, unreadable: UserError."""
+    import stat
+
+    try:  # non-blocking: opening a FIFO must not wait for a writer (it is refused below)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a loop, missing, unreadable: here
+    except OSError as e:
+        problem = _problem(e)
+        raise _user_error(what, path, problem, fix or ("check the path" if problem == "does not exist" else
+                                                       None)) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # a directory; a FIFO or device would block or never end
+        os.close(fd)
+        kind = "is a directory, not a file" if stat.S_ISDIR(mode) else "is not a regular file (a pipe or device)"
+        raise _user_error(what, path, kind, fix)
+    return os.fdopen(fd, "rb")
+
+
+def check_user_file(path: str | os.PathLike[str], what: str = "file", fix: str | None = None) -> None:
+    """Fail early (before anything starts) when a file the user named cannot be read."""
+    open_user_file(path, what, fix).close()
+
+
+def read_user_bytes(path: str | os.PathLike[str], what: str = "file", fix: str | None = None) -> bytes:
+    """The bytes of a file the user named; any way it cannot be read is one UserError."""
+    with open_user_file(path, what, fix) as f:
+        try:
+            return f.read()
+        except OSError as e:
+            raise _user_error(what, path, _problem(e), fix) from None
+
+
+def read_user_text(path: str | os.PathLike[str], what: str = "file", fix: str | None = None) -> str:
+    """A user's file as UTF-8 text (a BOM is dropped); not UTF-8 -> UserError naming the byte."""
+    raw = read_user_bytes(path, what, fix)
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise _user_error(what, path, f"is not UTF-8 text (byte 0x{raw[e.start]:02x} at line {line}, offset "
+                                      f"{e.start})", fix or "save it as UTF-8") from None
+
+
+def parse_user_json(text: str, path: str | os.PathLike[str], what: str = "file", fix: str | None = None,
+                    line: int | None = None) -> Any:
+    """One JSON document; invalid -> UserError with its line and column (``line``: of a JSONL file)."""
+    try:
+        return json.loads(text)
+    except ValueError as e:  # JSONDecodeError, and recursion/size errors json raises as ValueError
+        msg = getattr(e, "msg", str(e))
+        if line is not None:
+            where = f"line {line}" + (f", column {e.colno}" if hasattr(e, "colno") else "")
+        else:
+            where = f"line {e.lineno}, column {e.colno}" if hasattr(e, "lineno") else "somewhere"
+        raise _user_error(what, path, f"is not valid JSON at {where} ({msg})", fix) from None
+    except RecursionError:
+        raise _user_error(what, path, "is not valid JSON (nested too deeply)", fix) from None
+
+
+def read_user_json(path: str | os.PathLike[str], what: str = "file", fix: str | None = None) -> Any:
+    return parse_user_json(read_user_text(path, what, fix), path, what, fix)
+
+
+def read_user_jsonl(path: str | os.PathLike[str], what: str = "file", fix: str | None = None) -> list[Any]:
+    """Every non-blank line of a JSONL file as JSON (a bad line: UserError naming its number)."""
+    rows = []
+    for n, line in enumerate(read_user_text(path, what, fix).splitlines(), 1):
+        if line.strip():
+            rows.append(parse_user_json(line, path, what, fix, line=n))
+    return rows
+
+
+def read_user_yaml(path: str | os.PathLike[str], what: str = "file", fix: str | None = None) -> Any:
+    """A user's YAML file (safe loader); bad syntax -> UserError with the line."""
+    import yaml
+
+    text = read_user_text(path, what, fix)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise _user_error(what, path, f"is not valid YAML{where}", fix or "fix the syntax") from None
+    except RecursionError:
+        raise _user_error(what, path, "is not valid YAML (nested too deeply)", fix) from None
+
+
+def check_dir_option(path: str | os.PathLike[str], flag: str, must_exist: bool = False) -> None:
+    """A directory option (``--out``, ``--dir``, ``--cache-dir``): refused at once when it is a file, a
+    symlink loop, under a file, or (``must_exist``) missing; a missing one is otherwise created later."""
+    import errno
+
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ENOENT and not must_exist:
+            parent = Path(os.path.abspath(path)).parent
+            while not parent.exists() and parent != parent.parent:  # the deepest part that exists
+                parent = parent.parent
+            if parent.is_dir() or parent == parent.parent:
+                return
+            raise _user_error(flag, path, f"cannot be created: {parent} is a file", "pass a directory") from None
+        if e.errno == errno.ENOTDIR:
+            raise _user_error(flag, path, "cannot be created (a part of its path is a file)",
+                              "pass a directory") from None
+        raise _user_error(flag, path, _problem(e), "pass a directory") from None
+    import stat
+
+    if not stat.S_ISDIR(st.st_mode):
+        raise _user_error(flag, path, "is a file, not a directory", "pass a directory")
+
+
+def write_user_file(path: str | os.PathLike[str], data: str | bytes, flag: str) -> None:
+    """``write_atomic`` to a path the user named (``--out FILE``): a directory there, a missing or
+    read-only directory is one UserError, never a traceback."""
+    if Path(path).is_dir():
+        raise _user_error(flag, path, "is a directory", "pass a file name")
+    if os.path.islink(path) and not os.path.exists(path):  # a loop or dangling: not replaced silently
+        raise _user_error(flag, path, "is a symlink to nothing (a loop or a missing target)", "pass a file name")
+    try:
+        write_atomic(path, data)
+    except OSError as e:
+        import errno
+
+        text = {errno.EEXIST: "cannot be created (a part of its path is a file)",
+                errno.ENOTDIR: "cannot be created (a part of its path is a file)",
+                errno.ENOENT: "cannot be created (its directory cannot be made there)"}.get(e.errno or 0)
+        raise _user_error(flag, path, text or _problem(e).replace("is not readable", "is not writable"),
+                          "pass a writable file path") from None

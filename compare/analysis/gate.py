@@ -143,11 +143,10 @@ def load_baseline(name: str, directory: Path) -> dict[str, Any]:
         known = sorted(p.stem for p in Path(directory).glob("*.json")) if Path(directory).is_dir() else []
         raise UserError(f"baseline {name!r} not found at {path}; save one with `compare baseline save "
                         f"RESULTS --name {name}`" + (f" (known in {directory}: {', '.join(known)})" if known else ""))
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        raise UserError(f"{path} is not valid JSON: restore it from git or save the baseline again") from None
-    if data.get("format") != BASELINE_FORMAT or data.get("version") != BASELINE_VERSION:
+    from core.fsutil import read_user_json
+
+    data = read_user_json(path, "baseline", "restore it from git or save the baseline again")
+    if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT or data.get("version") != BASELINE_VERSION:
         raise UserError(f"{path} is not a version-{BASELINE_VERSION} llm-compare baseline; save it again "
                         f"with this version (`compare baseline save`)")
     return data

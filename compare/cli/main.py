@@ -15,6 +15,7 @@ import signal
 import sys
 
 from compare import __version__
+from compare.cli.parser import Parser
 from core.errors import LLMCompareError
 
 # module names under compare.cli.commands; each defines add_parser(subparsers). Modules not
@@ -24,7 +25,7 @@ COMMANDS = ["run", "plan", "backends", "model", "calibrate", "containers", "clea
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="compare",
         description="Compare LLM serving frameworks on identical workloads: TTFT, TPOT, ITL, "
                     "throughput, goodput under an SLO, quality.")
@@ -62,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
+    given = sys.argv[1:] if argv is None else argv
+    parser.command = next((a for a in given if a in COMMANDS), None)  # named in an unrecognized-option line
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         # `compare` with no command: the embedded default run

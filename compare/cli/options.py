@@ -29,7 +29,7 @@ def add_spec_options(p: argparse.ArgumentParser) -> None:
         g.add_argument(_flag(name), dest=f"spec_{name}", metavar="V", default=None,
                        help=field.description or None)
     g.add_argument("--native", action="append", default=[], metavar="BACKEND.KEY=VALUE",
-                   help="native option passed as is to one backend, e.g. vllm.swap_space=0")
+                   help="native option passed as is to one backend, e.g. vllm.scheduling_policy=priority")
 
 
 def add_workload_options(p: argparse.ArgumentParser) -> None:
@@ -44,15 +44,9 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
 
 
 def _read_yaml(path: str, what: str) -> dict[str, Any]:
-    p = Path(path)
-    if not p.exists():
-        raise UserError(f"{what} file {path} does not exist; check the path")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"{what} file {path} is not valid YAML{where}: fix the syntax") from None
+    from core.fsutil import read_user_yaml
+
+    data = read_user_yaml(path, f"{what} file", None) or {}
     if not isinstance(data, dict):
         raise UserError(f"{what} file {path} must hold a mapping of field: value")
     return data
@@ -80,11 +74,16 @@ def spec_from_args(args: argparse.Namespace, default_model: str | None = None) -
         if v is not None:
             data[name] = _scalar(v) if name not in ("model", "tokenizer") else v
     native: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (data.get("native") or {}).items()}
+    given: set[str] = set()
     for item in getattr(args, "native", []) or []:
         key, eq, value = item.partition("=")
         backend, dot, opt = key.partition(".")
         if not eq or not dot or not backend or not opt:
-            raise UserError(f"--native {item!r}: expected BACKEND.KEY=VALUE, e.g. --native vllm.swap_space=0")
+            raise UserError(f"--native {item!r}: expected BACKEND.KEY=VALUE, e.g. "
+                            f"--native vllm.scheduling_policy=priority")
+        if key in given:
+            raise UserError(f"--native {key} is given twice; give each option once")
+        given.add(key)
         native.setdefault(backend, {})[opt] = _scalar(value)
     if native:
         data["native"] = native
@@ -92,10 +91,15 @@ def spec_from_args(args: argparse.Namespace, default_model: str | None = None) -
         if default_model is None:
             raise UserError("no model given: pass --model DIR (a local HF model directory)")
         data["model"] = default_model
+    if native:  # (from --native and the spec file's native section)
+        from compare.cli.native_keys import check_sections
+
+        check_sections(native)
     try:
-        return ServingSpec(**data)
+        spec = ServingSpec(**data)
     except ValidationError as e:
         raise _pydantic_error(e, "spec") from None
+    return spec
 
 
 def workload_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> WorkloadSpec:
@@ -115,11 +119,23 @@ def workload_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None
             raise UserError(f"ShareGPT file {args.sharegpt} does not exist; check the path")
         data["sharegpt"] = args.sharegpt
     if args.workload_seed is not None:
+        if args.workload_seed < 0:
+            raise UserError(f"--workload-seed {args.workload_seed}: a seed is a whole number >= 0")
         data["seed"] = args.workload_seed
     try:
-        return WorkloadSpec(**data)
+        spec = WorkloadSpec(**data)
     except ValidationError as e:
         raise _pydantic_error(e, "workload") from None
+    except ValueError as e:  # (a seed numpy refuses, and other checks the model runs itself)
+        raise UserError(f"workload: {e}") from None
+    if spec.num_requests > MAX_REQUESTS:
+        raise UserError(f"workload: num_requests {spec.num_requests} is more than {MAX_REQUESTS:,} (every request is "
+                        f"built in memory before the run); measure with fewer, e.g. --num-requests 1000")
+    return spec
+
+
+# the request list is built (and written to workload.jsonl) before anything starts
+MAX_REQUESTS = 1_000_000
 
 
 # ---------------------------------------------------------------- topology (backends/topology.py)
@@ -167,6 +183,8 @@ def apply_topology(args: argparse.Namespace, backends: list[str]) -> list[Any]:
     kinds = []
     for item in text.split(","):
         kind, _, n = item.strip().partition("=")
+        if kind in kinds:
+            raise UserError(f"--topology {text!r}: {kind} is given twice; give each of tp=N, replicas=N once")
         if kind not in KINDS or not n.isdigit() or int(n) < 1:
             raise UserError(f"--topology {item!r}: expected tp=N or replicas=N, e.g. --topology tp=2,replicas=2")
         kinds.append(kind)

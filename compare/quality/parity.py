@@ -53,8 +53,10 @@ def load_accuracy_jsonl(path: str | Path) -> tuple[tuple[str, str], ...]:
     if not p.is_file():
         raise UserError(f"accuracy file {path} does not exist: pass a JSONL of "
                         '{"prompt": ..., "answer": ...} lines')
+    from core.fsutil import read_user_text
+
     pairs = []
-    for n, line in enumerate(p.read_text().splitlines(), 1):
+    for n, line in enumerate(read_user_text(p, "accuracy file").splitlines(), 1):
         if not line.strip():
             continue
         try:

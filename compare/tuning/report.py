@@ -2,7 +2,6 @@
 plot, and the tuned specs ``compare run --tuned`` starts each backend with."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +83,14 @@ def tuned_specs(tune_dir: str, backends: list[str | Topology], base: ServingSpec
     path = Path(tune_dir) / "tune.json" if Path(tune_dir).is_dir() else Path(tune_dir)
     if not path.exists():
         raise UserError(f"--tuned {tune_dir}: no tune.json there; pass a directory written by `compare tune`")
-    data = json.loads(path.read_text())
-    best = {r["backend"]: r.get("best") for r in data.get("backends", [])}
+    from core.fsutil import read_user_json
+
+    fix = "pass a directory written by `compare tune`"
+    data = read_user_json(path, "--tuned file", fix)
+    try:
+        best = {r["backend"]: r.get("best") for r in data.get("backends", [])}
+    except (AttributeError, KeyError, TypeError):
+        raise UserError(f"--tuned file {path} is not a tune.json written by `compare tune`; {fix}") from None
     out = {}
     for target in backends:
         full = str(target)

@@ -6,7 +6,6 @@ results, so any run can be replayed exactly (``compare run --replay RESULTS_DIR`
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -133,17 +132,17 @@ def _make_request(spec: WorkloadSpec, rid: str, ids: list[int], out_len: int,
 
 def _sharegpt_requests(spec: WorkloadSpec, rng: np.random.Generator,
                        tokenizer: Any | None) -> list[GenerationRequest]:
+    from core.fsutil import read_user_json, read_user_jsonl
+
     path = Path(spec.sharegpt)  # type: ignore[arg-type]
-    raw = path.read_text(encoding="utf-8")
-    if path.suffix == ".jsonl":
-        rows = [json.loads(line) for line in raw.splitlines() if line.strip()]
-    else:
-        rows = json.loads(raw)
+    fix = 'pass a ShareGPT dataset: a JSON list (or JSONL) of {"conversations": [{"value": ...}, ...]}'
+    rows = (read_user_jsonl if path.suffix == ".jsonl" else read_user_json)(path, "ShareGPT file", fix)
     convs = []
-    for row in rows:
-        turns = row.get("conversations") or row.get("conversation") or []
-        if len(turns) >= 2 and turns[0].get("value"):
-            convs.append((turns[0]["value"], turns[1].get("value", "")))
+    for row in rows if isinstance(rows, list) else []:
+        turns = (row.get("conversations") or row.get("conversation") or []) if isinstance(row, dict) else []
+        if (isinstance(turns, list) and len(turns) >= 2 and all(isinstance(t, dict) for t in turns[:2])
+                and isinstance(turns[0].get("value"), str) and turns[0]["value"]):
+            convs.append((turns[0]["value"], str(turns[1].get("value", ""))))
     if not convs:
         raise ValueError(f"{path}: no ShareGPT conversations with a prompt and a reply")
     order = rng.permutation(len(convs))[: spec.num_requests]

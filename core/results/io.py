@@ -8,12 +8,16 @@ declare. requests.jsonl gets one complete line per finished request (one append 
 last line is cut off or skipped by readers); workload.jsonl holds the exact request list so a
 run can be replayed. The directory is created atomically and probed before any engine starts;
 a write that fails mid-run (full disk) stops the run with status "failed" naming the problem.
+A run id is one name under the results root (never a path); an id whose run never measured
+anything (it failed or was killed before its first request) may be used again. run.json records
+its owner (core/results/owner.py), so a run killed outright can be told from one still running.
 """
 from __future__ import annotations
 
 import errno
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -22,10 +26,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from core.errors import RunFailed, UserError
-from core.fsutil import write_atomic, write_json_atomic
+from core.fsutil import open_user_file, read_user_json, write_atomic, write_json_atomic
 from core.records import RequestRecord
 from core.results.migrate import to_current
 from core.results.models import SCHEMA_VERSION, RunResults
+from core.results.owner import current_owner, owner_alive
 
 try:  # records are written on the measuring event loop: msgspec encodes them ~5x faster than json
     from msgspec.json import encode as _encode
@@ -43,6 +48,29 @@ def record_line(rec: RequestRecord) -> bytes:
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+RUN_ID_MAX = 128
+_RUN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
+def run_id_problem(run_id: str) -> str | None:
+    """Why ``run_id`` cannot name a results directory (None: it can). It is one path component
+    under the results root: a separator or ``..`` would write the run elsewhere."""
+    if not run_id:
+        return "a run id cannot be empty"
+    if len(run_id) > RUN_ID_MAX:
+        return f"a run id is at most {RUN_ID_MAX} characters (this one has {len(run_id)})"
+    if not _RUN_ID.fullmatch(run_id):
+        return ("a run id is a name of letters, digits, '.', '_' and '-', not starting with a dot "
+                "(no path separators), e.g. baseline-v1")
+    return None
+
+
+def check_run_id(run_id: str) -> None:
+    problem = run_id_problem(run_id)
+    if problem:
+        raise UserError(f"--run-id {run_id!r}: {problem}")
 
 
 def dump(run: RunResults) -> dict[str, Any]:
@@ -74,6 +102,7 @@ def create_results_dir(root: str | os.PathLike[str], run_id: str) -> Path:
     """Create ``root/run_id`` atomically (it must not exist: of simultaneous starts with one run
     id exactly one gets it) and prove it takes writes, before any engine starts. Bad -> UserError
     (one line, nothing left behind)."""
+    check_run_id(run_id)  # before anything is created
     root = Path(root)
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -84,7 +113,12 @@ def create_results_dir(root: str | os.PathLike[str], run_id: str) -> Path:
                         f"directory with --out") from None
     d = root / run_id
     try:
-        d.mkdir()  # no exist_ok: the existence check and the creation are one step
+        try:
+            d.mkdir()  # no exist_ok: the existence check and the creation are one step
+        except FileExistsError:
+            check_results_dir_free(root, run_id)  # refuses unless it holds a run that never measured
+            _set_aside(d)
+            d.mkdir()  # (a simultaneous start with the same id that got there first wins)
     except FileExistsError:
         raise UserError(f"results directory {d} already exists; pick another --run-id") from None
     except OSError as e:
@@ -104,6 +138,48 @@ def create_results_dir(root: str | os.PathLike[str], run_id: str) -> Path:
     return d
 
 
+def never_measured(d: Path) -> bool:
+    """``d`` holds a run that ended (or whose owner died) before measuring anything: no request
+    recorded, no level summarised. Its run id may be used again (the old directory is replaced)."""
+    try:
+        with open(d / "run.json", "rb") as f:
+            doc = json.loads(f.read())
+        reqs = d / REQUESTS
+        if reqs.exists() and reqs.stat().st_size > 0:
+            return False
+    except (OSError, ValueError):
+        return False
+    if not isinstance(doc, dict) or not isinstance(doc.get("backends"), dict):
+        return False
+    status = doc.get("status")
+    if status == "running":
+        if owner_alive(doc.get("owner")) is not False:
+            return False  # (still running, or cannot tell)
+    elif status not in ("failed", "interrupted", "killed"):
+        return False
+    return not any(isinstance(b, dict) and b.get("levels") for b in doc["backends"].values())
+
+
+def check_results_dir_free(root: str | os.PathLike[str], run_id: str) -> None:
+    """Before anything starts: ``root/run_id`` does not exist, or holds a run that never measured."""
+    from core.fsutil import check_dir_option
+
+    check_dir_option(root, "--out")  # a file, a loop, under a file: refused before anything starts
+    d = Path(root) / run_id
+    if (d.exists() or d.is_symlink()) and not (d.is_dir() and not d.is_symlink() and never_measured(d)):
+        raise UserError(f"results directory {d} already exists; pick another --run-id")
+
+
+def _set_aside(d: Path) -> None:
+    """Move a never-measured run out of the way (one rename: a reader sees the old or nothing)."""
+    gone = d.with_name(f".{d.name}.replaced-{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(d, gone)
+    except FileNotFoundError:
+        return  # a simultaneous start set it aside first
+    shutil.rmtree(gone, ignore_errors=True)
+
+
 class ResultsWriter:
     """Writes one run's results directory (created by ``create_results_dir``).
 
@@ -118,7 +194,7 @@ class ResultsWriter:
         self.dir = create_results_dir(root, run_id)
         self.run: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "run_id": run_id,
                                     "status": "running", "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                                    **header, "backends": {}}
+                                    "owner": current_owner(), **header, "backends": {}}
         self.error: ResultsWriteError | None = None
         self._req = -1
         try:
@@ -246,13 +322,11 @@ def load_run(path: str | os.PathLike[str]) -> RunResults:
     """run.json of a results directory (or the file itself); bad input is a one-line UserError."""
     p = Path(path)
     run_json = p / "run.json" if p.is_dir() else p
-    if not run_json.exists():
+    if p.is_dir() and not run_json.exists() and not run_json.is_symlink():
+        raise UserError(f"{p} holds no run.json: pass a results directory written by `compare run`")
+    if not run_json.exists() and not run_json.is_symlink():
         raise UserError(f"{run_json} not found: pass a results directory written by `compare run`")
-    try:
-        doc = json.loads(run_json.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{run_json} is not valid JSON ({e}); pass a results directory written by "
-                        f"`compare run`") from None
+    doc = read_user_json(run_json, "results file", "pass a results directory written by `compare run`")
     return to_current(doc, str(run_json))
 
 
@@ -261,7 +335,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
     the disk filled while appending it) is skipped with a one-line warning on stderr; a corrupt
     line anywhere else raises (load_results makes that a UserError)."""
     p = Path(path) / REQUESTS
-    with open(p, "rb") as f:
+    with open_user_file(p, "results file", "pass a complete results directory") as f:
         for raw in f:
             if not raw.strip():
                 continue
@@ -283,6 +357,7 @@ def load_results(path: str | os.PathLike[str]) -> tuple[RunResults, list[Request
         raise UserError(f"{path}: no requests.jsonl; pass a complete results directory")
     try:
         return run, list(iter_records(path))
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise UserError(f"{path}/requests.jsonl has a corrupt line ({type(e).__name__}: {e}); "
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+        problem = "not UTF-8" if isinstance(e, UnicodeDecodeError) else f"{type(e).__name__}: {e}"
+        raise UserError(f"{path}/requests.jsonl has a corrupt line ({problem}); "
                         f"pass a complete results directory") from None

@@ -42,6 +42,23 @@ def from_v1(run: dict[str, Any], where: str = "run.json") -> RunResults:
                         f"cannot be migrated ({first_problem(e)}); {how} or re-run them") from None
 
 
+def _newer_writer(run: dict[str, Any]) -> str | None:
+    """The writer's version when it is newer than this llm-compare (its files may hold what this
+    one does not know)."""
+    ver = writer_version(run)
+    if not ver:
+        return None
+    try:
+        from importlib.metadata import version
+
+        from packaging.version import Version
+
+        mine = version("llm-compare")
+        return ver if Version(ver) > Version(mine) else None
+    except (ImportError, ValueError):  # no package metadata or packaging here, an odd version: cannot tell
+        return None
+
+
 def to_current(run: Any, where: str = "run.json") -> RunResults:
     """A run.json document of any readable schema version as ``RunResults`` (UserError if not)."""
     if not isinstance(run, dict):
@@ -49,11 +66,15 @@ def to_current(run: Any, where: str = "run.json") -> RunResults:
     version = run.get("schema_version")
     if version == 1:
         return from_v1(run, where)
+    newer = _newer_writer(run)
+    upgrade = (f"; it was written by llm-compare {newer}, newer than this one: upgrade (`pip install -U "
+               f"llm-compare`) or re-render it with that version" if newer else "")
     if version != SCHEMA_VERSION:
         raise UserError(f"{where}: schema_version {version} is not one this llm-compare reads "
-                        f"({', '.join(map(str, READABLE))}); re-render it with the llm-compare that wrote it")
+                        f"({', '.join(map(str, READABLE))})"
+                        + (upgrade or "; re-render it with the llm-compare that wrote it"))
     try:
         return RunResults.model_validate(run)
     except ValidationError as e:
-        raise UserError(f"{where}: not a valid schema-{SCHEMA_VERSION} run.json ({first_problem(e)}); "
-                        f"pass a results directory written by `compare run`") from None
+        raise UserError(f"{where}: not a valid schema-{SCHEMA_VERSION} run.json ({first_problem(e)})"
+                        + (upgrade or "; pass a results directory written by `compare run`")) from None

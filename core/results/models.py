@@ -346,12 +346,24 @@ class RayCluster(_Open):
     load_shards: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class RunOwner(_Closed):
+    """The process that writes a run (core/results/io.py): pid + start time + boot, so that a
+    reused pid, or a reboot, is never taken for the owner of a run left "running"."""
+
+    pid: int
+    start_ticks: int | None = None  # /proc/PID/stat starttime: clock ticks after boot
+    boot_id: str | None = None  # /proc/sys/kernel/random/boot_id
+    host: str | None = None
+
+
 class RunResults(_Open):
     """run.json. Extra top-level keys are provenance a harness adds (``extra_header``)."""
 
     schema_version: int = SCHEMA_VERSION
     run_id: str
-    status: str  # running | complete | partial | failed | interrupted
+    # running | complete | partial | failed | interrupted | killed (its owner died while it ran:
+    # found and recorded by the next command that looked)
+    status: str
     error: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
@@ -368,6 +380,7 @@ class RunResults(_Open):
     backends: dict[str, BackendResult] = Field(default_factory=dict)
     length_matched: LengthMatched | None = None
     ray: RayCluster | None = None  # runs with --ray only
+    owner: RunOwner | None = None  # the process writing the run (absent in runs written before it was kept)
 
     @property
     def level_labels(self) -> list[str]:

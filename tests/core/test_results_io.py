@@ -72,7 +72,7 @@ def _bad_dirs(server, tmp_path, read_only_disk):
     _one_line_error(r, 2, "is a file, not a directory")
     assert a_file.read_text() == "x"
     r = _run(server, a_file / "below")
-    _one_line_error(r, 2, "cannot create the results directory")
+    _one_line_error(r, 2, "cannot be created (a part of its path is a file)")
     r = _run(server, Path("/proc/llm-compare-results"))
     _one_line_error(r, 2, "cannot create the results directory")
     r = _run(server, read_only_disk, "--run-id", "ro")

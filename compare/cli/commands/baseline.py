@@ -29,7 +29,17 @@ def _no_action(args: argparse.Namespace) -> int:
 
 def _save(args: argparse.Namespace) -> int:
     from compare.analysis.gate import baseline_path, make_baseline, save_baseline, workload_digest
+    from core.fsutil import check_dir_option
 
+    if "/" in args.name or args.name.endswith(".json"):
+        raise UserError(f"--name {args.name!r}: a baseline name is a name, not a path (e.g. vllm-0.32-cpu); "
+                        f"say where it goes with --dir DIR")
+    baseline_path(args.name, args.dir)  # a name of letters, digits, '.', '_', '-': checked before reading
+    check_dir_option(args.dir, "--dir")
+
+    from compare.cli.killed import settle_dir
+
+    settle_dir(args.results)  # a killed run is recorded as such, not taken for one still running
     run, records = load_results(args.results)
     if run.status != "complete":
         raise UserError(f"{args.results}: run status is {run.status!r}; a baseline must come from a "

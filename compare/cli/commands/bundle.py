@@ -43,6 +43,11 @@ def _validate(a: argparse.Namespace):
         root = Requirement(a.package)
     except InvalidRequirement:
         raise UserError(f"--package {a.package!r} is not a requirement; use e.g. vllm==0.26.0") from None
+    from core.fsutil import check_dir_option
+
+    check_dir_option(a.out, "--out")  # a file, a loop, under a file
+    if a.cache is not None:
+        check_dir_option(a.cache, "--cache")
     if a.out.exists() and any(a.out.iterdir()):
         raise UserError(f"--out {a.out} is not empty; pass a new directory")
     if not a.python.count(".") == 1 or not all(x.isdigit() for x in a.python.split(".")):
@@ -68,7 +73,9 @@ def _bundle(a: argparse.Namespace) -> int:
 
     root, profile = _validate(a)
     target = Platform(python=a.python, machine=a.machine)
-    have = read_package_list(a.have.read_text()) if a.have else {}
+    from core.fsutil import read_user_text
+
+    have = read_package_list(read_user_text(a.have, "--have file")) if a.have else {}
     skip = {k: v[0] for k, v in (profile.skip.items() if profile else [])}
     cache = a.cache or a.out.resolve().parent / ".bundle-cache"
     print(f"resolving {a.package} for CPython {a.python} {a.machine} ({len(have)} packages on the target)",

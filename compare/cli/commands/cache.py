@@ -27,6 +27,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _cache(args: argparse.Namespace):
     from backends.models.engine_cache import EngineCache
 
+    if args.cache_dir is not None:
+        from core.fsutil import check_dir_option
+
+        check_dir_option(args.cache_dir, "--cache-dir")
     return EngineCache(args.cache_dir)
 
 

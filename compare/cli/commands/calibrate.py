@@ -45,6 +45,8 @@ def _args(a: argparse.Namespace) -> list[int]:
         raise UserError("--tokens and --tokens-per-event must be > 0")
     if a.ttft_ms < 0 or a.itl_ms <= 0:
         raise UserError("--ttft-ms must be >= 0 and --itl-ms > 0")
+    if a.max_error_ms <= 0:
+        raise UserError("--max-error-ms must be > 0 (the p99 timing error a sustainable level may have)")
     return sorted(streams)
 
 

@@ -38,6 +38,12 @@ def _check(args: argparse.Namespace) -> int:
         raise UserError("--floor is a fraction, e.g. 0.05 for 5%")
     if not 0 < args.alpha < 1:
         raise UserError("--alpha is a probability, e.g. 0.05")
+    from compare.cli.killed import settle_dir
+
+    settle_dir(args.results)  # a killed run is recorded as such, not taken for one still running
+    from core.fsutil import check_dir_option
+
+    check_dir_option(args.dir, "--dir")
     base = load_baseline(args.baseline, args.dir)
     if args.backends is not None:
         from adapters.variants import split_names  # variant names hold commas: vllm[block_size=32,max_num_seqs=8]

@@ -4,14 +4,18 @@ A run that was killed outright (SIGKILL, the OOM killer) cannot clean up; its wa
 (containers/watchdog.py) normally do. Should they have died with it, this finds what is left:
 
 - processes carrying the ``LLM_COMPARE_OWNER`` tag (every process a run starts inherits it:
-  engine cores, workers, servers) whose owning run is gone (pid and start time), and
+  engine cores, workers, servers) whose owning run is gone (pid and start time),
 - containers labelled by llm-compare whose owner is gone (as ``compare containers prune``).
+
+- runs in the results root (`--out`, default ./results) left "running" by a process that is gone:
+  recorded as killed, with what they measured kept (compare/cli/killed.py).
 
 Nothing else is touched: an untagged process, or a tagged one whose run still lives, is never killed.
 """
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -19,6 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     p.add_argument("--all-hosts", action="store_true",
                    help="also remove containers labelled by another host (shared daemon)")
+    p.add_argument("--out", type=Path, default=Path("results"), metavar="RESULTS_ROOT",
+                   help="results root whose killed runs are recorded as killed (default ./results)")
     p.set_defaults(func=_clean)
 
 
@@ -37,6 +43,7 @@ def _clean(args: argparse.Namespace) -> int:
         terminate([p for p, _ in found])
     print(f"{verb} {len(found)} process(es)")
     _containers(args, verb)
+    _killed_runs(args)
     return 0
 
 
@@ -55,3 +62,25 @@ def _containers(args: argparse.Namespace, verb: str) -> None:
     for e in removed:
         print(f"{verb} container {e.id} {e.name} ({e.image}, backend {e.backend}, run {e.run_id})")
     print(f"{verb} {len(removed)} container(s)")
+
+
+def _killed_runs(args: argparse.Namespace) -> None:
+    """Runs in the results root left "running" by a killed process: recorded as killed."""
+    from compare.cli.killed import settle_root
+    from core.results.owner import owner_alive
+
+    if not args.out.is_dir():
+        return
+    if args.dry_run:
+        import json
+
+        for d in sorted(p for p in args.out.iterdir() if p.is_dir()):
+            try:
+                doc = json.loads((d / "run.json").read_bytes())
+            except (OSError, ValueError):
+                continue
+            if isinstance(doc, dict) and doc.get("status") == "running" and owner_alive(doc.get("owner")) is False:
+                print(f"would record run {d.name} in {d} as killed (its process is gone)")
+        return
+    for note in settle_root(args.out):
+        print(note.removeprefix("note: "))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ def parse_backends(text: str) -> list[str]:
     names = split_names(text)  # a name may hold commas in brackets: vllm[block_size=32,max_num_seqs=8]
     if not names:
         raise UserError("--backends is empty: name at least one, e.g. --backends vllm,hf")
+    if text.strip().startswith(",") or text.strip().endswith(",") or re.search(r",\s*,", text):
+        raise UserError(f"--backends {text!r}: an empty name between commas; e.g. --backends vllm,hf")
     from backends.registry import entry_for
 
     for n in names:

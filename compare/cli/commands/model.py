@@ -24,6 +24,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _tiny(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        from core.fsutil import check_dir_option
+
+        check_dir_option(args.out, "--out")
     if not args.trained:
         from backends.models.tiny import ensure_tiny_model
 

@@ -48,6 +48,10 @@ def _plan(args: argparse.Namespace) -> int:
     # model and machine probed once; each backend's plan resolved once, sized for the load (TGI)
     builder = Builder(offered_load(levels, args.num_requests))
     names = parse_backends(args.backends)
+    if spec.native:  # unknown vLLM / transformers keys (compare/cli/native_keys.py)
+        from compare.cli.native_keys import check_native
+
+        check_native(spec.native, spec.model, names)
     if args.vary:  # the variants `compare run --vary` would run, refused the same way (compare/running/variants.py)
         from compare.running.variants import vary
 

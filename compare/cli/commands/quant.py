@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.quant_matrix import BACKENDS  # the quantization table's columns
+from compare.cli.parser import run_id
 from compare.running import aio
 from core.errors import UserError
 
@@ -58,7 +59,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--warmup", type=int, default=2)
     r.add_argument("--timeout", type=float, default=600.0)
     r.add_argument("--out", type=Path, default=Path("results"))
-    r.add_argument("--run-id", default=None)
+    r.add_argument("--run-id", type=run_id, default=None)
     r.add_argument("--format", choices=["table", "json"], default="table")
     add_spec_options(r)
     add_workload_options(r)

@@ -77,6 +77,9 @@ def validate(args: argparse.Namespace) -> tuple[Path, Path | None]:
         raise UserError(f"--model {args.model} is already quantized ({found}); pass the unquantized source")
     if not list(model.glob("*.safetensors")) and not list(model.glob("*.bin")):
         raise UserError(f"--model {args.model} has no weight files (*.safetensors / *.bin)")
+    from core.fsutil import check_dir_option
+
+    check_dir_option(args.out, "--out")  # a file, a loop, under a file
     if args.out.exists() and any(args.out.iterdir()):
         raise UserError(f"--out {args.out} already exists and is not empty; pick a new directory")
     calib = None

@@ -38,7 +38,7 @@ def check_price_margin(price: float | None, margin: float | None) -> None:
 def render(results: Path, html: bool, out: Path | None, price: float | None = None,
            margin: float | None = None) -> Path | None:
     """Render and write; returns the file written (None: Markdown went to stdout)."""
-    from core.fsutil import write_atomic
+    from core.fsutil import write_user_file
     from compare.report import load_report_data, render_html, render_markdown
 
     data = load_report_data(results, gpu_hour_price=price, margin=margin)
@@ -48,7 +48,7 @@ def render(results: Path, html: bool, out: Path | None, price: float | None = No
     if out is None:
         sys.stdout.write(text)
         return None
-    write_atomic(out, text)
+    write_user_file(out, text, "--out")
     return out
 
 
@@ -56,6 +56,9 @@ def _report(args: argparse.Namespace) -> int:
     check_price_margin(args.gpu_hour_price, args.margin)
     if not args.results.is_dir():
         raise UserError(f"{args.results} is not a directory: pass a results directory written by `compare run`")
+    from compare.cli.killed import settle_dir
+
+    settle_dir(args.results)  # a killed run is recorded as such, not reported as still running
     written = render(args.results, args.html, args.out, args.gpu_hour_price, args.margin)
     if written:
         print(f"report written to {written}", file=sys.stderr)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from compare.cli import max_rate
+from compare.cli.parser import run_id
 from compare.running import aio
 from compare.cli.commands.common import (
     DEFAULT_LEVELS, DEFAULT_WORKLOAD, add_backends_option, apply_served_defaults, apply_tiny_defaults, has_gpu,
@@ -67,7 +68,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--quality-prompts", type=int, default=8, metavar="N", help="probe requests per backend (default 8)")
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, default=Path("results"), help="results root (default ./results)")
-    o.add_argument("--run-id", default=None, help="results subdirectory name (default: timestamp)")
+    o.add_argument("--run-id", type=run_id, default=None,
+                   help="results subdirectory name: letters, digits, ._- (default: timestamp)")
     o.add_argument("--format", choices=["table", "json", "md", "html"], default="table",
                    help="table: console; json: run.json + verdict on stdout; md: Markdown report on "
                         "stdout; html: RESULTS/report.html (all rendered from the results files)")
@@ -97,6 +99,9 @@ def _client_procs(value: str) -> int | None:
         n = 0
     if n < 1:
         raise UserError(f"--client-procs {value!r}: give a number of processes >= 1 or 'auto'")
+    most = max(8, 4 * (os.cpu_count() or 1))  # more load generators than that only contend for the cores
+    if n > most:
+        raise UserError(f"--client-procs {n}: at most {most} here (4 per CPU core); or 'auto'")
     return n
 
 
@@ -119,7 +124,12 @@ def _validate_load(args: argparse.Namespace):
     try:
         levels = parse_levels(conc, args.rate)
     except ValueError as e:
-        raise UserError(str(e)) from None
+        msg = str(e)
+        raise UserError(msg if msg.startswith("--") else f"--{msg}") from None  # "rate must be > 0, got nan"
+    labels = [lv.label for lv in levels]
+    twice = sorted({x for x in labels if labels.count(x) > 1})
+    if twice:
+        raise UserError(f"load level {', '.join(twice)} is given twice in --concurrency/--rate; give each level once")
     if args.warmup < 0:
         raise UserError("--warmup must be >= 0")
     if args.repeats < 1:
@@ -141,10 +151,24 @@ def _requests(args: argparse.Namespace, spec, workload, served=None):
     from compare.workload.build import build_requests, request_from_dict
 
     if args.replay:
+        from core.fsutil import read_user_jsonl
+
+        if not Path(args.replay).is_dir():
+            raise UserError(f"--replay {args.replay}: not a directory; pass a results directory written by "
+                            f"`compare run`")
         path = Path(args.replay) / "workload.jsonl"
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             raise UserError(f"--replay {args.replay}: no workload.jsonl there; pass a results directory")
-        return [request_from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+        fix = "pass a results directory written by `compare run`"
+        rows = read_user_jsonl(path, "--replay file", fix)
+        try:
+            out = [request_from_dict(row) for row in rows]
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise UserError(f"--replay file {path} holds a request that is not one `compare run` wrote "
+                            f"({type(e).__name__}: {e}); {fix}") from None
+        if not out:
+            raise UserError(f"--replay file {path} holds no requests; {fix}")
+        return out
     tokenizer = served.prompt_tokenizer(workload) if served is not None else None
     if (served is None or served.tokenizer) and (workload.prompt_format != "token_ids" or workload.sharegpt):
         try:
@@ -161,6 +185,19 @@ def _requests(args: argparse.Namespace, spec, workload, served=None):
         raise UserError(f"workload: {e}") from None
 
 
+def _check_lengths(spec, requests) -> None:
+    """A request that cannot fit the context the spec sets would only fail on every engine."""
+    limit = spec.max_model_len
+    if not limit:
+        return
+    for r in requests:
+        prompt = len(r.prompt_token_ids) if r.prompt_token_ids is not None else 0
+        if prompt + r.max_tokens > limit:
+            raise UserError(f"request {r.request_id}: prompt ({prompt or '?'} tokens) + max_tokens ({r.max_tokens}) "
+                            f"exceed --max-model-len {limit}; shorten --input-len/--output-len or raise "
+                            f"--max-model-len")
+
+
 def _run(args: argparse.Namespace) -> int:
     from core.slo import SLO
 
@@ -174,6 +211,10 @@ def _run(args: argparse.Namespace) -> int:
     default_model = apply_tiny_defaults(args)
     tiny = default_model is not None
     spec = spec_from_args(args, default_model=default_model)
+    if spec.native and served is None:  # unknown vLLM / transformers keys, before anything starts
+        from compare.cli.native_keys import check_native
+
+        check_native(spec.native, spec.model, backends)
     if served is None and not tiny and "://" not in spec.model and not Path(spec.model).exists() and spec.load_format != "dummy":
         raise UserError(f"model path {spec.model} does not exist; pass a local model directory "
                         f"(no hub downloads here)")
@@ -185,6 +226,8 @@ def _run(args: argparse.Namespace) -> int:
         spec = spec.model_copy(update={"native": native})
     workload = workload_from_args(args, DEFAULT_WORKLOAD if tiny else served.workload_defaults() if served else None)
     requests = _requests(args, spec, workload, served)
+    if served is None:
+        _check_lengths(spec, requests)
     if served is not None:
         served.confirm(requests)  # too long for the server: one line; else says where the model comes from
     header = served.header(workload) if served is not None else {}
@@ -200,8 +243,12 @@ def _run(args: argparse.Namespace) -> int:
     cfg.client_procs = _client_procs(args.client_procs)
     cfg.quality = _quality_options(args)
     cfg.scaleout = scaleout_from_args(args)  # --ray: the cells as Ray tasks (compare/running/ray_cells.py)
-    if (args.out / cfg.run_id).exists():
-        raise UserError(f"results directory {args.out / cfg.run_id} already exists; pick another --run-id")
+    from compare.cli.killed import settle_root
+    from core.results.io import check_results_dir_free
+
+    for note in settle_root(args.out):  # runs killed earlier in this results root: recorded as killed
+        print(note, file=sys.stderr)
+    check_results_dir_free(args.out, cfg.run_id)  # (a run id whose run never measured may be reused)
     if args.tuned:  # each backend at its best config from `compare tune` (compare/tuning/report.py)
         from compare.tuning.report import tuned_specs
 

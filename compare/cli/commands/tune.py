@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from compare.cli.commands.common import apply_tiny_defaults, has_gpu
+from compare.cli.parser import run_id
 from core.errors import UserError
 from compare.cli.options import add_spec_options, add_workload_options, spec_from_args, workload_from_args
 
@@ -41,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds")
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, default=Path("results"), help="results root (default ./results)")
-    o.add_argument("--run-id", default=None, help="subdirectory name (default tune-TIMESTAMP)")
+    o.add_argument("--run-id", type=run_id, default=None, help="subdirectory name (default tune-TIMESTAMP)")
     o.add_argument("--cache-dir", type=Path, default=None,
                    help="trial cache (default ~/.cache/llm-compare/tune); a re-run resumes from it")
     p.set_defaults(func=_tune)
@@ -59,6 +60,8 @@ def _validate(args: argparse.Namespace):
         raise UserError("--repeats must be >= 1 and --max-probes >= 2")
     if args.start_load <= 0 or args.tol <= 0:
         raise UserError("--start-load and --tol must be > 0")
+    if args.trial_timeout <= 0 or args.timeout <= 0:  # (a trial or request given 0 s fails at once, each)
+        raise UserError("--trial-timeout and --timeout are seconds > 0")
     return slo
 
 
@@ -89,6 +92,11 @@ def _tune(args: argparse.Namespace) -> int:
     requests = _requests(argparse.Namespace(replay=None), spec, workload)
     run_id = args.run_id or time.strftime("tune-%Y%m%d-%H%M%S")
     out_dir = args.out / run_id
+    from core.fsutil import check_dir_option
+
+    check_dir_option(args.out, "--out")
+    if args.cache_dir is not None:
+        check_dir_option(args.cache_dir, "--cache-dir")
     if out_dir.exists():
         raise UserError(f"{out_dir} already exists; pick another --run-id")
     return _execute(args, backends, grids, spec, workload, requests, slo, out_dir, format_grid)
