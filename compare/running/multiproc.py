@@ -42,7 +42,7 @@ from backends.base import Backend
 from core.records import GenerationRequest, RequestRecord
 from compare.analysis.client_health import LagSamples
 from compare.running import multiproc_worker as worker
-from compare.running.executor import CANCEL_GRACE_S, LevelInterrupted, LevelOutcome, _gc_quiet
+from compare.running.executor import CANCEL_GRACE_S, LevelInterrupted, LevelOutcome, gc_quiet
 from compare.running.partition import partition
 from compare.workload.schedule import LoadLevel
 
@@ -152,7 +152,7 @@ async def run_level_procs(backend: Backend, requests: list[GenerationRequest], l
                           on_start: Callable[[list[int]], None] | None = None) -> LevelOutcome:
     """``executor.run_level`` with the level's requests sent by ``procs`` client processes.
     ``on_start``: called with their pids once all are ready and the start instant is set."""
-    with _gc_quiet():
+    with gc_quiet():
         level_run = _Level(backend, requests, level, procs, seed, timeout_s, max_errors, on_record)
         level_run.on_start = on_start
         return await level_run.run()

@@ -62,7 +62,7 @@ class LoadShard:
     async def run(self, requests: list[GenerationRequest], level: LoadLevel, offsets: list[int] | None,
                   start_wall_ns: int, timeout_s: float, max_errors: int) -> tuple[LevelOutcome, int, int, float]:
         arrived_ms = (time.time_ns() - start_wall_ns) / 1e6  # > 0: the call came after the start
-        # collected and frozen now, so that the level's own collection (executor._gc_quiet) finds
+        # collected and frozen now, so that the level's own collection (executor.gc_quiet) finds
         # almost nothing to walk: a full collection of a Ray worker's heap took 0.2-0.7 s here
         gc.collect()
         gc.freeze()
