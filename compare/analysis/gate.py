@@ -59,6 +59,8 @@ def repeat_values(s: LevelSample, metric: str) -> list[float]:
     if m.kind == "level":
         v = s.per_repeat.get(m.source)
         return [] if v is None else [float(x) for x in v]
+    if m.kind == "token":
+        return s.per_token[m.source].per_repeat(m.q)
     out = []
     for row in s.per_request[m.source]:
         row = row[~np.isnan(row)]
