@@ -45,32 +45,61 @@ class TokenValues:
         return [float(np.percentile(v, q)) if v.size else float("nan") for v in self.values]
 
 
+BINS = 256  # coarse steps of a weighted percentile: a matrix product finds the step, a scan within it the value
+
+
 def boot_ratios(a: TokenValues, b: TokenValues, k: int, n: int, q: float, rng: np.random.Generator,
                 n_boot: int) -> np.ndarray:
     """Bootstrap of b's percentile / a's over the first ``k`` repeats and ``n`` request columns:
     each draw picks k repeat pairs and n request ids, the same for both sides."""
-    sides = [_flat(s, k) for s in (a, b)]
-    size = max(1, max(v.size for v, _ in sides))
-    chunk = max(1, int(2e6 // size))
+    sides = [Pooled(t, k, n) for t in (a, b)]
+    width = max(k * n, *(max(s.h.shape[1], s.step) for s in sides))  # the widest array per draw
+    chunk = max(1, int(2e6 // width))
     out = np.empty(n_boot)
     for s in range(0, n_boot, chunk):
         m = min(chunk, n_boot - s)
         rep_w = _counts(rng.integers(0, k, size=(m, k)), k)  # (m, k): how often each repeat was drawn
         req_w = _counts(rng.integers(0, n, size=(m, n)), n)  # (m, n): how often each request
-        qa, qb = (_weighted_pct(v, rep_w[:, r] * req_w[:, c], q) for v, (r, c) in sides)
+        w = (rep_w[:, :, None] * req_w[:, None, :]).reshape(m, k * n)  # each (repeat, request) cell's weight
+        qa, qb = (side.percentile(w, q) for side in sides)
         with np.errstate(divide="ignore", invalid="ignore"):
             out[s:s + m] = qb / qa
     return out[np.isfinite(out) & (out > 0)]
 
 
-def _flat(t: TokenValues, k: int) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """The first k repeats' values sorted together, with each value's (repeat, column)."""
-    v = np.concatenate(t.values[:k]) if k else np.empty(0)
-    r = np.concatenate([np.full(x.size, i, dtype=np.int64) for i, x in enumerate(t.values[:k])]) if k \
-        else np.empty(0, dtype=np.int64)
-    c = np.concatenate(t.cols[:k]) if k else np.empty(0, dtype=np.int64)
-    order = np.argsort(v, kind="stable")
-    return v[order], (r[order], c[order])
+class Pooled:
+    """The first k repeats' values sorted together, each with its (repeat, request) cell
+    ``repeat * n + request``, ready for weighted percentiles."""
+
+    def __init__(self, t: TokenValues, k: int, n: int) -> None:
+        vals = list(t.values[:k])
+        v = np.concatenate(vals) if vals else np.empty(0)
+        cell = np.concatenate([r * n + c for r, c in enumerate(t.cols[:k])]) if vals else np.empty(0, np.int64)
+        order = np.argsort(v, kind="stable")
+        self.v, self.cell = v[order], cell[order].astype(np.int64)
+        size = self.v.size
+        self.step = max(1, -(-size // BINS))
+        # h[cell, j]: how many of the cell's values are in the j-th run of ``step`` sorted values
+        self.h = np.zeros((k * n, max(1, -(-size // self.step))))
+        np.add.at(self.h, (self.cell, np.arange(size) // self.step), 1.0)
+
+    def percentile(self, w: np.ndarray, q: float) -> np.ndarray:
+        """Per row of cell weights ``w`` (m, cells): the smallest value whose cumulative weight
+        reaches q % of the row's total (the weighted inverse CDF; NaN where nothing was drawn)."""
+        size, step = self.v.size, self.step
+        if size == 0:
+            return np.full(w.shape[0], np.nan)
+        coarse = np.cumsum(w @ self.h, axis=1)  # (m, runs): weight up to the end of each run
+        total = coarse[:, -1]
+        target = q / 100.0 * total
+        run = np.minimum((coarse < target[:, None]).sum(axis=1), coarse.shape[1] - 1)
+        before = np.where(run > 0, np.take_along_axis(coarse, np.maximum(run - 1, 0)[:, None], 1)[:, 0], 0.0)
+        idx = run[:, None] * step + np.arange(step)  # the values of that run, scanned one by one
+        inside = idx < size
+        idx = np.minimum(idx, size - 1)
+        cum = before[:, None] + np.cumsum(np.take_along_axis(w, self.cell[idx], 1) * inside, axis=1)
+        j = np.minimum((cum < target[:, None]).sum(axis=1), step - 1)
+        return np.where(total > 0, self.v[np.minimum(run * step + j, size - 1)], np.nan)
 
 
 def _counts(draws: np.ndarray, size: int) -> np.ndarray:
@@ -78,14 +107,3 @@ def _counts(draws: np.ndarray, size: int) -> np.ndarray:
     out = np.zeros((m, size))
     np.add.at(out, (np.repeat(np.arange(m), draws.shape[1]), draws.ravel()), 1.0)
     return out
-
-
-def _weighted_pct(v: np.ndarray, w: np.ndarray, q: float) -> np.ndarray:
-    """Per row of weights ``w`` (m, len(v)) over the sorted values ``v``: the smallest value whose
-    cumulative weight reaches q % of the row's total (NaN where nothing was drawn)."""
-    if v.size == 0:
-        return np.full(w.shape[0], np.nan)
-    cum = np.cumsum(w, axis=1)
-    total = cum[:, -1]
-    idx = np.minimum((cum < (q / 100.0 * total)[:, None]).sum(axis=1), v.size - 1)
-    return np.where(total > 0, v[idx], np.nan)

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from compare.analysis.token_stats import TokenValues, _weighted_pct, boot_ratios
+import compare.analysis.token_stats as ts
+from compare.analysis.token_stats import Pooled, TokenValues, boot_ratios
 
 
 def test_pooled_and_per_repeat_percentiles_are_numpy_s():
@@ -12,12 +13,33 @@ def test_pooled_and_per_repeat_percentiles_are_numpy_s():
     assert list(t.cols[1]) == [0, 2, 2]  # sorted values keep their request: 2.0 (req 0), 4.0, 9.0 (req 2)
 
 
-def test_weighted_percentile_is_the_inverse_cdf_of_the_drawn_requests():
-    v = np.array([1.0, 2.0, 3.0, 10.0])
-    w = np.array([[1, 1, 1, 1], [0, 0, 1, 1], [3, 0, 0, 1], [0, 0, 0, 0]], dtype=float)
-    got = _weighted_pct(v, w, 50)
-    assert list(got[:3]) == [2.0, 3.0, 1.0] and np.isnan(got[3])
-    assert _weighted_pct(v, np.ones((1, 4)), 100)[0] == 10.0
+def _brute(t: TokenValues, w: np.ndarray, n: int, q: float) -> float:
+    """The weighted inverse CDF, value by value."""
+    pairs = sorted((v, w[r * n + c]) for r, (vs, cs) in enumerate(zip(t.values, t.cols)) for v, c in zip(vs, cs))
+    total = sum(x for _, x in pairs)
+    if total == 0:
+        return float("nan")
+    cum = 0.0
+    for v, x in pairs:
+        cum += x
+        if cum >= q / 100 * total:
+            return v
+    return pairs[-1][0]
+
+
+@pytest.mark.parametrize("bins", [1, 3, 256])  # one run of values, several, one value per run
+def test_weighted_percentile_is_the_inverse_cdf_of_the_drawn_cells(monkeypatch, bins):
+    monkeypatch.setattr(ts, "BINS", bins)
+    rng = np.random.default_rng(3)
+    k, n = 2, 5
+    t = TokenValues.of([{c: list(rng.lognormal(0, 1, rng.integers(1, 9))) for c in range(n)} for _ in range(k)])
+    w = rng.integers(0, 3, size=(40, k * n)).astype(float)
+    w[0] = 0.0  # nothing drawn
+    p = Pooled(t, k, n)
+    for q in (5, 50, 95, 100):
+        got = p.percentile(w, q)
+        want = [_brute(t, row, n, q) for row in w]
+        assert np.isnan(got[0]) and np.allclose(got[1:], want[1:])
 
 
 def test_bootstrap_resamples_whole_requests_paired():
