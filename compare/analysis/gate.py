@@ -351,9 +351,9 @@ def _check_metric(backend: str, level: str, metric: str, base: list[float], cand
     thr = math.log1p(floor)
     mult = None
     if noise is not None:
-        from compare.analysis.stats import _t_ppf
+        from compare.analysis.stats import t_ppf
 
-        mult = _t_ppf(1 - alpha_each, noise[1])
+        mult = t_ppf(1 - alpha_each, noise[1])
         thr = max(thr, mult * noise[0] * math.sqrt(1 / b.size + 1 / c.size))
     worse = -d if METRICS[metric].higher_is_better else d
     return MetricCheck(backend, level, metric, float(np.exp(np.log(b).mean())), float(np.exp(np.log(c).mean())),

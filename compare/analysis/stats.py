@@ -292,7 +292,7 @@ def _from_samples(c: Comparison, ratios: np.ndarray, alpha: float, method: str) 
     _margins(c)
 
 
-def _t_ppf(p: float, df: int) -> float:
+def t_ppf(p: float, df: int) -> float:
     from scipy.special import stdtrit  # scipy.special: scipy.stats takes seconds to import
 
     return float(stdtrit(df, p))
@@ -309,7 +309,7 @@ def _t_interval(c: Comparison, d: np.ndarray, alpha: float) -> None:
         c.ci = c.ci90 = (math.exp(mean), math.exp(mean))
         c.p_value = 1.0 if mean == 0 else 0.0
     else:
-        t2, t1 = _t_ppf(1 - alpha / 2, k - 1), _t_ppf(1 - alpha, k - 1)
+        t2, t1 = t_ppf(1 - alpha / 2, k - 1), t_ppf(1 - alpha, k - 1)
         c.ci = (math.exp(mean - t2 * se), math.exp(mean + t2 * se))
         c.ci90 = (math.exp(mean - t1 * se), math.exp(mean + t1 * se))
         c.p_value = float(2 * stdtr(k - 1, -abs(mean / se)))
@@ -369,5 +369,5 @@ def single_ci(s: LevelSample, metric: str, confidence: float = 0.95, n_boot: int
     vals = s.per_repeat.get(m.source)
     if vals is None or vals.size < MIN_REPEATS:
         return None
-    half = _t_ppf(1 - alpha / 2, vals.size - 1) * vals.std(ddof=1) / math.sqrt(vals.size)
+    half = t_ppf(1 - alpha / 2, vals.size - 1) * vals.std(ddof=1) / math.sqrt(vals.size)
     return (float(vals.mean() - half), float(vals.mean() + half))
