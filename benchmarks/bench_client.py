@@ -281,7 +281,7 @@ def scenario(a: argparse.Namespace) -> None:
 def _serve_whole(argv: list[str]) -> None:
     """The calibration server, but at zero delay each response leaves in one write: a write per
     event made the one-core Python server, not the client under test, the ceiling's bottleneck."""
-    from compare.running import calibration as cal
+    from compare.running.calibration import server as cal
 
     per_event = cal._Conn.emit
 
