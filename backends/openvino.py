@@ -11,7 +11,6 @@ ours; when it dies first, every request in it fails as ``engine_dead`` and so do
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from adapters.openvino import OpenVINOPlan, openvino_plan
@@ -103,11 +102,9 @@ def plan(spec: ServingSpec, native: OpenVINOPlan) -> dict[str, Any]:
 
 
 def check() -> tuple[bool, str]:
-    from pathlib import Path
+    from backends.models.openvino_export import exporter_path
 
-    from backends.models.openvino_export import _DEFAULT, EXPORTER_ENV
-
-    cli = Path(os.environ.get(EXPORTER_ENV) or _DEFAULT)
+    cli = exporter_path()
     if not cli.is_file():
         return False, f"exporter missing ({cli}): bash scripts/setup.d/45-openvino.sh"
     return True, "ready"

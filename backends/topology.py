@@ -55,10 +55,10 @@ def _target(kind: str, target: Topology | str | None) -> Topology:
 
 def devices_present() -> tuple[str, list[str]]:
     """("gpu", ids) when GPUs are visible, else ("cpu core", ids of the cores we may run on)."""
-    from core.hardware import _gpus
+    from core.hardware import nvidia_gpus
 
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")
-    gpus = _gpus()
+    gpus = nvidia_gpus()
     if gpus:
         ids = [d for d in vis.split(",") if d.strip()] if vis else [str(i) for i in range(len(gpus))]
         return "gpu", ids

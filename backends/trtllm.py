@@ -63,7 +63,7 @@ _SEEN_MAX = 65536  # bounded: streams cut off before their usage chunk must not 
 def parse_trtllm_completions(raw: RawEvent) -> list[Parsed]:
     """OpenAI completions chunks, counting tokens from cumulative usage when no ids are streamed.
     Chunks of one request share their ``id`` (both servers), which keys the running count."""
-    obj, out = openai_proto._common(raw)
+    obj, out = openai_proto.parse_envelope(raw)
     if obj is None:
         return out
     usage = obj.get("usage") or {}

@@ -141,8 +141,8 @@ async def _scenario(url: str, streams: int, rounds: int, tokens: int, keep: list
     import numpy as np
 
     from backends.http_backends import HttpStreamBackend
-    from compare.running.calibration import _cpu
-    from compare.running.calibration_client import _server_stats
+    from compare.running.calibration import cpu_times
+    from compare.running.calibration.client import server_stats
     from compare.running.executor import run_level
     from compare.workload.schedule import LoadLevel
     from core.records import GenerationRequest
@@ -171,12 +171,12 @@ async def _scenario(url: str, streams: int, rounds: int, tokens: int, keep: list
     b = HttpStreamBackend(None, "bench", protocol="openai", base_url=url, metrics=None, max_connections=streams + 16)
     b.raw_observer, b.batch_observer = raw, batch
     async with b:
-        srv0 = await _server_stats(url)
+        srv0 = await server_stats(url)
         gc.collect()
-        cpu0 = _cpu()
+        cpu0 = cpu_times()
         out = await run_level(b, reqs, LoadLevel("concurrency", streams), seed=0, timeout_s=120, max_errors=len(reqs))
-        cpu1 = _cpu()
-        srv1 = await _server_stats(url)
+        cpu1 = cpu_times()
+        srv1 = await server_stats(url)
         clock = b.describe().extra.get("event_clock", {})
     recs = out.records
     if keep is not None:  # the records themselves (benchmarks/bench_product_path.py judges them)
@@ -227,7 +227,7 @@ async def _scenario(url: str, streams: int, rounds: int, tokens: int, keep: list
 
 
 def _per_event(a: dict, b: dict, n: int) -> dict | None:
-    from compare.running.calibration_client import _per_event as pe
+    from compare.running.calibration.client import cpu_per_event as pe
     return pe(a, b, n)
 
 
@@ -236,9 +236,9 @@ def scenario(a: argparse.Namespace) -> None:
     first allowed CPU, server (``_Server``) on the others; one line per stream count; ``--ceiling``
     also runs the zero-delay ingestion ceiling (the server sends each whole response at once)."""
     from compare.running import aio
-    from compare.running.calibration import _raise_nofile
+    from compare.running.calibration import raise_nofile
 
-    _raise_nofile()
+    raise_nofile()
     cpus = sorted(os.sched_getaffinity(0))
     client, server = {cpus[0]}, ",".join(str(c) for c in cpus[1:]) or str(cpus[0])
     results = []
@@ -281,7 +281,7 @@ def scenario(a: argparse.Namespace) -> None:
 def _serve_whole(argv: list[str]) -> None:
     """The calibration server, but at zero delay each response leaves in one write: a write per
     event made the one-core Python server, not the client under test, the ceiling's bottleneck."""
-    from compare.running import calibration as cal
+    from compare.running.calibration import server as cal
 
     per_event = cal._Conn.emit
 
@@ -334,7 +334,7 @@ def main() -> None:
                         "--tokens, --rounds requests per stream; reports TTFT error, ingest %%, send lateness")
     p.add_argument("--rounds", type=int, default=3, help="--scenario: requests per stream, one after another")
     p.add_argument("--server-procs", type=int, default=1,
-                   help="--scenario: loopback server processes sharing its port (compare/running/server_shards.py)")
+                   help="--scenario: loopback server processes sharing its port (compare/running/calibration/shards.py)")
     p.add_argument("--ceiling", type=int, default=0, metavar="STREAMS",
                    help="--scenario: also measure the zero-delay ingestion ceiling with this many streams")
     a = p.parse_args()

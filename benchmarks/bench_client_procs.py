@@ -1,6 +1,6 @@
 """Benchmark: the offered load 1, 2, ... client processes can follow (``compare run --client-procs``).
 
-The loopback calibration server (compare/running/calibration.py: known TTFT and ITL; one process
+The loopback calibration server (compare/running/calibration/server.py: known TTFT and ITL; one process
 pinned to the last allowed CPU, or ``--server-procs K`` processes on the last K CPUs sharing its port) streams to the exact client path of ``compare run``: one process
 through ``executor.run_level``, N processes through ``multiproc.run_level_procs`` (the same
 records, merged). Every level is closed loop with as many streams as requests, each request
@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backends.http_backends import HttpStreamBackend  # noqa: E402
-from compare.running.calibration import CalibrationServerProcess, CalibrationTiming, _raise_nofile  # noqa: E402
+from compare.running.calibration import CalibrationServerProcess, CalibrationTiming, raise_nofile  # noqa: E402
 from compare.analysis.metrics import COORDINATED_OMISSION_MS  # noqa: E402
 from compare.running import aio  # noqa: E402
 from compare.running.executor import run_level  # noqa: E402
@@ -118,7 +118,7 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--json", metavar="OUT")
     a = p.parse_args()
-    _raise_nofile()
+    raise_nofile()
     cpus = sorted(os.sched_getaffinity(0))
     k = min(a.server_procs, len(cpus) - 1) if len(cpus) > 1 else 0
     server_cpu = ",".join(str(c) for c in cpus[-k:]) if k else ""

@@ -87,16 +87,16 @@ def _count_level_cpu() -> None:
     $BENCH_LEVEL_CPU: inside run_level's garbage-collector freeze, which collects a heap of a
     different size on each path and is not part of the level."""
     import compare.running.executor as executor
-    from compare.running.calibration import _cpu
+    from compare.running.calibration import cpu_times
 
     level = executor._run_level
 
     async def level_cpu(*a, **k):
-        c0 = _cpu()
+        c0 = cpu_times()
         try:
             return await level(*a, **k)
         finally:
-            c1 = _cpu()
+            c1 = cpu_times()
             Path(os.environ["BENCH_LEVEL_CPU"]).write_text(str(c1["user_s"] + c1["sys_s"] - c0["user_s"] - c0["sys_s"]))
     executor._run_level = level_cpu
 
@@ -125,7 +125,7 @@ def unit_costs(tokens: int, streams: int) -> None:
 
     from backends.server_metrics import parse_gauges, parse_prometheus
     from backends.telemetry import LevelTelemetry
-    from compare.running.calibration import _metrics_page
+    from compare.running.calibration import metrics_page
     from core.records import RequestRecord
     from core.results.io import record_line
 
@@ -141,7 +141,7 @@ def unit_costs(tokens: int, streams: int) -> None:
         for k in ("event_times_ns", "event_token_counts", "token_ids"):
             d[k] = list(d[k])
         return (json.dumps(d) + "\n").encode()
-    page = _metrics_page().decode()
+    page = metrics_page().decode()
     tel = LevelTelemetry()
     tel.cpu.sample()
 
@@ -283,10 +283,10 @@ def main() -> None:
     bad = [m for m in modes if m not in MODES]
     if bad:
         p.error(f"unknown mode(s) {', '.join(bad)}: use {', '.join(MODES)}")
-    from compare.running.calibration import CalibrationTiming, _raise_nofile
+    from compare.running.calibration import CalibrationTiming, raise_nofile
     from bench_client import _Server
 
-    _raise_nofile()
+    raise_nofile()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the server is stopped on the way out
     cpus = sorted(os.sched_getaffinity(0))
     client, server = cpus[0], ",".join(str(c) for c in cpus[1:]) or str(cpus[0])

@@ -68,7 +68,7 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _gpus() -> list[dict[str, str]]:
+def nvidia_gpus() -> list[dict[str, str]]:
     if not shutil.which("nvidia-smi"):
         return []
     try:
@@ -107,6 +107,6 @@ def fingerprint() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "memory_bytes": mem,
-        "gpus": _gpus(),
+        "gpus": nvidia_gpus(),
         "packages": {k: v for k, v in packages.items() if v},
     }

@@ -2,6 +2,8 @@
 times (allowed for metric units), summarised by the real compare.analysis.metrics.summarize."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from compare.analysis.metrics import summarize
@@ -13,13 +15,15 @@ MS = 1_000_000
 
 def records(backend: str, level: str, repeat: int, *, n: int = 16, ttft_ms: float = 20.0,
             tpot_ms: float = 5.0, out: int = 8, noise: float = 0.1, seed: int = 0,
-            concurrency: int = 1) -> list[RequestRecord]:
-    """n requests, TTFT/TPOT drawn around the given means (lognormal noise), closed loop."""
+            concurrency: int = 1, gaps_ms: Sequence[float] | None = None) -> list[RequestRecord]:
+    """n requests, TTFT/TPOT drawn around the given means (lognormal noise), closed loop.
+    ``gaps_ms``: each request's token gaps (out - 1 of them) around these instead of ``tpot_ms``
+    each: the same TPOT with a different ITL spread."""
     rng = np.random.default_rng([seed, repeat, sum(map(ord, backend))])
     recs, t = [], 0
     for i in range(n):
         ttft = int(ttft_ms * MS * rng.lognormal(0, noise))
-        gaps = [int(tpot_ms * MS * rng.lognormal(0, noise)) for _ in range(out - 1)]
+        gaps = [int(g * MS * rng.lognormal(0, noise)) for g in (gaps_ms or [tpot_ms] * (out - 1))]
         ev = [t + ttft]
         for g in gaps:
             ev.append(ev[-1] + g)

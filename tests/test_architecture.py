@@ -5,6 +5,7 @@ core (errors, records, results, file and hardware helpers) < adapters (pure spec
 containers < backends (I/O with engines) < compare, whose subpackages are ordered the same way:
 workload < analysis < quality < running < tuning < bundling < report < cli.
 Every import counts, also those inside functions (a lazy import is still a dependency).
+A module's underscore names are its own: another package reaches it through public names only.
 """
 from __future__ import annotations
 
@@ -59,6 +60,45 @@ def _imports(name: str, path: Path) -> set[str]:
             if t.split(".")[0] in PACKAGES and t in MODULES and t != name:
                 deps.add(t)
     return deps
+
+
+def _package(module: str) -> str:
+    """The package a module belongs to (a package's ``__init__`` belongs to that package)."""
+    return module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _private_uses(name: str, path: Path) -> set[str]:
+    """``module._name`` for every underscore name ``name`` takes from another project module:
+    ``from m import _x`` and ``m._x`` on a module bound by an import (dunders are not private)."""
+    out, bound = set(), {}
+    is_pkg = path.name == "__init__.py"
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_pkg else name.split(".")[:-1]
+                base = base[:len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            for a in node.names:
+                if f"{mod}.{a.name}" in MODULES:  # a submodule: later attribute uses count
+                    bound[a.asname or a.name] = f"{mod}.{a.name}"
+                elif mod in MODULES and a.name.startswith("_") and not a.name.startswith("__"):
+                    out.add(f"{mod}.{a.name}")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname and a.name in MODULES:
+                    bound[a.asname] = a.name
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            out.add(f"{bound[node.value.id]}.{node.attr}")
+    return {u for u in out if u.rpartition(".")[0] != name}
+
+
+# private names another package may take, each with why it cannot be public; keep it short
+PRIVATE_ALLOWED: dict[str, str] = {}
 
 
 def _stdlib_imports(path: Path) -> set[str]:
@@ -133,6 +173,13 @@ def test_modules_stay_small():
     assert big == [], f"modules over {MAX_LINES} lines (split by responsibility):\n" + "\n".join(big)
 
 
+def test_no_private_names_across_packages():
+    bad = sorted(f"{m} uses {u}" for m, p in MODULES.items() for u in _private_uses(m, p)
+                 if _package(u.rpartition(".")[0]) != _package(m) and u not in PRIVATE_ALLOWED)
+    assert bad == [], ("a private name used from another package (make it public in its module, or allow it in "
+                       "PRIVATE_ALLOWED with the reason):\n" + "\n".join(bad))
+
+
 def test_adapters_do_no_io():
     bad = sorted(f"{m}: {sorted(_stdlib_imports(p) & IMPURE)}" for m, p in MODULES.items()
                  if m.startswith("adapters") and _stdlib_imports(p) & IMPURE)
@@ -145,3 +192,11 @@ def test_the_guard_sees_a_back_import(tmp_path):
     p.write_text("def f():\n    from compare.cli import main\n")
     assert "compare.cli" in _imports("core.x", p)
     assert layer("compare.cli") > layer("core.x")
+
+
+def test_the_guard_sees_a_private_name_taken(tmp_path):
+    p = tmp_path / "x.py"
+    p.write_text("from compare.running import executor as ex\nfrom core.hardware import _x\n"
+                 "def f():\n    from compare.analysis.metrics import __all__, dist\n    return ex._y\n")
+    assert _private_uses("backends.x", p) == {"core.hardware._x", "compare.running.executor._y"}
+    assert _package("core.hardware") == "core" and _package("compare.running") == "compare.running"

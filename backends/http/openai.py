@@ -58,7 +58,9 @@ def chat_payload(req: GenerationRequest, model: str) -> dict[str, Any]:
 _CODE_KIND = {429: FailureKind.OVERLOADED, 422: FailureKind.VALIDATION}
 
 
-def _common(raw: RawEvent) -> tuple[dict[str, Any] | None, list[Parsed]]:
+def parse_envelope(raw: RawEvent) -> tuple[dict[str, Any] | None, list[Parsed]]:
+    """What every OpenAI-protocol chunk shares: its JSON object, or (None, the end or the error it
+    carries); also for servers whose chunks differ only in how they count tokens (backends/trtllm.py)."""
     if raw.data == "[DONE]":
         return None, [Done(terminal=True)]
     try:
@@ -170,7 +172,7 @@ def parse_completions(raw: RawEvent) -> list[Parsed]:
         if fast is not None:
             return fast
     try:
-        obj, out = _common(raw)
+        obj, out = parse_envelope(raw)
         if obj is None:
             return out
         for ch in objects(obj.get("choices"), "choices"):
@@ -198,7 +200,7 @@ def parse_chat(raw: RawEvent) -> list[Parsed]:
         if fast is not None:
             return fast
     try:
-        obj, out = _common(raw)
+        obj, out = parse_envelope(raw)
         if obj is None:
             return out
         for ch in objects(obj.get("choices"), "choices"):

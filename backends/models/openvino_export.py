@@ -26,8 +26,13 @@ _DEFAULT = Path(__file__).resolve().parents[2] / ".venv-openvino" / "bin" / "opt
 MODEL_XML = "openvino_model.xml"
 
 
+def exporter_path() -> Path:
+    """Where the exporter is looked for (it may not be installed)."""
+    return Path(os.environ.get(EXPORTER_ENV) or _DEFAULT)
+
+
 def exporter() -> Path:
-    cli = Path(os.environ.get(EXPORTER_ENV) or _DEFAULT)
+    cli = exporter_path()
     if not cli.is_file():
         raise UserError(f"the OpenVINO exporter ({cli}) is not installed; run bash scripts/setup.d/45-openvino.sh "
                         f"or point {EXPORTER_ENV} at an optimum-cli with optimum-intel")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.target import Machine, ModelInfo, Target
-from core.hardware import _gpus, cpu_flags
+from core.hardware import cpu_flags, nvidia_gpus
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -55,7 +55,7 @@ def probe_model(model: str) -> ModelInfo:
 def probe_machine() -> Machine:
     """cuda when an NVIDIA GPU answers nvidia-smi, else cpu (kernel support differs per device),
     with the CPU's instruction-set flags (CPU kernels differ per instruction set)."""
-    gpus = _gpus()
+    gpus = nvidia_gpus()
     if not gpus:
         return Machine("cpu", cpu_flags=cpu_flags())
     return Machine("cuda", gpu_name=gpus[0]["name"], compute_capability=gpus[0]["compute_cap"],

@@ -59,6 +59,8 @@ def repeat_values(s: LevelSample, metric: str) -> list[float]:
     if m.kind == "level":
         v = s.per_repeat.get(m.source)
         return [] if v is None else [float(x) for x in v]
+    if m.kind == "token":
+        return s.per_token[m.source].per_repeat(m.q)
     out = []
     for row in s.per_request[m.source]:
         row = row[~np.isnan(row)]
@@ -348,9 +350,9 @@ def _check_metric(backend: str, level: str, metric: str, base: list[float], cand
     thr = math.log1p(floor)
     mult = None
     if noise is not None:
-        from compare.analysis.stats import _t_ppf
+        from compare.analysis.stats import t_ppf
 
-        mult = _t_ppf(1 - alpha_each, noise[1])
+        mult = t_ppf(1 - alpha_each, noise[1])
         thr = max(thr, mult * noise[0] * math.sqrt(1 / b.size + 1 / c.size))
     worse = -d if METRICS[metric].higher_is_better else d
     return MetricCheck(backend, level, metric, float(np.exp(np.log(b).mean())), float(np.exp(np.log(c).mean())),

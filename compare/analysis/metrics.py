@@ -14,12 +14,12 @@ Definitions (all client-side, from perf_counter_ns stamps):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from core.records import RequestRecord
+from core.results import Dist
 from core.slo import SLO
 
 PERCENTILES = (50, 90, 95, 99)
@@ -64,31 +64,15 @@ def queue_delay_ns(r: RequestRecord) -> int | None:
 COORDINATED_OMISSION_MS = 10.0
 
 
-@dataclass(frozen=True)
-class Dist:
-    n: int
-    mean: float
-    p50: float
-    p90: float
-    p95: float
-    p99: float
-    min: float
-    max: float
-
-    def as_dict(self) -> dict[str, float]:
-        return {k: getattr(self, k) for k in ("n", "mean", "p50", "p90", "p95", "p99", "min", "max")}
-
-    def get(self, stat: str) -> float:
-        return getattr(self, stat)
-
-
 def dist(values_ns: Iterable[float], scale: float = 1e-6) -> Dist | None:
     """Summary of values given in ns, reported in ms by default."""
     a = np.asarray([v for v in values_ns if v is not None], dtype=np.float64) * scale
     if a.size == 0:
         return None
     p = np.percentile(a, PERCENTILES)
-    return Dist(int(a.size), float(a.mean()), *map(float, p), float(a.min()), float(a.max()))
+    p50, p90, p95, p99 = map(float, p)
+    return Dist(n=int(a.size), mean=float(a.mean()), p50=p50, p90=p90, p95=p95, p99=p99,
+                min=float(a.min()), max=float(a.max()))
 
 
 # ---------------------------------------------------------------- SLO (core/slo.py)
@@ -130,18 +114,18 @@ def summarize(records: Sequence[RequestRecord], wall_ns: int,
         "input_tokens": sum(r.prompt_tokens or 0 for r in ok),
         "output_tok_s": out_tokens / wall_s,
         "req_s": len(ok) / wall_s,
-        "ttft_ms": ttft.as_dict() if ttft else None,
-        "tpot_ms": tpot.as_dict() if tpot else None,
-        "itl_ms": itl.as_dict() if itl else None,
-        "e2e_ms": e2e.as_dict() if e2e else None,
-        "send_delay_ms": qd.as_dict() if qd else None,
+        "ttft_ms": ttft.model_dump() if ttft else None,
+        "tpot_ms": tpot.model_dump() if tpot else None,
+        "itl_ms": itl.model_dump() if itl else None,
+        "e2e_ms": e2e.model_dump() if e2e else None,
+        "send_delay_ms": qd.model_dump() if qd else None,
         "coordinated_omission": bool(qd and qd.p99 > COORDINATED_OMISSION_MS),
         "short_outputs": sum(1 for r in ok if r.requested_tokens and r.output_tokens < r.requested_tokens),
     }
     summary.update(engine_side(records))
     if slo:
         good = sum(1 for r in records if request_meets_slo(r, slo))
-        checks = slo.check_level({"ttft": ttft, "tpot": tpot, "itl": itl, "e2e": e2e})
+        checks = slo.check_level({m: summary[f"{m}_ms"] for m in ("ttft", "tpot", "itl", "e2e")})
         summary["goodput_req_s"] = good / wall_s
         summary["slo_attainment"] = good / len(records) if records else 0.0
         summary["slo_checks"] = checks
@@ -169,7 +153,7 @@ def engine_side(records: Sequence[RequestRecord]) -> dict[str, object]:
     lag = dist((r.engine_metrics["last_token_delivery_s"] * 1e9 for r in ok
                 if "last_token_delivery_s" in r.engine_metrics))
     if lag:
-        out["delivery_lag_ms"] = lag.as_dict()
+        out["delivery_lag_ms"] = lag.model_dump()
     return out
 
 

@@ -9,6 +9,8 @@ estimates are shown, and the result says so.
 - Per-request metrics (TTFT/TPOT/E2E percentiles): two-level paired bootstrap. Each iteration
   resamples repeat pairs (repeat i of A with repeat i of B: interleaved runs share drift), then
   request ids (the same ids for A and B), and takes the percentile of the pooled values.
+- Per-token metrics (ITL percentiles, over every token gap): the same paired bootstrap, each drawn
+  request weighting its own gaps (compare/analysis/token_stats.py).
 - Level-wide metrics (output tok/s, goodput): one value per repeat; paired log ratios. With fewer
   than ``BOOTSTRAP_MIN_PAIRS`` pairs a Student t interval (a bootstrap over 2-9 values covers far
   less than its nominal level), else a bootstrap over the pairs.
@@ -28,7 +30,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from compare.analysis.metrics import e2e_ns, tpot_ns, ttft_ns
+from compare.analysis.metrics import e2e_ns, itls_ns, tpot_ns, ttft_ns
+from compare.analysis.token_stats import TokenValues, boot_ratios
 from core.records import RequestRecord
 from core.results import BackendResult, LevelSummary, RunResults, as_run
 
@@ -41,7 +44,7 @@ DEFAULT_BOOT = 2000
 class MetricDef:
     key: str
     label: str
-    kind: str  # "request": percentile of per-request values | "level": one value per repeat
+    kind: str  # "request": percentile of per-request values | "token": of every token's | "level": one per repeat
     source: str  # per-request extractor name, or the level summary key
     q: float | None  # percentile (request metrics)
     higher_is_better: bool
@@ -53,6 +56,9 @@ METRICS: dict[str, MetricDef] = {m.key: m for m in (
     MetricDef("ttft_p95", "TTFT p95", "request", "ttft", 95, False, "ms"),
     MetricDef("tpot_p50", "TPOT p50", "request", "tpot", 50, False, "ms"),
     MetricDef("tpot_p95", "TPOT p95", "request", "tpot", 95, False, "ms"),
+    MetricDef("itl_p50", "ITL p50", "token", "itl", 50, False, "ms"),
+    MetricDef("itl_p95", "ITL p95", "token", "itl", 95, False, "ms"),
+    MetricDef("itl_p99", "ITL p99", "token", "itl", 99, False, "ms"),
     MetricDef("e2e_p95", "E2E p95", "request", "e2e", 95, False, "ms"),
     MetricDef("output_tok_s", "output tok/s", "level", "output_tok_s", None, True, "tok/s"),
     MetricDef("goodput_req_s", "goodput req/s", "level", "goodput_req_s", None, True, "req/s"),
@@ -61,8 +67,17 @@ DEFAULT_METRICS = ("ttft_p50", "ttft_p95", "tpot_p50", "tpot_p95", "output_tok_s
 _EXTRACT = {"ttft": ttft_ns, "tpot": tpot_ns, "e2e": e2e_ns}
 
 
+ITL_METRICS = ("itl_p50", "itl_p95")
+
+
 def default_metrics(run: RunResults | dict[str, Any]) -> tuple[str, ...]:
-    return DEFAULT_METRICS + (("goodput_req_s",) if as_run(run).slo else ())
+    """TTFT, TPOT, throughput; goodput with an SLO; ITL where the SLO limits it (p50, p95 and the
+    SLO's own percentile). ITL is left out otherwise: TPOT is already each request's mean gap, and
+    every further metric widens the multiple-testing correction of the others."""
+    slo = as_run(run).slo
+    itl = [f"itl_{t.stat}" for t in slo if t.metric == "itl"]
+    itl = [m for m in dict.fromkeys([*ITL_METRICS, *itl]) if m in METRICS] if itl else []
+    return DEFAULT_METRICS + tuple(itl) + (("goodput_req_s",) if slo else ())
 
 
 # ---------------------------------------------------------------- samples from results
@@ -77,6 +92,7 @@ class LevelSample:
     request_ids: list[str]
     per_request: dict[str, np.ndarray] = field(default_factory=dict)  # source -> (repeats, n) ms
     per_repeat: dict[str, np.ndarray] = field(default_factory=dict)  # summary key -> (repeats,)
+    per_token: dict[str, TokenValues] = field(default_factory=dict)  # source -> every token's value, ms
     repeats: list[int] = field(default_factory=list)
 
     @property
@@ -90,6 +106,8 @@ class LevelSample:
             v = self.per_request[m.source].ravel()
             v = v[~np.isnan(v)]
             return float(np.percentile(v, m.q)) if v.size else math.nan
+        if m.kind == "token":
+            return self.per_token[m.source].pooled(m.q)
         v = self.per_repeat.get(m.source)
         return float(np.mean(v)) if v is not None and v.size else math.nan
 
@@ -128,6 +146,9 @@ def collect(run: RunResults | dict[str, Any], records: Iterable[RequestRecord]
                         if v is not None:
                             arr[i, col[rid]] = v / 1e6
                 s.per_request[src] = arr
+            s.per_token["itl"] = TokenValues.of([
+                {col[rid]: [v / 1e6 for v in itls_ns(rec)] for rid, rec in by_cell.get((name, label, k), {}).items()
+                 if rec.ok} for k, _ in usable])
             for key in ("output_tok_s", "goodput_req_s", "req_s"):
                 vals = [getattr(summ, key) for _, summ in usable]
                 if all(isinstance(v, (int, float)) for v in vals):
@@ -217,6 +238,11 @@ def compare_levels(a: LevelSample, b: LevelSample, metrics: Sequence[str] = DEFA
             k = c.n_pairs
             samples = _boot_request(a.per_request[m.source][:k], b.per_request[m.source][:k], m.q, rng, n_boot)
             _from_samples(c, samples, alpha, "paired bootstrap (repeats x requests)")
+        elif m.kind == "token":
+            k = c.n_pairs
+            samples = boot_ratios(a.per_token[m.source], b.per_token[m.source], k, len(a.request_ids), m.q, rng,
+                                  n_boot)
+            _from_samples(c, samples, alpha, "paired bootstrap (repeats x requests, each request's gaps)")
         else:
             d = np.log(b.per_repeat[m.source][: c.n_pairs] / a.per_repeat[m.source][: c.n_pairs])
             if not np.all(np.isfinite(d)):
@@ -266,7 +292,7 @@ def _from_samples(c: Comparison, ratios: np.ndarray, alpha: float, method: str) 
     _margins(c)
 
 
-def _t_ppf(p: float, df: int) -> float:
+def t_ppf(p: float, df: int) -> float:
     from scipy.special import stdtrit  # scipy.special: scipy.stats takes seconds to import
 
     return float(stdtrit(df, p))
@@ -283,7 +309,7 @@ def _t_interval(c: Comparison, d: np.ndarray, alpha: float) -> None:
         c.ci = c.ci90 = (math.exp(mean), math.exp(mean))
         c.p_value = 1.0 if mean == 0 else 0.0
     else:
-        t2, t1 = _t_ppf(1 - alpha / 2, k - 1), _t_ppf(1 - alpha, k - 1)
+        t2, t1 = t_ppf(1 - alpha / 2, k - 1), t_ppf(1 - alpha, k - 1)
         c.ci = (math.exp(mean - t2 * se), math.exp(mean + t2 * se))
         c.ci90 = (math.exp(mean - t1 * se), math.exp(mean + t1 * se))
         c.p_value = float(2 * stdtr(k - 1, -abs(mean / se)))
@@ -343,5 +369,5 @@ def single_ci(s: LevelSample, metric: str, confidence: float = 0.95, n_boot: int
     vals = s.per_repeat.get(m.source)
     if vals is None or vals.size < MIN_REPEATS:
         return None
-    half = _t_ppf(1 - alpha / 2, vals.size - 1) * vals.std(ddof=1) / math.sqrt(vals.size)
+    half = t_ppf(1 - alpha / 2, vals.size - 1) * vals.std(ddof=1) / math.sqrt(vals.size)
     return (float(vals.mean() - half), float(vals.mean() + half))

@@ -6,14 +6,14 @@ import contextlib
 import gc
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Protocol, Sequence
 
-from core.records import ACCEPTS_BATCHES, LANE, SEND_STAMP, GenerationRequest, Lane, StreamEnd, TokenBatch
-from core.errors import BackendRequestError, FailureKind
+from core.errors import BackendRequestError, FailureKind, RunFailed
+from core.records import (ACCEPTS_BATCHES, LANE, SEND_STAMP, GenerationRequest, Lane, RequestRecord, StreamEnd,
+                          TokenBatch)
 from backends.base import Backend
-from core.errors import RunFailed
-from core.records import RequestRecord
 from compare.analysis.client_health import LagSamples
 from compare.workload.schedule import LoadLevel, poisson_offsets_ns
 
@@ -88,7 +88,7 @@ class LoopLagMonitor:
 
 
 @contextlib.contextmanager
-def _gc_quiet():
+def gc_quiet():
     """No garbage collection in the way of a level's timing, for every caller of run_level.
 
     Everything alive when the level starts (engine, tokenizer, torch, earlier levels' records) is
@@ -203,99 +203,115 @@ class _CancelledWithRecord(asyncio.CancelledError):
         self.record = record
 
 
-async def run_level(backend: Backend, requests: list[GenerationRequest], level: LoadLevel, *,
-                    seed: int, timeout_s: float, max_errors: int,
-                    on_record: Callable[[RequestRecord], None] | None = None,
-                    offsets_ns: list[int] | None = None) -> LevelOutcome:
-    """Send ``requests`` at ``level``; returns every record, including failed ones. ``offsets_ns``:
-    open-loop arrivals given as they are (a shard of a level's schedule) instead of drawn from ``seed``."""
-    with _gc_quiet():  # entered before the level's clock starts: the collection is not part of it
-        return await _run_level(backend, requests, level, seed=seed, timeout_s=timeout_s,
-                                max_errors=max_errors, on_record=on_record, offsets_ns=offsets_ns)
+class RequestSource(Protocol):
+    """Where a level's requests come from and how its failures count: this process's own queue
+    (LocalSource) or counters every client process of a sharded level shares
+    (compare/running/multiproc_worker.py)."""
+
+    def pop(self) -> GenerationRequest | None: ...  # closed loop: the next request (None: none left)
+
+    def pop_early(self) -> GenerationRequest | None: ...  # the same for a lane; None while a stream has none
+
+    def started(self) -> None: ...  # a stream took its first request
+
+    def stopped(self) -> bool: ...  # stopped elsewhere (by another process)
+
+    def failed(self, rec: RequestRecord, stopped: bool) -> str | None: ...  # count it; why the level stops now
 
 
-async def _run_level(backend: Backend, requests: list[GenerationRequest], level: LoadLevel, *,
-                     seed: int, timeout_s: float, max_errors: int,
-                     on_record: Callable[[RequestRecord], None] | None,
-                     offsets_ns: list[int] | None = None) -> LevelOutcome:
-    records: list[RequestRecord] = []
-    aborted: list[str] = []
-    offsets = None
-    stop = asyncio.Event()
+class LocalSource:
+    """One process's level: its requests in order, the error policy counted here."""
 
-    n_failed = 0
+    def __init__(self, requests: list[GenerationRequest], streams: int, max_errors: int) -> None:
+        self.queue = deque(requests)
+        self.unstarted = streams  # streams still to take a first request
+        self.max_errors = max_errors
+        self.n_failed = 0
 
-    def keep_cancelled(rec: RequestRecord) -> None:
-        # a request the stop cut short: kept (and written) as a cancelled record, not a failure
-        records.append(rec)
-        if on_record:
-            on_record(rec)
+    def pop(self) -> GenerationRequest | None:
+        return self.queue.popleft() if self.queue else None
 
-    async def one(r: GenerationRequest, t_scheduled_ns: int | None = None,
-                  t_ready_ns: int | None = None) -> RequestRecord:
+    def pop_early(self) -> GenerationRequest | None:  # (never leaves a stream that has none idle)
+        return self.pop() if len(self.queue) > self.unstarted else None
+
+    def started(self) -> None:
+        self.unstarted -= 1
+
+    def stopped(self) -> bool:
+        return False
+
+    def failed(self, rec: RequestRecord, stopped: bool) -> str | None:
+        self.n_failed += 1
+        if stopped:
+            return None
+        if rec.error_kind == FailureKind.ENGINE_DEAD:
+            # no point sending more: every further request would fail the same way
+            return f"the engine died mid-run: {rec.error}"
+        if self.n_failed > self.max_errors:
+            return (f"{self.n_failed} failed requests exceed --max-errors {self.max_errors}; "
+                    f"last error: {rec.error_kind}: {rec.error}")
+        return None
+
+
+class LevelLoop:
+    """A level's tasks (closed-loop streams or timed arrivals), its error policy and its stop,
+    over a RequestSource; every record goes to ``on_record``, cancelled ones included."""
+
+    def __init__(self, backend: Backend, label: str, source: RequestSource, timeout_s: float,
+                 on_record: Callable[[RequestRecord], None]) -> None:
+        self.backend, self.label, self.source, self.timeout_s = backend, label, source, timeout_s
+        self.on_record = on_record
+        self.aborted: list[str] = []
+        self._stop = asyncio.Event()
+
+    def stopped(self) -> bool:
+        return self._stop.is_set() or self.source.stopped()
+
+    def stop(self, reason: str | None = None) -> None:
+        """Stop sending; what is in flight is cancelled (each keeps its partial record)."""
+        if reason is not None:
+            self.aborted.append(reason)
+        self._stop.set()
+
+    def _keep(self, rec: RequestRecord) -> None:
+        self.on_record(rec)
+        if not rec.ok and (reason := self.source.failed(rec, self._stop.is_set())) is not None:
+            self.stop(reason)
+
+    async def _one(self, r: GenerationRequest, t_scheduled_ns: int | None = None,
+                   t_ready_ns: int | None = None) -> RequestRecord:
         try:
-            rec = await run_one(backend, r, level.label, timeout_s, t_scheduled_ns=t_scheduled_ns,
+            rec = await run_one(self.backend, r, self.label, self.timeout_s, t_scheduled_ns=t_scheduled_ns,
                                 t_ready_ns=t_ready_ns)
         except _CancelledWithRecord as c:
-            keep_cancelled(c.record)
+            self.on_record(c.record)  # a request the stop cut short: kept as cancelled, not a failure
             raise
-        keep(rec)
+        self._keep(rec)
         return rec
 
-    def keep(rec: RequestRecord) -> None:
-        nonlocal n_failed
-        records.append(rec)
-        if on_record:
-            on_record(rec)
-        n_failed += not rec.ok
-        failed = n_failed
-        if rec.error_kind == FailureKind.ENGINE_DEAD and not stop.is_set():
-            # no point sending more: every further request would fail the same way
-            aborted.append(f"the engine died mid-run: {rec.error}")
-            stop.set()
-        elif failed > max_errors and not stop.is_set():
-            aborted.append(f"{failed} failed requests exceed --max-errors {max_errors}; "
-                           f"last error: {rec.error_kind}: {rec.error}")
-            stop.set()
+    def _pop(self) -> GenerationRequest | None:
+        return None if self.stopped() else self.source.pop()
 
-    t0 = time.perf_counter_ns()
-    with LoopLagMonitor() as lag:
-        if level.kind == "concurrency":
-            queue: asyncio.Queue[GenerationRequest] = asyncio.Queue()
-            for r in requests:
-                queue.put_nowait(r)
+    def _pop_early(self) -> GenerationRequest | None:
+        return None if self.stopped() else self.source.pop_early()
 
-            def pop() -> GenerationRequest | None:
-                if stop.is_set():
-                    return None
-                try:
-                    return queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return None
+    async def _timed(self, t0: int, r: GenerationRequest, off: int) -> None:
+        # loop until due: timers may fire early (uvloop's are whole milliseconds), and a request
+        # must never leave before its scheduled time
+        while (delay := t0 + off - time.perf_counter_ns()) > 0:
+            await asyncio.sleep(delay / 1e9)
+        if not self.stopped():
+            await self._one(r, t0 + off)
 
-            unstarted = [min(int(level.value), len(requests))]  # streams still to take a first request
-
-            def pop_early() -> GenerationRequest | None:  # (never leaves a stream that has none idle)
-                return pop() if queue.qsize() > unstarted[0] else None
-
-            def started() -> None:
-                unstarted[0] -= 1
-
-            tasks = [asyncio.create_task(closed_loop_stream(pop, pop_early, started, one, stop.is_set))
-                     for _ in range(unstarted[0])]
-        else:
-            offsets = list(offsets_ns) if offsets_ns is not None else poisson_offsets_ns(len(requests), level.value, seed)
-
-            async def timed(r: GenerationRequest, off: int) -> None:
-                # loop until due: timers may fire early (uvloop's are whole milliseconds), and a
-                # request must never leave before its scheduled time
-                while (delay := t0 + off - time.perf_counter_ns()) > 0:
-                    await asyncio.sleep(delay / 1e9)
-                if not stop.is_set():
-                    await one(r, t0 + off)
-
-            tasks = [asyncio.create_task(timed(r, o)) for r, o in zip(requests, offsets)]
-        stopper = asyncio.create_task(stop.wait())
+    async def run(self, t0: int, *, streams: int = 0,
+                  arrivals: Sequence[tuple[GenerationRequest, int]] = ()) -> bool:
+        """``streams`` closed-loop streams, or ``arrivals`` (request, offset from ``t0``) sent on
+        time, until done or stopped. True when cancelled from outside (the run is being stopped):
+        sending stops, what was measured is kept."""
+        tasks = [asyncio.create_task(closed_loop_stream(self._pop, self._pop_early, self.source.started,
+                                                        self._one, self.stopped)) for _ in range(streams)]
+        tasks += [asyncio.create_task(self._timed(t0, r, o)) for r, o in arrivals]
+        stopper = asyncio.create_task(self._stop.wait())
         # one future for "all tasks done (or one crashed)": O(1) per finished task; re-waiting on
         # the whole pending set each time one finishes is O(n^2) and stalls the loop at 2000 streams
         all_done = asyncio.get_running_loop().create_future()
@@ -321,14 +337,50 @@ async def _run_level(backend: Backend, requests: list[GenerationRequest], level:
             if all_done.done():
                 all_done.result()
         except asyncio.CancelledError:
-            interrupted = True  # the run is being stopped: stop sending, keep what was measured
-            stop.set()
+            interrupted = True
+            self._stop.set()
         finally:
             stopper.cancel()
             await _cancel_all(tasks)
+        return interrupted
+
+
+async def run_level(backend: Backend, requests: list[GenerationRequest], level: LoadLevel, *,
+                    seed: int, timeout_s: float, max_errors: int,
+                    on_record: Callable[[RequestRecord], None] | None = None,
+                    offsets_ns: list[int] | None = None) -> LevelOutcome:
+    """Send ``requests`` at ``level``; returns every record, including failed ones. ``offsets_ns``:
+    open-loop arrivals given as they are (a shard of a level's schedule) instead of drawn from ``seed``."""
+    with gc_quiet():  # entered before the level's clock starts: the collection is not part of it
+        return await _run_level(backend, requests, level, seed=seed, timeout_s=timeout_s,
+                                max_errors=max_errors, on_record=on_record, offsets_ns=offsets_ns)
+
+
+async def _run_level(backend: Backend, requests: list[GenerationRequest], level: LoadLevel, *,
+                     seed: int, timeout_s: float, max_errors: int,
+                     on_record: Callable[[RequestRecord], None] | None,
+                     offsets_ns: list[int] | None = None) -> LevelOutcome:
+    records: list[RequestRecord] = []
+    offsets = None
+
+    def keep(rec: RequestRecord) -> None:
+        records.append(rec)
+        if on_record:
+            on_record(rec)
+
+    t0 = time.perf_counter_ns()
+    with LoopLagMonitor() as lag:
+        if level.kind == "concurrency":
+            streams = min(int(level.value), len(requests))
+            loop = LevelLoop(backend, level.label, LocalSource(requests, streams, max_errors), timeout_s, keep)
+            interrupted = await loop.run(t0, streams=streams)
+        else:
+            offsets = list(offsets_ns) if offsets_ns is not None else poisson_offsets_ns(len(requests), level.value, seed)
+            loop = LevelLoop(backend, level.label, LocalSource([], 0, max_errors), timeout_s, keep)
+            interrupted = await loop.run(t0, arrivals=list(zip(requests, offsets)))
     outcome = LevelOutcome(level=level, records=records, t_start_ns=t0, t_end_ns=time.perf_counter_ns(),
-                           schedule_offsets_ns=offsets, loop_lag_ms=lag.summary(),
-                           lag_samples=lag.samples(), aborted=aborted[0] if aborted else None, planned=len(requests))
+                           schedule_offsets_ns=offsets, loop_lag_ms=lag.summary(), lag_samples=lag.samples(),
+                           aborted=loop.aborted[0] if loop.aborted else None, planned=len(requests))
     if interrupted:
         raise LevelInterrupted(outcome)
     return outcome

@@ -42,8 +42,9 @@ from backends.base import Backend
 from core.records import GenerationRequest, RequestRecord
 from compare.analysis.client_health import LagSamples
 from compare.running import multiproc_worker as worker
-from compare.running.executor import CANCEL_GRACE_S, LevelInterrupted, LevelOutcome, _gc_quiet
-from compare.workload.schedule import LoadLevel, poisson_offsets_ns
+from compare.running.executor import CANCEL_GRACE_S, LevelInterrupted, LevelOutcome, gc_quiet
+from compare.running.partition import partition
+from compare.workload.schedule import LoadLevel
 
 READY_TIMEOUT_S = 120.0  # spawn + imports + the client's probe of the server, per level
 START_MARGIN_S = 0.1  # from "all ready" to the common start instant: every process is waiting by then
@@ -108,13 +109,12 @@ def recipe(backend: Any) -> worker.ClientRecipe:
 def deal(requests: list[GenerationRequest], level: LoadLevel, n: int, seed: int, timeout_s: float,
          max_errors: int) -> tuple[list[worker.Share], list[int] | None]:
     """Each process's share of the level, and the level's schedule (open loop)."""
-    if level.kind == "concurrency":
-        c = min(int(level.value), len(requests))
-        return [worker.Share(k, level.label, level.kind, requests, None, c // n + (k < c % n), timeout_s,
-                             max_errors) for k in range(n)], None
-    offsets = poisson_offsets_ns(len(requests), level.value, seed)
-    return [worker.Share(k, level.label, level.kind, requests[k::n], offsets[k::n], 0, timeout_s, max_errors)
-            for k in range(n)], offsets
+    parts, offsets = partition(level, len(requests), n, seed, streams=min(int(level.value), len(requests)))
+    if level.kind == "concurrency":  # every process draws from the whole list (one shared counter)
+        return [worker.Share(p.index, level.label, level.kind, requests, None, p.streams, timeout_s, max_errors)
+                for p in parts], None
+    return [worker.Share(p.index, level.label, level.kind, [requests[i] for i in p.requests], p.offsets_ns, 0,
+                         timeout_s, max_errors) for p in parts], offsets
 
 
 class _Merge:
@@ -152,7 +152,7 @@ async def run_level_procs(backend: Backend, requests: list[GenerationRequest], l
                           on_start: Callable[[list[int]], None] | None = None) -> LevelOutcome:
     """``executor.run_level`` with the level's requests sent by ``procs`` client processes.
     ``on_start``: called with their pids once all are ready and the start instant is set."""
-    with _gc_quiet():
+    with gc_quiet():
         level_run = _Level(backend, requests, level, procs, seed, timeout_s, max_errors, on_record)
         level_run.on_start = on_start
         return await level_run.run()

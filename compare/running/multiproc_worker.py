@@ -8,6 +8,9 @@ ready, waits for the level's common start instant, then sends its share of the l
   exactly as one process's workers would;
 - open loop: the arrivals of the one seeded schedule dealt to it, each sent at start + its offset.
 
+The level itself is the executor's (executor.LevelLoop, as one process runs it) over a request
+source in shared memory (SharedSource) instead of the process's own queue.
+
 Every stamp is ``perf_counter_ns`` (CLOCK_MONOTONIC on Linux, one clock for every process of the
 machine), so the parent merges the records of all processes on one clock. The error policy is
 shared too: failed requests are counted in shared memory and the process whose failure crosses
@@ -148,88 +151,78 @@ def main(argv: list[str]) -> None:
             raise
 
 
+class SharedSource:
+    """The level's request order and error policy over every client process, in shared memory:
+    the N processes together drain one queue and count one set of failures, as one process would
+    (executor.LocalSource)."""
+
+    def __init__(self, share: Share, shared: Any, conn: Any) -> None:
+        self.share, self.lock, self.counters, self.conn = share, shared, shared.v, conn
+
+    def pop(self, early: bool = False) -> GenerationRequest | None:
+        n, c = len(self.share.requests), self.counters
+        with self.lock:
+            i = c[NEXT]
+            if c[STOP] or i >= n or (early and n - i <= c[UNSTARTED]):
+                return None  # (early: another stream still waits for a first request)
+            c[NEXT] = i + 1
+        return self.share.requests[i]
+
+    def pop_early(self) -> GenerationRequest | None:
+        return self.pop(True)
+
+    def started(self) -> None:
+        with self.lock:
+            self.counters[UNSTARTED] -= 1
+
+    def stopped(self) -> bool:
+        return bool(self.counters[STOP])
+
+    def failed(self, rec: RequestRecord, stopped: bool) -> str | None:
+        # the shared stop flag decides, not this process's own stop: the first process whose
+        # failure crosses the limit reports it, and the parent stops the others
+        c = self.counters
+        with self.lock:
+            c[FAILED] += 1
+            failed = c[FAILED]
+            if c[STOP]:
+                return None
+            if rec.error_kind == FailureKind.ENGINE_DEAD:
+                reason = f"the engine died mid-run: {rec.error}"
+            elif failed > self.share.max_errors:
+                reason = (f"{failed} failed requests exceed --max-errors {self.share.max_errors}; "
+                          f"last error: {rec.error_kind}: {rec.error}")
+            else:
+                return None
+            c[STOP] = 1
+        self.conn.send(("aborted", reason))
+        return reason
+
+
 async def _run(share: Share, recipe: ClientRecipe, conn: Any, shared: Any) -> None:
-    from compare.running.executor import (LoopLagMonitor, _CancelledWithRecord, _cancel_all, _gc_quiet,
-                                          closed_loop_stream, run_one)
+    from compare.running.executor import LevelLoop, LoopLagMonitor, gc_quiet
 
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue = asyncio.Queue()
     loop.add_reader(conn.fileno(), lambda: inbox.put_nowait(_recv(conn)))
     backend = recipe.build()
     backend.set_request_timeout(share.timeout_s)
-    counters = shared.v
-    lock = shared
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(backend)
-        stack.enter_context(_gc_quiet())  # collected and frozen before the start, not during the level
+        stack.enter_context(gc_quiet())  # collected and frozen before the start, not during the level
         conn.send(("ready", os.getpid()))
         msg = await inbox.get()
         if msg[0] != "go":
             return
         t0: int = msg[1]
         sent = 0
-        tasks: list[asyncio.Task] = []
 
         def send(rec: RequestRecord) -> None:
             nonlocal sent
             sent += 1
             conn.send(("rec", rec))
 
-        def keep(rec: RequestRecord) -> None:
-            send(rec)
-            if rec.ok:
-                return
-            with lock:  # the error policy over all processes, as executor.run_level applies it
-                counters[FAILED] += 1
-                failed = counters[FAILED]
-                if counters[STOP]:
-                    return
-                if rec.error_kind == FailureKind.ENGINE_DEAD:
-                    reason = f"the engine died mid-run: {rec.error}"
-                elif failed > share.max_errors:
-                    reason = (f"{failed} failed requests exceed --max-errors {share.max_errors}; "
-                              f"last error: {rec.error_kind}: {rec.error}")
-                else:
-                    return
-                counters[STOP] = 1
-            conn.send(("aborted", reason))
-            stop_all()
-
-        async def one(r: GenerationRequest, t_scheduled_ns: int | None = None,
-                      t_ready_ns: int | None = None) -> RequestRecord:
-            try:
-                rec = await run_one(backend, r, share.level_label, share.timeout_s, t_scheduled_ns=t_scheduled_ns,
-                                    t_ready_ns=t_ready_ns)
-            except _CancelledWithRecord as c:
-                send(c.record)
-                raise
-            keep(rec)
-            return rec
-
-        def pop(early: bool = False) -> GenerationRequest | None:
-            n = len(share.requests)
-            with lock:
-                i = counters[NEXT]
-                if counters[STOP] or i >= n or (early and n - i <= counters[UNSTARTED]):
-                    return None  # (early: another stream still waits for a first request)
-                counters[NEXT] = i + 1
-            return share.requests[i]
-
-        def started() -> None:
-            with lock:
-                counters[UNSTARTED] -= 1
-
-        async def timed(r: GenerationRequest, off: int) -> None:
-            while (delay := t0 + off - time.perf_counter_ns()) > 0:
-                await asyncio.sleep(delay / 1e9)
-            if not counters[STOP]:
-                await one(r, t0 + off)
-
-        stopping: list[asyncio.Task] = []
-
-        def stop_all() -> None:
-            if not stopping:
-                stopping.append(loop.create_task(_cancel_all(tasks)))
+        level = LevelLoop(backend, share.level_label, SharedSource(share, shared, conn), share.timeout_s, send)
 
         async def heartbeat() -> None:
             # no record this process sends later ends before this stamp: the parent may write
@@ -241,30 +234,23 @@ async def _run(share: Share, recipe: ClientRecipe, conn: Any, shared: Any) -> No
         async def listen() -> None:
             while True:
                 if (await inbox.get())[0] in ("cancel", "eof"):
-                    stop_all()
+                    level.stop()
                     return
 
         while (delay := t0 - time.perf_counter_ns()) > 0:  # the common start instant
             await asyncio.sleep(delay / 1e9)
         cpu0, w0 = _cpu_s(), time.perf_counter_ns()
         with LoopLagMonitor() as lag:
-            if share.kind == "concurrency":
-                tasks += [loop.create_task(closed_loop_stream(pop, lambda: pop(True), started, one,
-                                                              lambda: bool(counters[STOP])))
-                          for _ in range(share.workers)]
-            else:
-                tasks += [loop.create_task(timed(r, o)) for r, o in zip(share.requests, share.offsets_ns or [])]
             side = [loop.create_task(heartbeat()), loop.create_task(listen())]
-            if tasks:
-                await asyncio.wait(tasks)
-            if stopping:
-                await stopping[0]
-            t_end = time.perf_counter_ns()
-            for t in side:
-                t.cancel()
-            for t in tasks:  # a bug, not a request failure: the parent reports it
-                if t.done() and not t.cancelled() and t.exception() is not None:
-                    raise t.exception()  # type: ignore[misc]
+            try:  # a task's exception (a bug, not a request failure) reaches the parent through main
+                if share.kind == "concurrency":
+                    await level.run(t0, streams=share.workers)
+                else:
+                    await level.run(t0, arrivals=list(zip(share.requests, share.offsets_ns or [])))
+            finally:
+                t_end = time.perf_counter_ns()
+                for t in side:
+                    t.cancel()
         wall = (t_end - w0) / 1e9
         cpu = _cpu_s() - cpu0
         clock = backend.describe().extra.get("event_clock")

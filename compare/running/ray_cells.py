@@ -6,7 +6,7 @@ for what its engine needs (``num_gpus`` = the devices of its topology when the c
 else one ``llmc_slot``, the custom resource that stands for "a node's accelerator" on CPU
 clusters; else one CPU), starts its engine on the node Ray picks, replays the run's identical
 request list and arrival schedule (the whole RunConfig travels to it) through the same
-``_run_backend`` as a local run, and returns its records, level summaries and engine logs. The
+``run_backend`` as a local run, and returns its records, level summaries and engine logs. The
 driver writes the one results directory: the same run.json schema and requests.jsonl as without
 Ray, plus ``ray`` (where each cell ran, how long it queued and took).
 
@@ -158,7 +158,7 @@ def run_cell(cfg: Any, target: Any, rep: int, submitted: float) -> CellResult:
     from compare.running import aio
     from compare.running.ray_merge import CellWriter
     from compare.quality.deferred import score_quality
-    from compare.running.runner import Progress, _Pool, _run_backend
+    from compare.running.runner import Progress, RepeatPool, run_backend
     from backends import registry
     from compare.running.load import offered_load
 
@@ -176,12 +176,12 @@ def run_cell(cfg: Any, target: Any, rep: int, submitted: float) -> CellResult:
         tmp = Path(tempfile.mkdtemp(prefix="llmc-cell-"))
         writer = CellWriter(tmp, "cell", {})
         progress = Progress()  # the driver reports each cell's levels when it merges them
-        pool = _Pool()
+        pool = RepeatPool()
         interrupted = False
         try:
             backend = registry.Builder(offered_load(cfg.levels, cfg.requests))(target, cfg.spec_for(str(target)))
-            pending: list[Any] = []  # this cell's engine has stopped once _run_backend returns
-            ok = aio.run(_run_backend(cfg, name, backend, writer, progress, rep, pool, pending))
+            pending: list[Any] = []  # this cell's engine has stopped once run_backend returns
+            ok = aio.run(run_backend(cfg, name, backend, writer, progress, rep, pool, pending))
             aio.run(score_quality(cfg, writer, pending, progress))
         except (KeyboardInterrupt, asyncio.CancelledError):
             ok, interrupted = False, True

@@ -34,7 +34,8 @@ from backends.base import Backend
 from backends.http.urls import redact_url
 from core.records import GenerationRequest, RequestRecord
 from compare.running.executor import LevelOutcome, RunAborted, run_level
-from compare.workload.schedule import LoadLevel, poisson_offsets_ns
+from compare.running.partition import partition
+from compare.workload.schedule import LoadLevel
 
 PINGS = 16
 LEAD_S = 1.0  # the shared start is this far ahead of the moment it is chosen
@@ -61,7 +62,7 @@ class LoadShard:
     async def run(self, requests: list[GenerationRequest], level: LoadLevel, offsets: list[int] | None,
                   start_wall_ns: int, timeout_s: float, max_errors: int) -> tuple[LevelOutcome, int, int, float]:
         arrived_ms = (time.time_ns() - start_wall_ns) / 1e6  # > 0: the call came after the start
-        # collected and frozen now, so that the level's own collection (executor._gc_quiet) finds
+        # collected and frozen now, so that the level's own collection (executor.gc_quiet) finds
         # almost nothing to walk: a full collection of a Ray worker's heap took 0.2-0.7 s here
         gc.collect()
         gc.freeze()
@@ -92,16 +93,15 @@ async def clock_offset(actor: Any, pings: int = PINGS) -> tuple[int, int]:
 
 
 def split(level: LoadLevel, n_requests: int, shards: int, seed: int
-          ) -> list[tuple[list[int], LoadLevel, list[int] | None]]:
-    """Per shard: (request indexes, its level, its arrival offsets or None)."""
+          ) -> tuple[list[tuple[list[int], LoadLevel, list[int] | None]], list[int] | None]:
+    """Per shard: (request indexes, its level, its arrival offsets or None); and the level's
+    schedule (open loop)."""
     if level.kind == "concurrency":
         n = max(1, min(shards, int(level.value), n_requests))
-        c = int(level.value)
-        return [(list(range(i, n_requests, n)), LoadLevel("concurrency", c // n + (i < c % n)), None)
-                for i in range(n)]
-    offsets = poisson_offsets_ns(n_requests, level.value, seed)
-    n = max(1, min(shards, n_requests))
-    return [(list(range(i, n_requests, n)), level, offsets[i::n]) for i in range(n)]
+        parts, _ = partition(level, n_requests, n, seed)
+        return [(list(p.requests), LoadLevel("concurrency", p.streams), None) for p in parts], None
+    parts, offsets = partition(level, n_requests, max(1, min(shards, n_requests)), seed)
+    return [(list(p.requests), level, p.offsets_ns) for p in parts], offsets
 
 
 def _shift(rec: RequestRecord, d: int, label: str) -> RequestRecord:
@@ -122,7 +122,7 @@ async def run_level_shards(cfg: Any, backend: Backend, level: LoadLevel, writer:
     connect(so.address)
     section = writer.run.setdefault("ray", cluster_section(ray, so.address))
     target = next(t for t in cfg.backends if redact_url(str(t)) == backend.name)
-    parts = split(level, len(cfg.requests), so.load_shards, cfg.workload.seed)
+    parts, offsets = split(level, len(cfg.requests), so.load_shards, cfg.workload.seed)
     cls = ray.remote(num_cpus=1, max_restarts=0)(LoadShard)
     actors = [cls.options(scheduling_strategy="SPREAD").remote(target, cfg.spec_for(str(target))) for _ in parts]
     try:
@@ -165,7 +165,6 @@ async def run_level_shards(cfg: Any, backend: Backend, level: LoadLevel, writer:
     failed = sum(not r.ok for r in records)
     if not aborted and failed > max_errors:
         aborted.append(f"{failed} failed requests exceed --max-errors {max_errors}")
-    offsets = poisson_offsets_ns(len(cfg.requests), level.value, cfg.workload.seed) if level.kind == "rate" else None
     return LevelOutcome(level=level, records=records, t_start_ns=min(starts), t_end_ns=max(ends),
                         schedule_offsets_ns=offsets,
                         loop_lag_ms={"max": max(x.get("max", 0.0) for x in lags),

@@ -1,6 +1,6 @@
 """The driver's side of Ray cells: each cell's result merged into the one results directory.
 
-A cell ran ``runner._run_backend`` on a node of its own against a :class:`CellWriter` (records in
+A cell ran ``runner.run_backend`` on a node of its own against a :class:`CellWriter` (records in
 memory, a scratch directory for run.json and logs). Merging applies what a local run writes, in
 the same order: the column's section (capabilities, description, start time, quality), the
 repeat's row, the pooled level rows over all repeats so far, the status rules (``complete`` after
@@ -42,7 +42,7 @@ class Merger:
         self.lag_max: dict[str, float] = {}
 
     def merge(self, res: Any, opts: dict[str, Any]) -> None:
-        from compare.running.runner import _level_summary
+        from compare.running.runner import level_summary
 
         cfg, writer, name, rep = self.cfg, self.writer, res.name, res.repeat
         self.merged.add((name, rep))
@@ -65,7 +65,7 @@ class Merger:
                 self.pool.setdefault(key, []).extend(r for r in res.records if r.level == label)
                 self.wall_ns[key] = self.wall_ns.get(key, 0) + res.wall_ns[label]
                 self.lag_max[key] = max(self.lag_max.get(key, 0.0), res.lag_max.get(label, 0.0))
-                pooled = _level_summary(cfg, self.pool[key], self.wall_ns[key], self.lag_max[key])
+                pooled = level_summary(cfg, self.pool[key], self.wall_ns[key], self.lag_max[key])
                 # what the runner's pooled row takes from the latest repeat (server-side samples, ...):
                 # the cell's own pooled row holds exactly those keys beside the pooled numbers
                 own = ce.get("levels", {}).get(label, {})

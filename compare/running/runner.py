@@ -118,7 +118,7 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
     })
     writer.write_workload([request_to_dict(r) for r in cfg.requests])
     status, error = "complete", None
-    pool = _Pool()
+    pool = RepeatPool()
     failed: set[str] = set()
     pending: list[Any] = []  # quality probes answered, to score once every engine has stopped
     try:
@@ -133,7 +133,7 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
                 aio.check_stop()  # a signal held back by the previous backend's teardown
                 # a fresh backend object per repeat: the engine restarts, nothing is reused
                 backend = built.pop(name, None) or factory(target, cfg.spec_for(str(target)))
-                if not await _run_backend(cfg, name, backend, writer, progress, rep, pool, pending):
+                if not await run_backend(cfg, name, backend, writer, progress, rep, pool, pending):
                     status = "partial"
                     failed.add(name)
         await score_quality(cfg, writer, pending, progress)
@@ -158,7 +158,7 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
     return writer
 
 
-class _Pool:
+class RepeatPool:
     """Records and wall time of every repeat so far, per (backend, level): the pooled summary."""
 
     def __init__(self) -> None:
@@ -180,12 +180,12 @@ class _Pool:
         self.lag_max[key] = lag["max"]
 
 
-async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: ResultsWriter,
-                       progress: Progress, rep: int = 0, pool: _Pool | None = None,
+async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: ResultsWriter,
+                       progress: Progress, rep: int = 0, pool: RepeatPool | None = None,
                        pending: list[Any] | None = None) -> bool:
     """One engine start of one backend; its quality probes go to ``pending`` (scored by the caller
     once every engine has stopped: compare/quality/deferred.py)."""
-    pool = pool or _Pool()
+    pool = pool or RepeatPool()
     entry = writer.backend(name)
     entry["capabilities"] = backend.capabilities.as_dict()
     this: dict[str, Any] = {"repeat": rep, "status": "running", "levels": {}}
@@ -231,7 +231,7 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
                     stopped_in.append(f"in level {level.label} ({summary['aborted']})")
                     raise
                 records = [replace(r, repeat=rep) for r in outcome.records]
-                summary = _level_summary(cfg, records, outcome.t_end_ns - outcome.t_start_ns, outcome.loop_lag_ms)
+                summary = level_summary(cfg, records, outcome.t_end_ns - outcome.t_start_ns, outcome.loop_lag_ms)
                 summary.update(_client_health(cfg, outcome))
                 if outcome.client_procs is not None:
                     summary["client_procs"] = outcome.client_procs
@@ -252,7 +252,7 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
                 if cfg.repeats > 1:
                     key = (name, level.label)
                     pool.add(key, outcome, records, summary["client_lagged"])
-                    pooled = _level_summary(cfg, pool.records[key], pool.wall_ns[key], pool.lag[key])
+                    pooled = level_summary(cfg, pool.records[key], pool.wall_ns[key], pool.lag[key])
                     pooled["client_lagged"] = pool.lagged[key]  # some repeat's client fell behind
                     # server-side samples are per level run; the pooled row shows the latest one
                     pooled.update({k: summary[k] for k in ("server_metrics", "server_gauges", "prefix_cache",
@@ -289,7 +289,7 @@ async def _run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resu
 def _keep_interrupted_level(cfg: RunConfig, o: LevelOutcome, this: dict[str, Any], entry: dict[str, Any],
                             rep: int) -> dict[str, Any]:
     """A level a stop signal cut short: its completed part is summarised, marked as aborted."""
-    summary = _level_summary(cfg, [replace(r, repeat=rep) for r in o.records], o.t_end_ns - o.t_start_ns,
+    summary = level_summary(cfg, [replace(r, repeat=rep) for r in o.records], o.t_end_ns - o.t_start_ns,
                              o.loop_lag_ms)
     summary.update(_client_health(cfg, o))
     done = sum(1 for r in o.records if r.error_kind != "cancelled")
@@ -318,7 +318,7 @@ async def _engine(cfg: RunConfig, name: str, backend: Backend, log: Path, progre
                 await backend.__aexit__(None, None, None)
 
 
-def _level_summary(cfg: RunConfig, records: list[RequestRecord], wall_ns: int,
+def level_summary(cfg: RunConfig, records: list[RequestRecord], wall_ns: int,
                    lag: dict[str, float] | float) -> dict[str, Any]:
     from compare.analysis.client_health import judge_summary
 

@@ -15,7 +15,7 @@ import pytest
 from backends.gpu_telemetry import NvmlSampler, _integrate, _visible
 from backends.telemetry import LevelTelemetry, role_of
 from compare.analysis.bottleneck import console_line, level_flags
-from core.hardware import _gpus
+from core.hardware import nvidia_gpus
 from core.results import LevelSummary
 from tests.conftest import ROOT
 
@@ -98,7 +98,7 @@ def test_an_idle_level_flags_nothing():
 def test_gpu_telemetry_matches_the_machine():
     pytest.importorskip("pynvml")  # nvidia-ml-py: in the test extra
     nv = NvmlSampler()
-    assert nv.available == bool(_gpus()), nv.note
+    assert nv.available == bool(nvidia_gpus()), nv.note
     with LevelTelemetry(interval_s=0.1) as tel:
         time.sleep(0.3)
     rec = tel.summary(output_tokens=100)

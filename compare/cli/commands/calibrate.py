@@ -1,7 +1,7 @@
 """``compare calibrate``: how precisely does our HTTP client timestamp streams on this machine,
 and how many concurrent streams can one client process ingest before its stamps go bad?
 
-Streams from a loopback server with known TTFT/ITL (compare/running/calibration.py) go through the exact
+Streams from a loopback server with known TTFT/ITL (compare/running/calibration/server.py) go through the exact
 client path of ``compare run`` (HttpStreamBackend + the executor). Per stream count it reports
 the timing error (client stamp - server send stamp) and the ingest rate; the largest count that
 is *sustainable* (every request ok, >= 90 % of the offered events/s ingested, p99 error within
@@ -59,10 +59,10 @@ def _cpus(no_pin: bool) -> tuple[set[int] | None, str]:
 
 def run_calibration(streams: list[int], tokens: int, ttft_ms: float, itl_ms: float, tokens_per_event: int,
                     max_error_ms: float, no_pin: bool = False, on_result=None) -> dict:
-    from compare.running.calibration import CalibrationServerProcess, CalibrationTiming, _raise_nofile
-    from compare.running.calibration_client import measure
+    from compare.running.calibration import CalibrationServerProcess, CalibrationTiming, raise_nofile
+    from compare.running.calibration.client import measure
 
-    _raise_nofile()
+    raise_nofile()
     client_cpus, server_cpus = _cpus(no_pin)
     before = os.sched_getaffinity(0)
     timing = CalibrationTiming(ttft_ms, itl_ms, tokens_per_event)
@@ -96,10 +96,10 @@ def run_calibration(streams: list[int], tokens: int, ttft_ms: float, itl_ms: flo
 
 def tgi_clients(streams: list[int], tokens: int, ttft_ms: float, itl_ms: float, no_pin: bool = False) -> list[dict]:
     """Both TGI clients (backends/http/tgi_client.py) at each stream count, same server, same timing."""
-    from compare.running.calibration import CalibrationServerProcess, CalibrationTiming, _raise_nofile
-    from compare.running.calibration_tgi import measure_tgi
+    from compare.running.calibration import CalibrationServerProcess, CalibrationTiming, raise_nofile
+    from compare.running.calibration.tgi import measure_tgi
 
-    _raise_nofile()
+    raise_nofile()
     client_cpus, server_cpus = _cpus(no_pin)
     out = []
     with CalibrationServerProcess(CalibrationTiming(ttft_ms, itl_ms, 1), cpus=server_cpus) as url:

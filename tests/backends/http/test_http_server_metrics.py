@@ -119,7 +119,7 @@ def test_gauge_lines_read_as_the_full_parser_reads_them():
     from prometheus_client import generate_latest
 
     from backends.server_metrics import GAUGES, parse_gauges
-    from compare.running.calibration import _metrics_page
+    from compare.running.calibration import metrics_page
 
     reg = CollectorRegistry()
     g = Gauge("vllm:num_requests_running", "running", ["model_name", "engine"], registry=reg)
@@ -131,6 +131,6 @@ def test_gauge_lines_read_as_the_full_parser_reads_them():
     full = parse_prometheus(text)
     assert parse_gauges(text) == {k: full[k] for k in GAUGES if k in full} == {
         "vllm:num_requests_running": 7.5, "vllm:kv_cache_usage_perc": 0.25, "tgi_queue_size": 2.0}
-    page = _metrics_page().decode()
+    page = metrics_page().decode()
     full = parse_prometheus(page)
     assert parse_gauges(page) == {k: full[k] for k in GAUGES if k in full} and "vllm:num_requests_running" in full

@@ -130,3 +130,24 @@ def test_cli_save_check_exit_codes(tmp_path):
     assert r.returncode == 2 and "not found" in r.stderr
     r = run_cli("baseline", "save", str(base_dir), "--name", "ref", "--dir", str(bl))
     assert r.returncode == 2 and "already exists" in r.stderr
+
+
+def test_itl_in_the_slo_is_gated():
+    from core.slo import SLO
+    from tests.compare.analysis.test_verdict import STALL
+
+    slo = SLO.parse("itl_p95=50ms").to_json()
+
+    def run(seed, gaps=None):
+        cells = {"vllm": [records("vllm", "c1", k, noise=0.05, seed=seed, gaps_ms=gaps) for k in range(3)]}
+        return make_run(cells, slo=slo)
+
+    base = make_baseline(*run(0), name="b", workload_sha256=None)
+    cell = base["metrics"]["vllm"]["c1"]
+    assert len(cell["itl_p50"]) == len(cell["itl_p95"]) == 3 and cell["itl_p95"][0] == pytest.approx(5.0, rel=0.3)
+    assert not check(base, *run(11)).regressed
+    stalls = check(base, *run(11, STALL))  # the same TPOT, one 23 ms gap per request
+    bad = {c.metric for c in stalls.checks if c.regression}
+    assert "itl_p95" in bad and not any(m.startswith("tpot") for m in bad) and stalls.exit_code == 1
+    plain = make_baseline(*_run(), name="p", workload_sha256=None)  # no ITL term: not in the baseline
+    assert not any(m.startswith("itl") for m in plain["metrics"]["vllm"]["c1"])

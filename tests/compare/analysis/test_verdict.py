@@ -105,3 +105,37 @@ def test_an_slo_nobody_meets_still_ranks_the_columns():
                            f"{x_a:.1f} ms at c1 ("), line
     assert f"lower than {b}'s {x_b:.1f} ms (significant, p=" in line, line
     assert f"{(1 - x_a / x_b) * 100:.0f}% lower" in line or f"{x_b / x_a:.1f}x lower" in line
+
+
+STALL = [2.0] * 6 + [23.0]  # the same 5 ms mean gap (TPOT) as records()' default, one long stall per request
+
+
+def _itl_run(slo):
+    cells = {"vllm": [records("vllm", "c1", k, noise=0.05) for k in range(3)],
+             "hf": [records("hf", "c1", k, seed=5, noise=0.05, gaps_ms=STALL) for k in range(3)]}
+    return make_run(cells, slo=slo)
+
+
+def test_itl_is_compared_when_the_slo_limits_it():
+    from core.slo import SLO
+
+    run, recs = _itl_run(SLO.parse("ttft_p95=2s,itl_p99=50ms").to_json())
+    v = build_verdict(run, recs)
+    by = {c.metric: c for c in v.comparisons}
+    assert {"itl_p50", "itl_p95", "itl_p99"} <= set(by)  # p50/p95 and the SLO's own percentile
+    # the stall each hf request makes: its tail gaps are ~23 ms against vllm's ~5 ms, its median 2 ms
+    assert by["itl_p95"].winner == "vllm" and by["itl_p95"].b_value > 3 * by["itl_p95"].a_value
+    assert by["itl_p50"].winner == "hf" and by["itl_p50"].ratio < 0.5
+    assert "paired bootstrap" in by["itl_p95"].method and by["itl_p95"].ci[0] > 1.0
+    assert not by["tpot_p50"].significant  # TPOT (each request's mean gap) does not see it
+    rows = {r[1] for r in decision_rows(v)}
+    assert {"ITL p50", "ITL p95"} <= rows
+    json.dumps(v.as_dict())
+
+
+def test_itl_is_left_out_without_an_itl_term():
+    from core.slo import SLO
+
+    for slo in (None, SLO.parse("ttft_p95=2s").to_json()):
+        run, recs = _itl_run(slo)
+        assert not any(c.metric.startswith("itl") for c in build_verdict(run, recs).comparisons)

@@ -7,7 +7,7 @@ import pytest
 
 from backends.http import native
 from compare.running.calibration import CalibrationServerProcess, CalibrationTiming
-from compare.running.calibration_client import measure
+from compare.running.calibration.client import measure
 from tests.conftest import run_cli
 
 

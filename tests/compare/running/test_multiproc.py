@@ -1,5 +1,5 @@
 """Levels sent by several client processes (compare/running/multiproc.py), against the real
-loopback streaming server (compare/running/calibration.py) over real HTTP: what two processes
+loopback streaming server (compare/running/calibration/server.py) over real HTTP: what two processes
 ingest, the merged order and clock, a client process killed mid-level, Ctrl-C, refusals."""
 from __future__ import annotations
 

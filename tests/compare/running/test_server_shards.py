@@ -1,4 +1,4 @@
-"""The calibration server in several processes on one port (compare/running/server_shards.py):
+"""The calibration server in several processes on one port (compare/running/calibration/shards.py):
 connections spread over the processes, /stats counts them all, and nothing outlives the server."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import psutil
 
 from compare.running import aio
 from compare.running.calibration import CalibrationServerProcess, CalibrationTiming
-from compare.running.calibration_client import _server_stats
+from compare.running.calibration.client import server_stats
 from tests.backends.http.test_http_chain import _level
 
 
@@ -17,10 +17,10 @@ def test_sharded_server_spreads_connections_counts_all_and_stops_whole():
     with srv as url:
         shards = [srv.proc.pid] + [c.pid for c in psutil.Process(srv.proc.pid).children()]
         assert len(shards) == 3
-        before = aio.run(_server_stats(url))
+        before = aio.run(server_stats(url))
         records, _, _, _ = aio.run(_level(url, 24, 2, 7))
         time.sleep(0.1)  # (shards publish their counters every 10 ms)
-        after = aio.run(_server_stats(url))
+        after = aio.run(server_stats(url))
     assert all(r.ok and len(r.token_ids) == 7 for r in records) and len(records) == 48
     assert after["shards"] == 3 and after["events"] - before["events"] == 48 * 7
     per = [a - b for a, b in zip(after["events_per_shard"], before["events_per_shard"])]

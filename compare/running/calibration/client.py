@@ -1,5 +1,5 @@
 """The calibration measurement, client side: how well our HTTP client (the exact code path of
-``compare run``) stamps the loopback calibration server's events (compare/running/calibration.py)."""
+``compare run``) stamps the loopback calibration server's events (compare/running/calibration/server.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -7,7 +7,7 @@ import gc
 import json
 from typing import Any
 
-from compare.running.calibration import _cpu
+from compare.running.calibration.server import cpu_times
 
 
 async def measure(base_url: str, streams: int, tokens: int, rounds: int = 1, timeout_s: float = 120.0) -> dict[str, Any]:
@@ -37,15 +37,15 @@ async def measure(base_url: str, streams: int, tokens: int, rounds: int = 1, tim
     backend.raw_observer = observe  # and per request for streams the receive thread parsed (compare run's path):
     backend.batch_observer = lambda rid, t, rx, sids: (pairs_srv.extend(sids), pairs_cli.extend(t), pairs_rx.extend(rx))
     async with backend:
-        srv0 = await _server_stats(base_url)
+        srv0 = await server_stats(base_url)
         gc.collect()  # run_level collects and freezes the heap too; this one stays out of the CPU count
-        cpu0 = _cpu()
+        cpu0 = cpu_times()
         try:
             out = await run_level(backend, reqs, LoadLevel("concurrency", streams), seed=0, timeout_s=timeout_s,
                                   max_errors=len(reqs))
         finally:
-            cpu1 = _cpu()
-        srv1 = await _server_stats(base_url)
+            cpu1 = cpu_times()
+        srv1 = await server_stats(base_url)
         clock = backend.describe().extra.get("event_clock", {})
     srv = np.asarray([int(x) for x in pairs_srv], dtype=np.int64)
     cli = np.asarray(pairs_cli, dtype=np.int64)
@@ -83,21 +83,21 @@ async def measure(base_url: str, streams: int, tokens: int, rounds: int = 1, tim
         "loop_lag_ms": out.loop_lag_ms,
         # CPU time per event (user+sys, incl. socket syscalls): unlike wall-clock rates this hardly
         # depends on machine load. Client: this whole process during the level; server: its own report.
-        "client_cpu_us_per_event": _per_event(cpu0, cpu1, cli.size),
-        "server_cpu_us_per_event": _per_event(srv0, srv1, srv1["events"] - srv0["events"]) if srv0 and srv1 else None,
+        "client_cpu_us_per_event": cpu_per_event(cpu0, cpu1, cli.size),
+        "server_cpu_us_per_event": cpu_per_event(srv0, srv1, srv1["events"] - srv0["events"]) if srv0 and srv1 else None,
         "records_match_observer": consistent,
         "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
     }
 
 
-def _per_event(a: dict[str, float], b: dict[str, float], events: int) -> dict[str, float] | None:
+def cpu_per_event(a: dict[str, float], b: dict[str, float], events: int) -> dict[str, float] | None:
     if not events:
         return None
     user, sys_ = (b["user_s"] - a["user_s"]) * 1e6 / events, (b["sys_s"] - a["sys_s"]) * 1e6 / events
     return {"total": round(user + sys_, 2), "user": round(user, 2), "sys": round(sys_, 2)}
 
 
-async def _server_stats(base_url: str) -> dict[str, Any] | None:
+async def server_stats(base_url: str) -> dict[str, Any] | None:
     """The calibration server's CPU seconds and events sent (None for a server without /stats)."""
     host, _, port = base_url.removeprefix("http://").partition(":")
     reader, writer = await asyncio.open_connection(host, int(port))

@@ -11,7 +11,7 @@ stamps (backends/http/rxstamp.py, Linux) that is loopback transit up to the sock
 one read held several events, the wait for the newest of them; with user-space stamps it also
 holds the time the client's event loop took to get to the bytes. Both are reported (the
 user-space one from ``RawEvent.rx_ns``), with the clock that stamped the records. That is what
-``compare calibrate`` reports (the client side: calibration_client.py).
+``compare calibrate`` reports (the client side: client.py).
 
 The server is a bare asyncio.Protocol (never the bottleneck) in its own process
 (``python -m compare.running.calibration --port N``), pinned to other cores than the client.
@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from compare.running import server_shards
+from compare.running.calibration import shards
 
 _perf = time.perf_counter_ns
 
@@ -57,7 +57,7 @@ class _Ticker:
         self.armed = float("inf")  # the millisecond the pending timer fires at
         self.firing = False
         self.events = 0  # token events sent (GET /stats)
-        self.board: Any = None  # several server processes: their shared counters (server_shards.Board)
+        self.board: Any = None  # several server processes: their shared counters (shards.Board)
 
     def add(self, when: float, conn: "_Conn") -> None:
         """Send ``conn``'s next event at loop time ``when`` (s) or just after."""
@@ -176,10 +176,10 @@ class _Conn(asyncio.Protocol):
             return self._simple("200 OK", b'{"object":"list","data":[{"id":"calibration","object":"model"}]}')
         if method == "GET" and path == "/stats":  # the server's own cost: is it the bottleneck?
             board = self.ticker.board  # (several processes: all of them)
-            stats = board.total() if board is not None else _cpu() | {"events": self.ticker.events}
+            stats = board.total() if board is not None else cpu_times() | {"events": self.ticker.events}
             return self._simple("200 OK", json.dumps(stats).encode())
         if method == "GET" and path == "/metrics":  # what a scraping client costs (benchmarks/bench_product_path.py)
-            return self._simple("200 OK", _metrics_page(), "text/plain; version=0.0.4")
+            return self._simple("200 OK", metrics_page(), "text/plain; version=0.0.4")
         if method != "POST" or path not in ("/v1/completions", "/generate_stream"):
             return self._simple("404 Not Found", b'{"error":"not found"}')
         self.tgi = path == "/generate_stream"  # the response speaks TGI's protocol
@@ -225,14 +225,14 @@ class _Conn(asyncio.Protocol):
 
 async def serve(host: str, port: int, timing: CalibrationTiming, ready: Any = None, sock: Any = None,
                 board: Any = None, shard: int = 0) -> None:
-    """Serve until stopped; ``sock``/``board``/``shard``: one of several processes (server_shards)."""
+    """Serve until stopped; ``sock``/``board``/``shard``: one of several processes (shards.py)."""
     loop = asyncio.get_running_loop()
     ticker = _Ticker(loop)
     ticker.board = board
     if board is not None:
         def publish() -> None:
             board.publish(shard, ticker.events)
-            loop.call_later(server_shards.PUBLISH_S, publish)
+            loop.call_later(shards.PUBLISH_S, publish)
         publish()
     kw = {"sock": sock} if sock is not None else {"host": host, "port": port, "reuse_address": True}
     server = await loop.create_server(lambda: _Conn(timing, ticker), backlog=8192, **kw)
@@ -242,7 +242,7 @@ async def serve(host: str, port: int, timing: CalibrationTiming, ready: Any = No
         await server.serve_forever()
 
 
-def _raise_nofile() -> None:
+def raise_nofile() -> None:
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -251,7 +251,8 @@ def _raise_nofile() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description="loopback streaming server with known TTFT/ITL")
+    p = argparse.ArgumentParser(prog="python -m compare.running.calibration",
+                                description="loopback streaming server with known TTFT/ITL")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     for flag, default in (("--ttft-ms", 20.0), ("--itl-ms", 40.0), ("--tokens-per-event", 1)):
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--procs", type=int, default=1, help="server processes sharing the port (SO_REUSEPORT), "
                    "the --cpus dealt out among them")
     a = p.parse_args(argv)
-    _raise_nofile()
+    raise_nofile()
     cpus = [int(c) for c in a.cpus.split(",")] if a.cpus else []
     from compare.running import aio
 
@@ -268,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
     ready = lambda port: print(f"READY {port}", flush=True)  # noqa: E731
     # uvloop when installed: the reference must not be the bottleneck (it is not what is measured)
     if a.procs > 1:
-        return server_shards.run(a.host, a.port, a.procs, cpus, lambda sock, i, board: aio.run(
+        return shards.run(a.host, a.port, a.procs, cpus, lambda sock, i, board: aio.run(
             serve(a.host, 0, timing, sock=sock, board=board, shard=i)), ready)
     if cpus:
         os.sched_setaffinity(0, set(cpus))
@@ -282,7 +283,7 @@ class CalibrationServerProcess:
     timing: CalibrationTiming = field(default_factory=CalibrationTiming)
     cpus: str = ""
     proc: subprocess.Popen | None = None
-    procs: int = 1  # processes sharing the port (server_shards)
+    procs: int = 1  # processes sharing the port (shards.py)
 
     def command(self) -> list[str]:  # a benchmark's own variant of the server overrides it
         t, cpus = self.timing, (["--cpus", self.cpus] if self.cpus else [])
@@ -311,7 +312,7 @@ class CalibrationServerProcess:
 _PAGE: list[bytes] = []
 
 
-def _metrics_page() -> bytes:
+def metrics_page() -> bytes:
     """A Prometheus page of a vLLM server's size and shape (the families a scrape keeps: gauges,
     counters, 16 histograms of 30 buckets, two label sets; ~80 KB): its numbers are not the
     server's (all zero), only its cost to fetch and parse is real."""
@@ -335,12 +336,9 @@ def _metrics_page() -> bytes:
     return _PAGE[0]
 
 
-def _cpu() -> dict[str, float]:
+def cpu_times() -> dict[str, float]:
     """This process's CPU seconds so far: user (Python + libraries) and sys (socket syscalls)."""
     import resource
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return {"user_s": ru.ru_utime, "sys_s": ru.ru_stime}
 
-
-if __name__ == "__main__":
-    main()

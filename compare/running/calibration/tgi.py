@@ -1,4 +1,4 @@
-"""TGI's clients against the calibration server's ``/generate_stream`` (compare/running/calibration.py):
+"""TGI's clients against the calibration server's ``/generate_stream`` (compare/running/calibration/server.py):
 the stamped reader and text-generation's AsyncClient, measured the same way.
 
 Every token event carries the server's send stamp in its token text (text-generation's client drops
