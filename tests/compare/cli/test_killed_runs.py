@@ -128,6 +128,7 @@ def test_sigkilled_real_run_is_recorded_as_killed(tmp_path, tiny_model):
 # ---------------------------------------------------------------- 5. a run that failed before it started
 
 
+@pytest.mark.engine  # asks Ray for a cluster (none is there)
 def test_run_id_of_a_run_that_never_started_can_be_used_again(tmp_path):
     pytest.importorskip("ray")
     out = tmp_path / "r"
