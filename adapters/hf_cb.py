@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from adapters.target import Target
+from adapters.target import Target, kv_elements_per_token
 
 NAME = "hf-cb"
 PAGE_SIZE = 256  # ContinuousBatchingConfig.page_size default (transformers 5.19), tokens per block
@@ -68,14 +68,8 @@ def _refuse(option: str, reason: str, alternative: str | None = None) -> Unsuppo
 
 def kv_bytes_per_token(config: Mapping[str, Any] | None, dtype: str) -> int | None:
     """K and V of every layer for one token, as transformers' paged cache stores them."""
-    cfg = config or {}
-    try:
-        layers = int(cfg["num_hidden_layers"])
-        heads = int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
-        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
-    except (KeyError, TypeError, ValueError):
-        return None
-    return 2 * layers * heads * head_dim * _BYTES[dtype]
+    values = kv_elements_per_token(config)
+    return None if values is None else values * _BYTES[dtype]
 
 
 def _checkpoint_dtype(target: Target) -> str | None:

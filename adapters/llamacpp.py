@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 from adapters.quant_matrix import SCHEMES
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from adapters.target import Target
+from adapters.target import Target, kv_elements_per_token
 
 NAME = "llamacpp"
 # spec dtype -> GGUF file type written by convert_hf_to_gguf.py --outtype, and the KV cache type
@@ -87,13 +87,8 @@ def _checkpoint_dtype(target: Target) -> str | None:
 
 
 def kv_bytes_per_token(target: Target, kv_type: str) -> int | None:
-    cfg = target.model.config or {}
-    try:
-        layers, heads = int(cfg["num_hidden_layers"]), int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
-        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
-    except (KeyError, TypeError, ValueError):
-        return None
-    return 2 * layers * heads * head_dim * _KV_BYTES.get(kv_type, 2)
+    values = kv_elements_per_token(target.model.config)
+    return None if values is None else values * _KV_BYTES.get(kv_type, 2)
 
 
 def _refuse_fields(spec: ServingSpec, target: Target, notes: list[str]) -> None:

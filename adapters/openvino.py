@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from adapters.quant_matrix import SCHEMES
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from adapters.target import Target
+from adapters.target import Target, kv_elements_per_token
 
 NAME = "openvino"
 # SchedulerConfig attributes (openvino_genai 2026.4) a native override may set directly
@@ -75,13 +75,8 @@ def _checkpoint_dtype(target: Target) -> str | None:
 
 
 def _kv_bytes_per_block(target: Target, precision: str) -> int | None:
-    cfg = target.model.config or {}
-    try:
-        layers, heads = int(cfg["num_hidden_layers"]), int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
-        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
-    except (KeyError, TypeError, ValueError):
-        return None
-    return 2 * layers * heads * head_dim * _BYTES[precision] * CPU_BLOCK_TOKENS
+    values = kv_elements_per_token(target.model.config)
+    return None if values is None else values * _BYTES[precision] * CPU_BLOCK_TOKENS
 
 
 def openvino_plan(spec: ServingSpec, target: Target) -> OpenVINOPlan:

@@ -68,3 +68,16 @@ class Target:
     @property
     def device(self) -> str:
         return self.machine.device
+
+
+def kv_elements_per_token(config: Mapping[str, Any] | None) -> int | None:
+    """K and V values of every layer for one token, from the model's config.json (None when it
+    does not say): what each engine's KV cache stores per token, times its element width."""
+    cfg = config or {}
+    try:
+        layers, heads = int(cfg["num_hidden_layers"]), int(cfg["num_attention_heads"])
+        kv_heads = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    return 2 * layers * kv_heads * head_dim

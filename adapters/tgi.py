@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from adapters.quant_matrix import native_names
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from adapters.target import Load, Target
+from adapters.target import Load, Target, kv_elements_per_token
 
 CONTAINER_PORT = 80  # the TGI image's own default (ENV PORT=80)
 
@@ -75,21 +75,15 @@ def check_value(flag: str, value: Any) -> str | None:
 
 def kv_bytes_per_token(cfg: Mapping[str, Any] | None, dtype: str, kv_dtype: str) -> int | None:
     """KV-cache bytes one token costs, from the model's config.json (None when unknown)."""
-    if cfg is None:
-        return None
-    try:
-        layers = int(cfg["num_hidden_layers"])
-        heads = int(cfg["num_attention_heads"])
-        kv_heads = int(cfg.get("num_key_value_heads") or heads)
-        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
-    except (KeyError, ValueError, TypeError, ZeroDivisionError):
+    values = kv_elements_per_token(cfg)
+    if cfg is None or values is None:
         return None
     if kv_dtype != "auto":
         width = 1
     else:
         name = dtype if dtype != "auto" else str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
         width = 4 if "32" in name else 2
-    return 2 * layers * kv_heads * head_dim * width  # K and V
+    return values * width
 
 
 def tgi_launcher_args(spec: ServingSpec, model_path: str | None = None,

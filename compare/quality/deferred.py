@@ -172,7 +172,7 @@ async def score(pending: list[Probed], opts: QualityOptions,
                 ref_answers = None
                 for p in group:
                     status(f"scoring {p.backend} against the reference")
-                    out[p.backend] = await _score_one(ref, p, opts, device, why)
+                    out[p.backend] = await _score_one(ref, p, device, why)
                     if opts.accuracy and p.answers:
                         if ref_answers is None:
                             reqs = accuracy_requests(ref._tok, opts)
@@ -184,7 +184,7 @@ async def score(pending: list[Probed], opts: QualityOptions,
     return out
 
 
-async def _score_one(ref: Any, p: Probed, opts: QualityOptions, device: str, why: str) -> dict[str, Any]:
+async def _score_one(ref: Any, p: Probed, device: str, why: str) -> dict[str, Any]:
     scores = [await ref.score(q, s["tokens"], [list(t) for t in s["top"]] or None)
               for q, s in zip(p.probes, p.samples)]
     return {"status": "measured",

@@ -14,25 +14,10 @@ from adapters.spec import ServingSpec
 from backends.hf_cb import HFCBBackend
 from core.errors import BackendRequestError, FailureKind
 from core.records import GenerationRequest, StreamEnd, TokenEvent
+from tests.reference import collect, reference_greedy
 
 pytestmark = pytest.mark.engine
 SPEC = dict(dtype="float32", max_model_len=512, kv_cache_memory_bytes=64 << 20, max_num_batched_tokens=256)
-
-
-def _reference_greedy(model_dir, prompts, n):
-    import torch
-    import transformers
-
-    m = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    out = []
-    for p in prompts:
-        ids = m.generate(torch.tensor([p]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        out.append(ids[0, len(p):].tolist())
-    return out
-
-
-async def _collect(backend, req):
-    return [item async for item in backend.stream(req)]
 
 
 def test_streams_concurrent_requests_with_the_reference_greedy_tokens(tiny_model):
@@ -42,10 +27,10 @@ def test_streams_concurrent_requests_with_the_reference_greedy_tokens(tiny_model
 
     async def go():
         async with HFCBBackend(ServingSpec(model=str(tiny_model), **SPEC)) as b:
-            return await asyncio.gather(*(_collect(b, r) for r in reqs)), b.describe()
+            return await asyncio.gather(*(collect(b, r) for r in reqs)), b.describe()
 
     outs, desc = asyncio.run(go())
-    ref = _reference_greedy(tiny_model, prompts, 24)
+    ref = reference_greedy(tiny_model, prompts, 24)
     for items, want, prompt in zip(outs, ref, prompts):
         events, end = items[:-1], items[-1]
         assert all(isinstance(e, TokenEvent) for e in events) and isinstance(end, StreamEnd)
@@ -79,9 +64,9 @@ def test_cancelling_frees_the_engine_and_bad_requests_fail_alone(tiny_model):
             for bad in (GenerationRequest("sampled", max_tokens=4, prompt_token_ids=(1, 2), temperature=0.7),
                         GenerationRequest("too-long", max_tokens=500, prompt_token_ids=tuple(range(1, 40)))):
                 with pytest.raises(BackendRequestError) as e:
-                    await _collect(b, bad)
+                    await collect(b, bad)
                 errors.append(e.value)
-            after = await _collect(b, GenerationRequest("after", max_tokens=5, prompt_token_ids=(4, 5, 6)))
+            after = await collect(b, GenerationRequest("after", max_tokens=5, prompt_token_ids=(4, 5, 6)))
             return got, b.cancelled_in_engine, errors, after
 
     got, cancelled, errors, after = asyncio.run(go())
@@ -106,7 +91,7 @@ def test_engine_process_crash_fails_its_requests_and_later_ones(tiny_model):
                 async for _ in gen:
                     os.kill(pid, signal.SIGKILL)  # the engine dies mid-stream
             with pytest.raises(BackendRequestError) as after:
-                await _collect(b, GenerationRequest("next", max_tokens=4, prompt_token_ids=(1, 2)))
+                await collect(b, GenerationRequest("next", max_tokens=4, prompt_token_ids=(1, 2)))
             return pid, during.value, after.value
 
     pid, during, after = asyncio.run(go())

@@ -22,26 +22,11 @@ from adapters.spec import ServingSpec
 from backends.llamacpp.server import LlamaCppBackend
 from core.records import GenerationRequest, StreamEnd, TokenEvent
 from tests.conftest import TINY_SPEC_ARGS, VENV_BIN, run_cli
+from tests.reference import collect, reference_greedy
 
 pytestmark = pytest.mark.engine
 TEXT = "def main(argv):\n    return {'a': 1, \"b\": [2, 3]}  # it's 42\t\u00e9t\u00e9 \u2713\n\n  x"
 SPEC = dict(dtype="float32", max_model_len=512, kv_cache_memory_bytes=64 << 20, max_num_seqs=4)
-
-
-def _reference_greedy(model_dir, prompts, n):
-    import torch
-    import transformers
-
-    m = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    out = []
-    for p in prompts:
-        ids = m.generate(torch.tensor([p]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        out.append(ids[0, len(p):].tolist())
-    return out
-
-
-async def _collect(backend, req):
-    return [item async for item in backend.stream(req)]
 
 
 def test_one_server_streams_greedy_tokens_with_its_own_timings(tiny_model):
@@ -52,7 +37,7 @@ def test_one_server_streams_greedy_tokens_with_its_own_timings(tiny_model):
     async def go():
         async with LlamaCppBackend(ServingSpec(model=str(tiny_model), **SPEC)) as b:
             await b.on_level_start("c4")
-            outs = await asyncio.gather(*(_collect(b, r) for r in reqs))
+            outs = await asyncio.gather(*(collect(b, r) for r in reqs))
             level = await b.on_level_end("c4")
             # a stream the consumer abandons (what the executor does on a timeout) frees its slot
             gen = b.stream(GenerationRequest("long", max_tokens=400, prompt_token_ids=(1, 2, 3), ignore_eos=True))
@@ -64,7 +49,7 @@ def test_one_server_streams_greedy_tokens_with_its_own_timings(tiny_model):
                 if not any(s.get("is_processing") for s in slots):
                     break
                 await asyncio.sleep(0.1)
-            after = await _collect(b, GenerationRequest("after", max_tokens=5, prompt_token_ids=(4, 5, 6)))
+            after = await collect(b, GenerationRequest("after", max_tokens=5, prompt_token_ids=(4, 5, 6)))
             # the declared pre-tokenizer is the right one: llama-server's /tokenize equals transformers'
             r = await b._client.post("/tokenize", json={"content": TEXT, "add_special": False})
             return outs, level, after, slots, r.json()["tokens"], b.describe()
@@ -73,7 +58,7 @@ def test_one_server_streams_greedy_tokens_with_its_own_timings(tiny_model):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model))
-    ref = _reference_greedy(tiny_model, prompts, 24)
+    ref = reference_greedy(tiny_model, prompts, 24)
     unknown = 0
     for items, want, prompt in zip(outs, ref, prompts):
         events, end = items[:-1], items[-1]

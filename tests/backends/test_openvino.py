@@ -17,25 +17,10 @@ from backends.openvino import OpenVINOBackend
 from core.errors import BackendRequestError, FailureKind
 from core.records import GenerationRequest, StreamEnd, TokenEvent
 from tests.conftest import TINY_SPEC_ARGS, run_cli
+from tests.reference import collect, reference_greedy
 
 pytestmark = pytest.mark.engine
 SPEC = dict(dtype="float32", max_model_len=512, kv_cache_memory_bytes=64 << 20)
-
-
-def _reference_greedy(model_dir, prompts, n):
-    import torch
-    import transformers
-
-    m = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    out = []
-    for p in prompts:
-        ids = m.generate(torch.tensor([p]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        out.append(ids[0, len(p):].tolist())
-    return out
-
-
-async def _collect(backend, req):
-    return [item async for item in backend.stream(req)]
 
 
 def test_streams_concurrent_requests_with_the_reference_greedy_tokens(tiny_model):
@@ -44,10 +29,10 @@ def test_streams_concurrent_requests_with_the_reference_greedy_tokens(tiny_model
 
     async def go():
         async with OpenVINOBackend(ServingSpec(model=str(tiny_model), **SPEC)) as b:
-            return await asyncio.gather(*(_collect(b, r) for r in reqs)), b.describe()
+            return await asyncio.gather(*(collect(b, r) for r in reqs)), b.describe()
 
     outs, desc = asyncio.run(go())
-    ref = _reference_greedy(tiny_model, prompts, 24)
+    ref = reference_greedy(tiny_model, prompts, 24)
     for items, want, prompt in zip(outs, ref, prompts):
         events, end = items[:-1], items[-1]
         assert all(isinstance(e, TokenEvent) for e in events) and isinstance(end, StreamEnd)
@@ -77,7 +62,7 @@ def test_cancelling_a_stream_frees_the_engine(tiny_model):
                 if got >= 3:
                     break
             await gen.aclose()  # what the executor does to a request it cancels or times out
-            after = await _collect(b, GenerationRequest("after", max_tokens=5, prompt_token_ids=(4, 5, 6)))
+            after = await collect(b, GenerationRequest("after", max_tokens=5, prompt_token_ids=(4, 5, 6)))
             return got, b.cancelled_in_engine, after
 
     got, cancelled, after = asyncio.run(go())
@@ -93,8 +78,8 @@ def test_a_request_the_engine_drops_fails_alone(tiny_model):
     async def go():
         async with OpenVINOBackend(spec) as b:
             with pytest.raises(BackendRequestError) as e:
-                await _collect(b, GenerationRequest("big", max_tokens=4, prompt_token_ids=tuple(range(1, 101))))
-            small = await _collect(b, GenerationRequest("small", max_tokens=4, prompt_token_ids=(1, 2)))
+                await collect(b, GenerationRequest("big", max_tokens=4, prompt_token_ids=tuple(range(1, 101))))
+            small = await collect(b, GenerationRequest("small", max_tokens=4, prompt_token_ids=(1, 2)))
             return e.value, small
 
     err, small = asyncio.run(go())
@@ -144,7 +129,7 @@ def test_engine_process_crash_fails_its_requests_and_later_ones(tiny_model):
                 async for item in gen:
                     os.kill(pid, signal.SIGKILL)  # the engine dies mid-stream
             with pytest.raises(BackendRequestError) as after:
-                await _collect(b, GenerationRequest("next", max_tokens=4, prompt_token_ids=(1, 2)))
+                await collect(b, GenerationRequest("next", max_tokens=4, prompt_token_ids=(1, 2)))
             return pid, during.value, after.value
 
     pid, during, after = asyncio.run(go())
