@@ -153,9 +153,9 @@ def _quality(run: RunResults, names: list[str], ref: str) -> list[str]:
         where = (d.get("reference") or {}).get("device")
         against = f" (vs the float32 reference on {where}, scored after the engines stopped)" if where else ""
         lines.append(f"{n}{against}: " + ", ".join(parts))
-    if not lines:
-        lines.append("no quality results in this run: speed only (a faster config may still answer worse)")
     statuses = [f"quality {st} for {', '.join(ns)}: {why}" for (st, why), ns in unmeasured.items()]
+    if not lines and not statuses:
+        lines.append("no quality results in this run: speed only (a faster config may still answer worse)")
     lines += statuses
     if statuses or not any(run.backends[n].quality for n in names):
         lines.append("--quality on measures every backend against the float32 reference, --quality off skips "
