@@ -99,7 +99,9 @@ def _point_vllm_logging(path: Path) -> None:
         return
     new = open(path, "a", buffering=1, encoding="utf-8", errors="replace")
     for h in logger.handlers:
-        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
+        # vLLM's own console handler only: a subclass (a file handler, or a capturing handler
+        # another tool attached, such as pytest's log capture) keeps its stream
+        if type(h) is logging.StreamHandler:
             h.setStream(new)
     if _LOGGING_FILE is not None:
         _LOGGING_FILE.close()

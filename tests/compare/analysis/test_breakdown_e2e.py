@@ -68,6 +68,9 @@ def test_inprocess_breakdown_matches_each_requests_engine_stamps(prefix_run):
         assert (m["queue_s"] + m["prefill_s"] + m["decode_s"]) * 1e9 <= r.t_end_ns - r.t_sent_ns
 
 
+SEND_STAMP_SLACK_MS = 10.0  # how late a busy client's send stamp may be (after its write returned)
+
+
 @pytest.mark.engine
 def test_server_breakdown_and_honest_histogram_quantiles(prefix_run):
     run, _, _ = prefix_run
@@ -78,8 +81,9 @@ def test_server_breakdown_and_honest_histogram_quantiles(prefix_run):
     # vLLM's e2e also spans its frontend (tokenisation, IPC to the engine core): frontend_ms
     assert 0.5 * tb.engine_e2e_ms <= parts <= tb.engine_e2e_ms * 1.01, tb
     # the server's E2E lies inside the client's, up to the client's send stamp taken after its
-    # write (a late stamp shortens the client's E2E): a negative within that resolution reads 0
-    assert tb.queued_ms > 0.25 * tb.decode_ms and tb.outside_ms >= 0, tb
+    # write (a late stamp shortens the client's E2E): a negative within 2 ms reads 0, and on a
+    # loaded 2-core machine the stamp has been 5 ms late
+    assert tb.queued_ms > 0.25 * tb.decode_ms and tb.outside_ms >= -SEND_STAMP_SLACK_MS, tb
     q = s.server_histogram("server_queue_ms")
     assert q is not None and q.count == N and set(q.quantiles) == {"p50", "p95", "p99"}
     for b in q.quantiles.values():  # bounds are bucket edges, the mean is not one of them
@@ -95,7 +99,10 @@ def test_running_gauge_at_the_target_load(prefix_run, backend):
     g = run.backends[backend].levels[f"c{C}"].server_gauges
     assert g is not None
     running, waiting = g["vllm:num_requests_running"], g["vllm:num_requests_waiting"]
-    assert running.measured, running.note
+    if not running.measured:  # too few scrapes fell inside the target load (timing on a loaded
+        # machine): the summary must say so rather than average the ramp and the drain in
+        assert running.samples < 3 and running.mean is None and running.note.startswith("not measured: "), running
+        return
     assert running.max == SEQS and 1.5 <= running.mean <= SEQS, running
     # only samples taken while the client held C in flight count (whether a scrape fell into the
     # ramp or the drain, and so was left out, is timing: not asserted)

@@ -46,7 +46,9 @@ def test_two_client_processes_measure_what_one_does(vllm_url, tiny_model, tmp_pa
             assert a.get(field) == b.get(field), (key, field)
         # how the server grouped tokens into events is its timing, not ours: only the total must match
         assert sum(a["event_token_counts"]) == sum(b["event_token_counts"]) == len(b["token_ids"]), key
-        assert b["t_sent_ns"] <= b["event_times_ns"][0] <= b["t_end_ns"]
+        # the send stamp follows the write: on a loaded machine the first token can be read
+        # before a busy client stamped its send (11.7 ms seen), never after the end
+        assert b["t_sent_ns"] - HANDLING_SLACK_NS <= b["event_times_ns"][0] <= b["t_end_ns"]
     for level in ("r20",):  # open loop: each request scheduled at the same offset of its level
         t0_1 = min(r["t_scheduled_ns"] for r in recs1 if r["level"] == level)
         t0_2 = min(r["t_scheduled_ns"] for r in recs2 if r["level"] == level)
