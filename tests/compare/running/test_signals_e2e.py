@@ -79,6 +79,7 @@ class Stopped:
             self.names = _names(self.tree)  # while they run
             self.engine_pids = [c.pid for c in self.tree if _running(c)]
             self.sent_at = time.time()
+            self.records_at_signal = len(_lines(self.dir / "requests.jsonl"))
             os.kill(self.proc.pid, sig)
             self.out, self.err = self.proc.communicate(timeout=300) if sig != signal.SIGKILL else ("", "")
             if sig == signal.SIGKILL:
@@ -111,11 +112,13 @@ def _assert_interrupted(s: Stopped, sig: int, backend: str) -> None:
     ours = [ln for ln in s.err.splitlines() if ln.startswith("interrupted")]
     assert len(ours) == 1 and ours[0].startswith(f"interrupted by {name}: "), s.err[-2000:]
     assert "Traceback" not in s.err, s.err[-3000:]
-    if "run status complete" in ours[0] and len(s.records) == REQUESTS:
-        # a known defect, seen only with the CPU oversubscribed (the suite's two workers with their
-        # engines, or two busy loops beside the run): the stop signal took effect only once every
-        # request had finished; the exit code and the teardown were right (asserted above)
-        pytest.xfail(f"{name} handled only after the run finished on an oversubscribed CPU (cause not found)")
+    late = "run status complete" in ours[0] or "before its levels ran" in (s.run_json()["backends"]
+                                                                        .get(backend, {}).get("error") or "")
+    if late and s.records_at_signal >= REQUESTS:
+        # with the CPU oversubscribed (the suite's two workers and their engines) this test's own
+        # poll of requests.jsonl was starved: it saw its 2 records only once the level had ended,
+        # so the signal could not land inside it (the product's exit code and teardown: asserted)
+        pytest.xfail(f"the test sent {name} after the level had ended (its poll starved on an oversubscribed CPU)")
     assert "run status interrupted" in ours[0] and str(s.dir) in ours[0]
     assert "Traceback" not in s.err, s.err[-3000:]
     run = s.run_json()
