@@ -39,18 +39,22 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+def _from_module(name: str, is_pkg: bool, node: ast.ImportFrom) -> str:
+    """The absolute module of a ``from ... import`` in module ``name`` (relative ones resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = name.split(".") if is_pkg else name.split(".")[:-1]
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imports(name: str, path: Path) -> set[str]:
     """Every project module (or package) ``name`` imports, anywhere in the file."""
     deps = set()
     is_pkg = path.name == "__init__.py"
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split(".") if is_pkg else name.split(".")[:-1]
-                base = base[:len(base) - (node.level - 1)]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
+            mod = _from_module(name, is_pkg, node)
             targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
         elif isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -75,12 +79,7 @@ def _private_uses(name: str, path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split(".") if is_pkg else name.split(".")[:-1]
-                base = base[:len(base) - (node.level - 1)]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
+            mod = _from_module(name, is_pkg, node)
             for a in node.names:
                 if f"{mod}.{a.name}" in MODULES:  # a submodule: later attribute uses count
                     bound[a.asname or a.name] = f"{mod}.{a.name}"
