@@ -1,7 +1,8 @@
 """ServingSpec -> llama.cpp's ``llama-server`` flags and the GGUF the server loads. Pure.
 
 llama.cpp serves a GGUF file, not the HF checkpoint: the checkpoint is converted once (f32 / f16 /
-bf16 by ``convert_hf_to_gguf.py``; Q8_0 / Q4_K_M by ``llama-quantize`` from the f32 file), so
+bf16 by ``convert_hf_to_gguf.py``; Q8_0 / Q4_K_M by ``llama-quantize`` from the GGUF of the model's
+dtype: f32 for an f32 checkpoint, bf16 for a bf16 one, so no copy twice the checkpoint's size), so
 dtype and quantization become the GGUF type. Every spec field is mapped or refused with its
 reason. Server defaults a fair comparison must not hide (llama.cpp b11434, ``llama-server --help``):
 
@@ -11,8 +12,10 @@ reason. Server defaults a fair comparison must not hide (llama.cpp b11434, ``lla
   max_model_len -> ``--kv-unified-per-slot`` (the per-request limit); max_model_len alone ->
   ``--ctx-size N*max_model_len`` with N private slots. Unset: the server's own default (4 slots,
   unified, the model's trained context, shrunk to fit free memory).
-- the KV cache type defaults to f16 even for an f32 model; the plan follows the model's dtype
-  (``--cache-type-k/-v``), as vLLM's kv_cache_dtype=auto does.
+- the KV cache type defaults to f16 even for an f32 model; on the CPU the plan follows the model's
+  dtype (``--cache-type-k/-v``), as vLLM's kv_cache_dtype=auto does. On CUDA a 16-bit model keeps
+  f16: the CUDA flash-attention kernels other than the vector one convert a bf16 cache to f16 on
+  every step (ggml-cuda/fattn.cu), and f16 is the same 2 bytes a token.
 - ``--n-gpu-layers`` defaults to "auto" (as many as fit): pinned to 0 on CPU and all on CUDA.
 - flash attention defaults to auto, which turns ggml's flash-attention kernel on for the CPU; that
   kernel does not compute in f32 (it flipped a near-tie against transformers' fp32 greedy token on
@@ -34,7 +37,7 @@ from adapters.target import Target, kv_elements_per_token
 NAME = "llamacpp"
 # spec dtype -> GGUF file type written by convert_hf_to_gguf.py --outtype, and the KV cache type
 _DTYPE = {"float32": ("f32", "f32"), "float16": ("f16", "f16"), "bfloat16": ("bf16", "bf16")}
-# quantization scheme -> llama-quantize type (applied to the f32 GGUF)
+# quantization scheme -> llama-quantize type (applied to the GGUF of the model's dtype)
 QUANT_TYPES = {"gguf-q8_0": "Q8_0", "gguf-q4_k_m": "Q4_K_M"}
 _KV_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 # native options that are not server flags
@@ -47,6 +50,7 @@ class LlamaCppPlan:
 
     gguf_type: str  # "f32" | "f16" | "bf16" (converter) or "Q8_0" | "Q4_K_M" (llama-quantize)
     flags: Mapping[str, Any]  # "--flag" -> value (True: a bare switch)
+    base_type: str | None = None  # the converter's GGUF a quantized type is made from
     device: str = "cpu"
     env: Mapping[str, str] = field(default_factory=dict)
     server_bin: str | None = None  # a prebuilt llama-server (native llamacpp.server_bin)
@@ -71,7 +75,7 @@ class LlamaCppPlan:
         return out
 
     def as_dict(self) -> dict[str, Any]:
-        return {"gguf_type": self.gguf_type, "flags": dict(self.flags), "argv": self.argv(),
+        return {"gguf_type": self.gguf_type, "base_type": self.base_type, "flags": dict(self.flags), "argv": self.argv(),
                 "device": self.device, "env": dict(self.env), "server_bin": self.server_bin, "gguf": self.gguf,
                 "max_model_len": self.max_model_len, "notes": list(self.notes)}
 
@@ -121,38 +125,40 @@ def _refuse_fields(spec: ServingSpec, target: Target, notes: list[str]) -> None:
         notes.append(f"enforce_eager={spec.enforce_eager}: not applicable on CPU (no graph capture to skip)")
 
 
-def _weights(spec: ServingSpec, target: Target, notes: list[str]) -> tuple[str, str]:
-    """(GGUF type, KV cache type)."""
+def _weights(spec: ServingSpec, target: Target, notes: list[str]) -> tuple[str, str, str | None]:
+    """(GGUF type, KV cache type, the converter's type a quantized GGUF is made from)."""
     dtype = spec.dtype if spec.dtype != "auto" else (_checkpoint_dtype(target) or "float32")
     if spec.dtype == "auto":
         notes.append(f"dtype=auto: the checkpoint's {dtype}")
     gguf_type, kv_type = _DTYPE[dtype]
+    if target.device != "cpu" and kv_type == "bf16":
+        kv_type = "f16"
+        notes.append("KV cache f16 on CUDA for a bf16 model: the CUDA flash-attention kernels other than the vector "
+                     "one convert a bf16 cache to f16 on every step; f16 is the same 2 bytes a token")
+    base = None
     if spec.quantization != "none":
         cell = SCHEMES[spec.quantization].on(NAME).cell(target.device)
         if cell is None or not cell.supported or spec.quantization not in QUANT_TYPES:
             raise _refuse(f"quantization={spec.quantization}", cell.reason if cell else "not in the quantization "
                           "table", alternative=cell.alternative if cell else ", ".join(QUANT_TYPES))
-        if spec.dtype not in ("auto", "float32"):
-            raise _refuse(f"quantization={spec.quantization} with dtype={spec.dtype}", "the GGUF type is the "
-                          "quantization (quantized from the f32 GGUF); its activations are f32 on CPU",
-                          alternative="dtype=auto or float32")
-        gguf_type = QUANT_TYPES[spec.quantization]
-        notes.append(f"{spec.quantization}: llama-quantize {gguf_type} from the f32 GGUF (tensors whose rows do not "
+        base, gguf_type = gguf_type, QUANT_TYPES[spec.quantization]
+        notes.append(f"{spec.quantization}: llama-quantize {gguf_type} from the {base} GGUF (tensors whose rows do not "
                      "fit the type's block size get llama-quantize's fallback type; the loaded types are read back)")
-    return gguf_type, kv_type
+    return gguf_type, kv_type, base
 
 
 def llamacpp_plan(spec: ServingSpec, target: Target) -> LlamaCppPlan:
     notes: list[str] = []
     _refuse_fields(spec, target, notes)
-    gguf_type, kv_type = _weights(spec, target, notes)
+    gguf_type, kv_type, base = _weights(spec, target, notes)
     # flash attention "auto" resolves to on for the CPU, and ggml's CPU flash-attention kernel does
     # not compute in f32 (measured: a top-2 log-prob gap of 0.003 flipped against transformers' fp32,
     # with FA off the log-probs equal transformers' to 1e-5): an f32 model gets it off
     fa = "off" if gguf_type == "f32" else "auto"
     flags: dict[str, Any] = {"--seed": spec.seed, "--cache-type-k": kv_type, "--cache-type-v": kv_type,
                              "--flash-attn": fa, "--metrics": True, "--slots": True, "--no-webui": True}
-    notes.append(f"KV cache {kv_type} (the model's dtype; llama-server's own default is f16)")
+    if target.device == "cpu":
+        notes.append(f"KV cache {kv_type} (the model's dtype; llama-server's own default is f16)")
     if fa == "off":
         notes.append("--flash-attn off: the f32 model's attention in f32 (llama-server's auto turns on a CPU "
                      "flash-attention kernel that computes in reduced precision)")
@@ -225,5 +231,5 @@ def llamacpp_plan(spec: ServingSpec, target: Target) -> LlamaCppPlan:
         if f in flags:
             raise _refuse(f"native {f}", "set by the backend (127.0.0.1, a free port, the prepared GGUF)",
                           alternative="native llamacpp.gguf=FILE to serve a GGUF of your own")
-    return LlamaCppPlan(gguf_type=gguf_type, flags=flags, device=target.device, env=env, server_bin=server_bin,
+    return LlamaCppPlan(gguf_type=gguf_type, base_type=base, flags=flags, device=target.device, env=env, server_bin=server_bin,
                         gguf=gguf, max_model_len=spec.max_model_len, notes=tuple(notes))

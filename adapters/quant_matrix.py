@@ -285,7 +285,7 @@ TABLE: tuple[QuantScheme, ...] = (
                 "trtllm": _gpu(cuda=_no("TensorRT-LLM has no GGUF block types", "w8a16-int8")),
                 "hf": _ref("its GGUF loader, which dequantizes to float"),
                 "openvino": _ov(cpu=_no("the backend exports the HF checkpoint (NNCF), not GGUF", "w8a16-int8")),
-                "llamacpp": _on("Q8_0", (), any=Cell(True, "llama-quantize Q8_0 (from the f32 GGUF)",
+                "llamacpp": _on("Q8_0", (), any=Cell(True, "llama-quantize Q8_0 (from the GGUF of the model's dtype)",
                                                      "ggml Q8_0 x Q8_0 dot product (CPU) / MMQ (CUDA)", "export"))}),
     _scheme("gguf-q4_k_m", "weights", "GGUF Q4_K_M (llama.cpp): mixed 4/6-bit; most tensors Q4_K (super-blocks of 256 "
             "weights, 8 sub-blocks of 32 with 6-bit scales and mins), attn_v and half of ffn_down Q6_K; activations "
@@ -298,7 +298,7 @@ TABLE: tuple[QuantScheme, ...] = (
                 "trtllm": _gpu(cuda=_no("TensorRT-LLM has no GGUF block types", "w4a16-awq")),
                 "hf": _ref("its GGUF loader, which dequantizes to float"),
                 "openvino": _ov(cpu=_no("the backend exports the HF checkpoint (NNCF), not GGUF", "w4a16")),
-                "llamacpp": _on("Q4_K_M", (), any=Cell(True, "llama-quantize Q4_K_M (from the f32 GGUF); rows not "
+                "llamacpp": _on("Q4_K_M", (), any=Cell(True, "llama-quantize Q4_K_M (from the GGUF of the model's dtype); rows not "
                                                        "divisible by 256 get llama-quantize's fallback type",
                                                        "ggml Q4_K / Q6_K x Q8_K dot products (CPU) / MMQ (CUDA)",
                                                        "export"))}),

@@ -1,8 +1,9 @@
 """HF checkpoint -> GGUF, converted once and cached (``compare cache ls``: kind ``gguf``).
 
 f32 / f16 / bf16: llama.cpp's ``convert_hf_to_gguf.py --outtype`` (the converter of the pinned
-source, backends/llamacpp/build.py). Q8_0 / Q4_K_M: ``llama-quantize`` from the f32 GGUF (itself
-a cache entry). Key: the checkpoint's content digest, the type, the converter's version and, for
+source, backends/llamacpp/build.py). Q8_0 / Q4_K_M: ``llama-quantize`` from the GGUF of the
+model's dtype (itself a cache entry: f32 for an f32 checkpoint, bf16 for a bf16 one; a bf16 model
+written as f32 would only double the disk and the time). Key: the checkpoint's content digest, the type, the converter's version and, for
 quantized types, the llama-quantize binary's digest; the tool's log is kept beside the model
 (``convert.log``).
 
@@ -78,8 +79,8 @@ def _run_logged(argv: list[str], log: Path, env: dict[str, str] | None = None) -
 
 
 def prepare_gguf(model_dir: str, gguf_type: str, quantize_bin: Path | None = None, cache: EngineCache | None = None,
-                 log: Callable[[str], None] | None = None) -> tuple[Entry, bool]:
-    """(cache entry holding ``model.gguf``, hit)."""
+                 log: Callable[[str], None] | None = None, base_type: str = "f32") -> tuple[Entry, bool]:
+    """(cache entry holding ``model.gguf``, hit). A quantized type is made from the ``base_type`` GGUF."""
     say = log or (lambda s: print(s, file=sys.stderr, flush=True))
     if not Path(model_dir, "config.json").is_file():
         raise UserError(f"{model_dir}: not a local HF checkpoint (no config.json); llama.cpp's converter needs "
@@ -94,7 +95,9 @@ def prepare_gguf(model_dir: str, gguf_type: str, quantize_bin: Path | None = Non
     if gguf_type not in UNQUANTIZED:
         if quantize_bin is None:
             raise UserError(f"GGUF type {gguf_type} needs llama-quantize")
-        base, _ = prepare_gguf(model_dir, "f32", cache=cache, log=say)
+        if base_type not in UNQUANTIZED:
+            raise UserError(f"GGUF {gguf_type} is made from an f32, f16 or bf16 GGUF, not {base_type}")
+        base, _ = prepare_gguf(model_dir, base_type, cache=cache, log=say)
         fields["quantize"] = {"binary_sha256": _file_sha(quantize_bin), "from": base.key}
     key = cache_key(fields)
 

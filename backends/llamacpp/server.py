@@ -155,7 +155,7 @@ class LlamaCppBackend(HttpStreamBackend):
             self._origin["gguf"] = {"path": self.plan.gguf, "from": "native llamacpp.gguf (served as is)"}
             return server, Path(self.plan.gguf)
         quant = quantize_binary(server) if self.plan.gguf_type not in ("f32", "f16", "bf16") else None
-        entry, hit = prepare_gguf(self.spec.model, self.plan.gguf_type, quant)
+        entry, hit = prepare_gguf(self.spec.model, self.plan.gguf_type, quant, base_type=self.plan.base_type or "f32")
         self._tensor_types = gguf_tensor_types(entry.path / MODEL_FILE)
         self._origin["gguf"] = {"path": str(entry.path / MODEL_FILE), "cache_key": entry.key, "cache_hit": hit,
                                 "type": self.plan.gguf_type,

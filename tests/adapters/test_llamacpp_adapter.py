@@ -52,6 +52,23 @@ def test_dtype_and_quantization_become_the_gguf_type():
         llamacpp_plan(ServingSpec(model="/m", quantization="w4a16"), target())
 
 
+def test_a_quantized_gguf_is_made_from_the_gguf_of_the_models_dtype():
+    # an f32 checkpoint: Q8_0 from the f32 GGUF; a bf16 checkpoint (the usual GPU case): from the
+    # bf16 GGUF, never an f32 copy twice the checkpoint's size
+    assert llamacpp_plan(ServingSpec(model="/m", quantization="gguf-q8_0"), target()).base_type == "f32"
+    bf16 = {**TINY_CFG, "dtype": "bfloat16"}
+    p = llamacpp_plan(ServingSpec(model="/m", quantization="gguf-q4_k_m"), target(bf16, "cuda"))
+    assert (p.gguf_type, p.base_type) == ("Q4_K_M", "bf16")
+    assert llamacpp_plan(ServingSpec(model="/m"), target()).base_type is None
+
+
+def test_cuda_keeps_a_16_bit_models_kv_cache_in_f16():
+    p = llamacpp_plan(ServingSpec(model="/m", dtype="bfloat16"), target(device="cuda"))
+    assert p.flags["--cache-type-k"] == p.flags["--cache-type-v"] == "f16" and p.flags["--n-gpu-layers"] == "all"
+    assert any("convert a bf16 cache to f16" in n for n in p.notes)
+    assert llamacpp_plan(ServingSpec(model="/m", dtype="bfloat16"), target()).flags["--cache-type-k"] == "bf16"
+
+
 @pytest.mark.parametrize("field, value, match", [
     ("block_size", 16, "not paged blocks"),
     ("gpu_memory_utilization", 0.9, "kv_cache_memory_bytes"),
