@@ -4,7 +4,7 @@ exact layout, saved as safetensors the way a user's checkpoint is, so engines lo
 and the reference read the same weights); meaningless as a language model.
 
     python3 benchmarks/gpu/materialize.py --config benchmarks/gpu/qwen2.5-7b-config.json \
-        --tokenizer DIR --out /tmp/ck [--fp8 /tmp/ck-fp8] [--seed 0]
+        --tokenizer DIR --out /tmp/ck [--fp8 /tmp/ck-fp8] [--w4a16 /tmp/ck-w4a16] [--seed 0]
 
 * ``--out``: the bf16 checkpoint (transformers ``from_config`` on the GPU, seeded, then
   ``save_pretrained``), the tokenizer files beside it. The same seed, code and machine image give
@@ -14,6 +14,11 @@ and the reference read the same weights); meaningless as a language model.
   ``weight_scale`` per linear layer, activations quantized dynamically; embeddings, norms and
   lm_head stay bf16), with ``llm_compare_quant.json`` naming the bf16 checkpoint as its source, so
   quality parity uses the bf16 weights in float32 as the reference.
+* ``--w4a16``: the same weights as 4-bit integers, group 128, symmetric, round to nearest: the
+  compressed-tensors ``pack-quantized`` checkpoint llmcompressor's data-free ``QuantizationModifier``
+  W4A16 preset writes (int32 ``weight_packed``, bf16 ``weight_scale`` per group, ``weight_shape``;
+  the same scale and rounding; checked bit for bit against llmcompressor on the tiny model by
+  tests/benchmarks/test_materialize.py). vLLM serves it with its Machete / Marlin mixed-input GEMM.
 """
 from __future__ import annotations
 
@@ -106,17 +111,95 @@ def to_fp8(src: Path, out: Path) -> dict:
     return {"out": str(out), "wall_s": round(time.time() - t0, 1), "bytes": sum(f.stat().st_size for f in shards)}
 
 
+W4_GROUP = 128
+
+
+def pack_int4(q):  # (out, in) int8 in [-8, 7] -> (out, in/8) int32, compressed-tensors' pack_to_int32
+    import torch
+
+    u = (q.to(torch.int32) + 8).view(q.shape[0], -1, 8)
+    shifts = torch.arange(8, device=q.device, dtype=torch.int32) * 4
+    return (u << shifts).sum(dim=2, dtype=torch.int32)
+
+
+def rtn_w4(w):
+    """(packed int32, bf16 scale per group of 128) of one weight, as compressed-tensors' minmax
+    observer and quantizer compute them: scale = absmax / 7.5 (the int4 range's half-width), rounded
+    to the weight's dtype, q = clamp(round(w / scale), -8, 7) with the division in bf16."""
+    import torch
+
+    out_f, in_f = w.shape
+    g = w.to(torch.bfloat16).view(out_f, in_f // W4_GROUP, W4_GROUP)
+    lo, hi = g.amin(dim=2).clamp(max=0), g.amax(dim=2).clamp(min=0)
+    absmax = torch.maximum(lo.abs(), hi).float()
+    scale = (absmax / 7.5).to(torch.bfloat16)
+    scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+    # the division in the weight's dtype, as compressed-tensors' quantizer does (x / scale in bf16)
+    q = torch.clamp(torch.round(g / scale.unsqueeze(2)), -8, 7).to(torch.int8)
+    return pack_int4(q.view(out_f, in_f)), scale
+
+
+def to_w4a16(src: Path, out: Path, device: str = "cuda") -> dict:
+    """compressed-tensors W4A16 (group 128, symmetric, round to nearest) of every linear weight of
+    the decoder layers; embeddings, norms and lm_head stay bf16."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    t0 = time.time()
+    out.mkdir(parents=True, exist_ok=True)
+    index = {"metadata": {}, "weight_map": {}}
+    for shard in sorted(src.glob("*.safetensors")):
+        tensors = load_file(shard, device=device)
+        q: dict[str, torch.Tensor] = {}
+        for name, w in tensors.items():
+            if ".layers." in name and name.endswith("proj.weight") and w.dim() == 2 and w.shape[1] % W4_GROUP == 0:
+                stem = name.removesuffix("weight")
+                q[stem + "weight_packed"], q[stem + "weight_scale"] = rtn_w4(w)
+                q[stem + "weight_shape"] = torch.tensor(list(w.shape), dtype=torch.int64)
+            else:
+                q[name] = w.to(torch.bfloat16) if w.is_floating_point() else w
+        q = {k: v.contiguous().cpu() for k, v in q.items()}
+        save_file(q, out / shard.name, metadata={"format": "pt"})
+        index["weight_map"].update({k: shard.name for k in q})
+        del tensors, q
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    cfg = json.loads((src / "config.json").read_text())
+    weights = {"actorder": None, "block_structure": None, "dynamic": False, "group_size": W4_GROUP, "num_bits": 4,
+               "observer": "memoryless_minmax", "observer_kwargs": {}, "scale_dtype": None, "strategy": "group",
+               "symmetric": True, "type": "int", "zp_dtype": None}
+    cfg["quantization_config"] = {
+        "config_groups": {"group_0": {"format": "pack-quantized", "input_activations": None, "output_activations": None,
+                                      "targets": ["Linear"], "weights": weights}},
+        "format": "pack-quantized", "global_compression_ratio": None, "ignore": ["lm_head"], "kv_cache_scheme": None,
+        "quant_method": "compressed-tensors", "quantization_status": "compressed", "sparsity_config": {},
+        "transform_config": {}}
+    cfg["torch_dtype"] = cfg["dtype"] = "bfloat16"
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    for f in src.iterdir():
+        if f.is_file() and not f.name.endswith(".safetensors") and f.name not in (
+                "config.json", "model.safetensors.index.json", "materialize.json"):
+            shutil.copy(f, out / f.name)
+    prov = {"scheme": "w4a16", "source": str(src.resolve()),
+            "method": "int4 weights, group 128, symmetric, round to nearest (benchmarks/gpu/materialize.py)"}
+    (out / "llm_compare_quant.json").write_text(json.dumps(prov, indent=2) + "\n")
+    shards = sorted(out.glob("*.safetensors"))
+    return {"out": str(out), "wall_s": round(time.time() - t0, 1), "bytes": sum(f.stat().st_size for f in shards)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", type=Path, required=True, help="the architecture's config.json")
     ap.add_argument("--tokenizer", type=Path, help="directory of tokenizer files copied beside the weights")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--fp8", type=Path, help="also write the FP8 checkpoint here")
+    ap.add_argument("--w4a16", type=Path, help="also write the W4A16 (group 128, round to nearest) checkpoint here")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     info = {"bf16": materialize(args.config, args.tokenizer, args.out, args.seed)}
     if args.fp8:
         info["fp8"] = to_fp8(args.out, args.fp8)
+    if args.w4a16:
+        info["w4a16"] = to_w4a16(args.out, args.w4a16)
     (args.out / "materialize.json").write_text(json.dumps(info, indent=2) + "\n")
     print(json.dumps(info, indent=2))
     return 0
