@@ -122,7 +122,8 @@ async def run_level_shards(cfg: Any, backend: Backend, level: LoadLevel, writer:
     connect(so.address)
     section = writer.run.setdefault("ray", cluster_section(ray, so.address))
     target = next(t for t in cfg.backends if redact_url(str(t)) == backend.name)
-    parts, offsets = split(level, len(cfg.requests), so.load_shards, cfg.workload.seed)
+    planned = len(level.take(cfg.requests))  # --requests-per-stream: the level's prefix of the workload
+    parts, offsets = split(level, planned, so.load_shards, cfg.workload.seed)
     cls = ray.remote(num_cpus=1, max_restarts=0)(LoadShard)
     actors = [cls.options(scheduling_strategy="SPREAD").remote(target, cfg.spec_for(str(target))) for _ in parts]
     try:
@@ -170,4 +171,4 @@ async def run_level_shards(cfg: Any, backend: Backend, level: LoadLevel, writer:
                         loop_lag_ms={"max": max(x.get("max", 0.0) for x in lags),
                                      "p99": max(x.get("p99", 0.0) for x in lags),
                                      "samples": sum(int(x.get("samples", 0)) for x in lags)},
-                        aborted=aborted[0] if aborted else None, planned=len(cfg.requests))
+                        aborted=aborted[0] if aborted else None, planned=planned)

@@ -364,22 +364,23 @@ async def _warmup(cfg: RunConfig, backend: Backend) -> None:
 
 async def _run_level(cfg: RunConfig, backend: Backend, level: LoadLevel, writer: ResultsWriter,
                      progress: Progress, rep: int = 0) -> LevelOutcome:
-    progress.level_start(backend.name, level, len(cfg.requests))
+    requests = level.take(cfg.requests)  # --requests-per-stream: this level's prefix of the workload
+    progress.level_start(backend.name, level, len(requests))
 
     def on_record(rec: RequestRecord) -> None:
         writer.add_record(replace(rec, repeat=rep) if rep else rec)
         progress.request_done(rec)
 
-    max_errors = cfg.max_errors if cfg.max_errors is not None else max(1, len(cfg.requests) // 2)
+    max_errors = cfg.max_errors if cfg.max_errors is not None else max(1, len(requests) // 2)
     if cfg.scaleout is not None and cfg.scaleout.load_shards:  # load generators as Ray actors (ray_load.py)
         return await cfg.scaleout.run_level(cfg, backend, level, writer, max_errors, on_record)
     if cfg.client_procs != 1:
         from compare.running.multiproc import level_procs, run_level_procs
 
-        n = level_procs(cfg.client_procs, backend, level, len(cfg.requests))
+        n = level_procs(cfg.client_procs, backend, level, len(requests))
         if n > 1:
-            return await run_level_procs(backend, cfg.requests, level, procs=n, seed=cfg.workload.seed,
+            return await run_level_procs(backend, requests, level, procs=n, seed=cfg.workload.seed,
                                          timeout_s=cfg.timeout_s, max_errors=max_errors, on_record=on_record)
     # run_level keeps the garbage collector out of the level's timing (compare/running/executor.py)
-    return await run_level(backend, cfg.requests, level, seed=cfg.workload.seed,
+    return await run_level(backend, requests, level, seed=cfg.workload.seed,
                            timeout_s=cfg.timeout_s, max_errors=max_errors, on_record=on_record)

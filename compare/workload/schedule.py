@@ -18,6 +18,9 @@ import numpy as np
 class LoadLevel:
     kind: str  # "concurrency" | "rate"
     value: float
+    # the level sends the workload's first ``requests`` requests (None: all of them); every
+    # backend gets the same prefix (``--requests-per-stream``)
+    requests: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("concurrency", "rate"):
@@ -26,6 +29,12 @@ class LoadLevel:
             raise ValueError(f"{self.kind} must be > 0, got {self.value}")
         if self.kind == "concurrency" and (self.value != int(self.value) or math.isinf(self.value)):
             raise ValueError(f"concurrency must be a whole number, got {self.value}")
+        if self.requests is not None and self.requests < 1:
+            raise ValueError(f"a level sends at least one request, got {self.requests}")
+
+    def take(self, requests: list) -> list:
+        """The requests this level sends: the workload's first ``self.requests`` (all when unset)."""
+        return requests if self.requests is None else requests[: self.requests]
 
     @property
     def label(self) -> str:
@@ -34,8 +43,20 @@ class LoadLevel:
         return "burst" if math.isinf(self.value) else f"r{self.value:g}"
 
     def as_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "value": "inf" if math.isinf(self.value) else self.value,
-                "label": self.label}
+        out: dict[str, object] = {"kind": self.kind, "value": "inf" if math.isinf(self.value) else self.value,
+                                  "label": self.label}
+        if self.requests is not None:
+            out["requests"] = self.requests
+        return out
+
+
+def per_stream(levels: list[LoadLevel], k: int, n: int) -> list[LoadLevel]:
+    """``--requests-per-stream K``: each closed-loop level at concurrency C sends the workload's
+    first min(n, K*C) requests, so a single stream is measured on a handful of requests while a
+    saturated level still gets K waves; open-loop levels keep every request (their rate, not a
+    stream count, sets how long they last)."""
+    return [LoadLevel(lv.kind, lv.value, min(n, k * int(lv.value))) if lv.kind == "concurrency" else lv
+            for lv in levels]
 
 
 def parse_levels(concurrency: str | None, rate: str | None) -> list[LoadLevel]:

@@ -309,6 +309,7 @@ class LevelDef(_Closed):
     kind: str | None = None  # concurrency | rate | burst ...
     value: float | str | None = None
     label: str
+    requests: int | None = None  # the workload's first N requests (--requests-per-stream); None: all
 
 
 class SloLimit(_Closed):

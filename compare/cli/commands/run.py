@@ -34,6 +34,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--concurrency", help=f"closed-loop levels, e.g. 1,4,16 (default {DEFAULT_LEVELS} "
                                          "when no --rate is given)")
     g.add_argument("--rate", help="open-loop Poisson rates in req/s, e.g. 2,8,inf")
+    g.add_argument("--requests-per-stream", type=int, metavar="K",
+                   help="each closed-loop level at concurrency C sends the workload's first min(N, K*C) requests "
+                        "(the same prefix on every backend), so single-stream levels stay short while saturated "
+                        "ones still get K waves; default: every level sends all N")
     g.add_argument("--slo", help="e.g. ttft_p95=2s,tpot_p95=100ms (goodput counts requests meeting each limit)")
     g.add_argument("--require-slo", action="store_true",
                    help="a deployment guard (needs --slo): exit 1 unless every backend (and variant) meets every "
@@ -130,6 +134,14 @@ def _validate_load(args: argparse.Namespace):
     twice = sorted({x for x in labels if labels.count(x) > 1})
     if twice:
         raise UserError(f"load level {', '.join(twice)} is given twice in --concurrency/--rate; give each level once")
+    k = getattr(args, "requests_per_stream", None)
+    if k is not None:
+        if k < 1:
+            raise UserError(f"--requests-per-stream {k}: each stream sends at least one request, e.g. "
+                            f"--requests-per-stream 4")
+        if not any(lv.kind == "concurrency" for lv in levels):
+            raise UserError("--requests-per-stream sizes closed-loop levels (--concurrency); an open-loop --rate "
+                            "level sends every request")
     if args.warmup < 0:
         raise UserError("--warmup must be >= 0")
     if args.repeats < 1:
@@ -228,6 +240,10 @@ def _run(args: argparse.Namespace) -> int:
     requests = _requests(args, spec, workload, served)
     if served is None:
         _check_lengths(spec, requests)
+    if args.requests_per_stream is not None:
+        from compare.workload.schedule import per_stream
+
+        levels = per_stream(levels, args.requests_per_stream, len(requests))
     if served is not None:
         served.confirm(requests)  # too long for the server: one line; else says where the model comes from
     header = served.header(workload) if served is not None else {}
