@@ -11,18 +11,26 @@ means something on its backend:
   would differ by noise only;
 - a variant that equals the base spec's own value of the field is said so (a note, and run.json
   ``variants.columns[NAME].base_value``), so the base is never a silent duplicate of a column.
+- ``quantization`` is the exception to the first rule: engines implement different schemes, so
+  ``--backends vllm,llamacpp --vary quantization=w8a8-fp8,gguf-q8_0`` compares each engine's own
+  8-bit scheme. A value a backend's adapter refuses is not run on that backend (a note with the
+  adapter's reason, run.json ``variants.not_run``); a backend that runs none of the values
+  refuses the run.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from adapters.spec import ServingSpec
+from adapters.spec import ServingSpec, UnsupportedSpecError
 from adapters.target import Load
 from adapters.variants import Axis, Variant, expand, parse_axes, value_text
 from backends.http.urls import redact_url
 from backends.registry import Builder
 from core.errors import UserError
+
+# fields whose values each backend runs only where its adapter implements them (the rest: not run)
+PER_ENGINE_FIELDS = ("quantization",)
 
 # plan keys that say what a backend does NOT do with a spec: equal plans apart from these mean
 # the field changed nothing the engine sees
@@ -73,15 +81,39 @@ def _check_axis(builder: Builder, b: Any, base: ServingSpec, axis: Axis) -> None
                                            f"same native config; keep one of the two values"))
 
 
+def _runnable(builder: Builder, b: Any, base: ServingSpec, axis: Axis, not_run: dict[str, str]) -> Axis:
+    """The axis restricted to the values the backend's adapter implements (PER_ENGINE_FIELDS)."""
+    if axis.field not in PER_ENGINE_FIELDS:
+        return axis
+    ok: list[Any] = []
+    reasons: list[str] = []
+    for v in axis.values:
+        one = Variant(b, ((axis.field, v),))
+        try:
+            builder.prepare(one, one.apply(base)).plan()
+            ok.append(v)
+        except UnsupportedSpecError as e:
+            reasons.append(str(e))
+            not_run[redact_url(one.name)] = str(e)
+    if not ok:
+        shown = redact_url(str(b))
+        raise UserError(redact_url(f"--vary {axis}: {shown} runs none of these values ({reasons[0]}); add a value "
+                                   f"it implements (`compare quant matrix` lists them) or drop {shown} from --backends"))
+    return Axis(axis.field, tuple(ok))
+
+
 def vary(backends: list[Any], spec_for: Callable[[str], ServingSpec], texts: list[str],
          load: Load | None = None) -> Expanded:
     """The run's backends replaced by their variants, every variant planned (nothing started)."""
     axes = parse_axes(texts)
     builder = Builder(load)
+    not_run: dict[str, str] = {}
+    targets: list[Variant] = []
     for b in backends:
-        for axis in axes:
+        own = tuple(_runnable(builder, b, spec_for(str(b)), axis, not_run) for axis in axes)
+        for axis in own:
             _check_axis(builder, b, spec_for(str(b)), axis)
-    targets = expand(backends, axes)
+        targets += expand([b], own)
     specs: dict[str, ServingSpec] = {}
     columns: dict[str, Any] = {}
     notes: list[str] = []
@@ -103,5 +135,8 @@ def vary(backends: list[Any], spec_for: Callable[[str], ServingSpec], texts: lis
             if own not in a.values and own != ServingSpec.model_fields[a.field].default:
                 notes.append(f"{b}: the base spec's {a.field}={value_text(own)} is not among --vary {a} "
                              f"and is not run")
-    header = {"axes": {a.field: [value_text(x) for x in a.values] for a in axes}, "columns": columns}
+    header: dict[str, Any] = {"axes": {a.field: [value_text(x) for x in a.values] for a in axes}, "columns": columns}
+    if not_run:
+        header["not_run"] = not_run
+        notes += [f"{name} not run: {why}" for name, why in not_run.items()]
     return Expanded(targets, specs, [redact_url(n) for n in notes], header)

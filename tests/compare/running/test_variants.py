@@ -34,6 +34,23 @@ def test_a_backend_that_ignores_or_refuses_the_field_is_refused(tiny_model):
         vary(["openvino"], lambda _: base, ["block_size=32,64"])
 
 
+def test_quantization_runs_each_engines_own_schemes_and_says_what_it_did_not_run(tiny_model):
+    """--vary quantization compares engines' own schemes: a value an adapter refuses is not run on
+    that backend (a note with its reason, run.json variants.not_run); no runnable value refuses."""
+    base = ServingSpec(model=str(tiny_model))
+    v = vary(["vllm", "llamacpp"], lambda _: base, ["quantization=w8a8-fp8,gguf-q8_0"])
+    assert [t.name for t in v.targets] == ["vllm[quantization=w8a8-fp8]", "llamacpp[quantization=gguf-q8_0]"]
+    assert v.specs["llamacpp[quantization=gguf-q8_0]"].quantization == "gguf-q8_0"
+    assert set(v.header["not_run"]) == {"vllm[quantization=gguf-q8_0]", "llamacpp[quantization=w8a8-fp8]"}
+    assert "ggml has no FP8" in v.header["not_run"]["llamacpp[quantization=w8a8-fp8]"]
+    assert any(n.startswith("vllm[quantization=gguf-q8_0] not run: ") for n in v.notes)
+    with pytest.raises(UserError, match=r"llamacpp runs none of these values \(llamacpp cannot honour"):
+        vary(["llamacpp"], lambda _: base, ["quantization=w8a8-fp8,w4a16"])
+    # other fields keep the rule: a refused value refuses the run
+    with pytest.raises(UserError, match=r"cannot run: llamacpp cannot honour block_size"):
+        vary(["llamacpp"], lambda _: base, ["block_size=16,32"])
+
+
 @pytest.mark.parametrize("args, needles", [
     (["--backends", "vllm", "--vary", "nope=1"], ["--vary 'nope=1': unknown field 'nope'", "valid fields:"]),
     (["--backends", "vllm,hf", "--vary", "max_num_seqs=1,4"], ["hf ignores max_num_seqs"]),
