@@ -248,14 +248,37 @@ def _executable(path: str, what: str) -> Path:
     return p
 
 
-def server_binary(native_bin: str | None = None) -> tuple[Path, str]:
+def cuda_arch_here() -> str | None:
+    """The first GPU's CUDA architecture as CMake writes it ("90" for an H100/H200), from
+    nvidia-smi; None without one."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_compute_cap(out[0]) if out else None
+
+
+def parse_compute_cap(text: str) -> str | None:
+    major, dot, minor = text.strip().partition(".")
+    return f"{major}{minor}" if dot and major.isdigit() and minor.isdigit() else None
+
+
+def server_binary(native_bin: str | None = None, cuda: bool = False) -> tuple[Path, str]:
     """(llama-server to run, where it came from): the native option, $LLM_COMPARE_LLAMA_SERVER,
-    else this machine's CPU build from the engine cache (built now if missing)."""
+    else this machine's build from the engine cache (built now if missing): for the GPU
+    (``cuda``: the architecture of the GPU here) or for this CPU."""
     if native_bin:
         return _executable(native_bin, "native llamacpp.server_bin"), "prebuilt (native llamacpp.server_bin)"
     if os.environ.get(SERVER_ENV):
         return _executable(os.environ[SERVER_ENV], SERVER_ENV), f"prebuilt (${SERVER_ENV})"
-    entry, hit = build_llama_cpp()
+    arch = None
+    if cuda:
+        arch = cuda_arch_here()
+        if arch is None:
+            raise UserError("llamacpp on CUDA: nvidia-smi reports no GPU architecture here; build with "
+                            "python -m backends.llamacpp.build --cuda-arch NN or set $" + SERVER_ENV)
+    entry, hit = build_llama_cpp(arch)
     return entry.path / "bin" / "llama-server", f"engine cache {entry.key[:12]} ({'hit' if hit else 'built now'})"
 
 

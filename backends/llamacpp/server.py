@@ -149,7 +149,7 @@ class LlamaCppBackend(HttpStreamBackend):
         from backends.llamacpp.build import quantize_binary, server_binary
         from backends.llamacpp.gguf import MODEL_FILE, prepare_gguf
 
-        server, origin = server_binary(self.plan.server_bin)
+        server, origin = server_binary(self.plan.server_bin, cuda=self.plan.device == "cuda")
         self._origin = {"server_bin": str(server), "server_from": origin}
         if self.plan.gguf:
             self._origin["gguf"] = {"path": self.plan.gguf, "from": "native llamacpp.gguf (served as is)"}

@@ -46,3 +46,11 @@ def test_a_prebuilt_server_is_used_as_is(tmp_path, monkeypatch):
     os.chmod(exe, 0o644)
     with pytest.raises(UserError, match="not an executable file"):
         build.server_binary()
+
+
+def test_a_gpu_run_builds_for_the_gpus_architecture():
+    from backends.llamacpp.build import cmake_flags, parse_compute_cap
+
+    assert parse_compute_cap("9.0") == "90" and parse_compute_cap("12.0\n") == "120"
+    assert parse_compute_cap("[N/A]") is None and parse_compute_cap("") is None
+    assert "-DCMAKE_CUDA_ARCHITECTURES=90" in cmake_flags(parse_compute_cap("9.0"))
