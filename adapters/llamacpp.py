@@ -165,13 +165,15 @@ def llamacpp_plan(spec: ServingSpec, target: Target) -> LlamaCppPlan:
     env: dict[str, str] = {}
     if target.device == "cpu":
         flags["--n-gpu-layers"] = 0
-        hidden = (target.model.config or {}).get("hidden_size")
-        if gguf_type not in _KV_BYTES and isinstance(hidden, int) and hidden % 256:
-            # measured (b11434, AMX-INT8 CPU): with repacking on, the tiny model's Q8_0 (hidden 128)
-            # segfaults in the server's warm-up; the repacked (AMX / AVX512) kernels are skipped instead
+        amx = target.machine.cpu_flags is not None and "amx_int8" in target.machine.cpu_flags
+        if gguf_type not in _KV_BYTES and amx:
+            # measured (b11434, Xeon with AMX-INT8): with repacking on, llama-server segfaults in its
+            # warm-up on Q8_0 and Q4_K_M weights (hidden sizes 128 and 256 alike); the repacked
+            # (AMX) kernels are skipped instead. Without AMX (or when the CPU is not known) repacking
+            # stays llama.cpp's default.
             flags["--no-repack"] = True
-            notes.append(f"--no-repack: hidden size {hidden} is not a multiple of 256, and llama-server crashed in "
-                         "its warm-up with repacked quantized weights on such a model (AMX CPU)")
+            notes.append("--no-repack: llama-server b11434 crashed in its warm-up with repacked quantized weights on "
+                         "an AMX-INT8 CPU")
     else:
         flags["--n-gpu-layers"] = "all"
         if spec.enforce_eager:  # ggml's CUDA backend captures CUDA graphs unless told not to

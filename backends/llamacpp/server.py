@@ -47,25 +47,40 @@ FILE_TYPES = {"all F32": ("float32", None), "F16": ("float16", None), "BF16": ("
               "Q8_0": (None, "Q8_0"), "Q4_K - Medium": (None, "Q4_K_M")}
 
 
+_BITS = {"float32": 32, "float16": 16, "bfloat16": 16}
+_BASE_DTYPE = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
 def loaded_report(props: dict[str, Any], meta: dict[str, Any], tensor_types: dict[str, int] | None = None,
-                  kv_type: str | None = None) -> dict[str, Any] | None:
+                  kv_type: str | None = None, linear_bits: float | None = None,
+                  base_type: str | None = None) -> dict[str, Any] | None:
     """What the server loaded: its file type (``/props`` model_ftype), its size per parameter
-    (``/v1/models`` meta: bytes in memory / parameters), and the tensor types of the GGUF it was given."""
+    (``/v1/models`` meta: bytes in memory / parameters), the tensor types of the GGUF it was given
+    and the bits a weight of the decoder's linear layers take in it (``linear_bits``).
+
+    ``dtype`` is the model's: the file's for an unquantized GGUF; for a quantized one the GGUF it
+    was quantized from (``base_type``; its norms stay f32 and ggml computes in f32 either way), so
+    ``linear_ratio`` is, as for vLLM, the linear weights' size against that dtype
+    (compare/quality/verify.py checks it against the scheme's bits)."""
     ftype = props.get("model_ftype")
     if not isinstance(ftype, str) or not ftype:
         return None
     ftype = ftype.removeprefix("(guessed) ")
     dtype, method = FILE_TYPES.get(ftype, (None, ftype))
     rep: dict[str, Any] = {"method": method, "file_type": ftype, "kernels": [],
-                           "source": "llama-server /props model_ftype and /v1/models size / n_params"}
-    # a quantized GGUF's other tensors (norms) and activations are f32 on the CPU
-    rep["dtype"] = dtype or "float32"
+                           "source": "llama-server /props model_ftype and /v1/models size / n_params; "
+                                     "the GGUF's tensor types"}
+    rep["dtype"] = dtype or _BASE_DTYPE.get(base_type or "", "float32")
     size, n = meta.get("size"), meta.get("n_params")
+    bits = None
     if isinstance(size, (int, float)) and isinstance(n, (int, float)) and n > 0:
         rep["weight_bytes"] = size
-        rep["bits_per_weight"] = round(size * 8 / n, 3)
-        # every weight (embeddings included) against f32: verify.py's size check of the scheme's bits
-        rep["linear_ratio"] = round(size * 8 / n / 32, 4)
+        rep["bits_per_weight"] = bits = round(size * 8 / n, 3)
+    if linear_bits is not None:
+        rep["linear_bits_per_weight"] = round(linear_bits, 3)
+    measured = linear_bits if linear_bits is not None else bits  # (the whole file when the layers are not known)
+    if measured is not None:
+        rep["linear_ratio"] = round(measured / _BITS[rep["dtype"]], 4)
     if tensor_types:
         rep["tensor_types"] = tensor_types
     if kv_type:
@@ -73,8 +88,9 @@ def loaded_report(props: dict[str, Any], meta: dict[str, Any], tensor_types: dic
     return rep
 
 
-def gguf_tensor_types(path: Path) -> dict[str, int]:
-    """Tensor types counted in a GGUF's header (gguf-py of the pinned source)."""
+def gguf_tensor_types(path: Path) -> tuple[dict[str, int], float | None]:
+    """(tensor types counted in a GGUF's header, bits a weight of the decoder layers' 2-D weights
+    take: blk.N.*.weight, norms excluded) -- gguf-py of the pinned source."""
     import sys
 
     from backends.llamacpp.build import converter_dir
@@ -85,9 +101,14 @@ def gguf_tensor_types(path: Path) -> dict[str, int]:
     from gguf import GGUFReader  # type: ignore[import-not-found]
 
     counts: dict[str, int] = {}
+    nbytes = nelem = 0
     for t in GGUFReader(str(path)).tensors:
         counts[t.tensor_type.name.lower()] = counts.get(t.tensor_type.name.lower(), 0) + 1
-    return counts
+        shape = [int(x) for x in t.shape if int(x) > 1]
+        if t.name.startswith("blk.") and t.name.endswith(".weight") and len(shape) == 2:
+            nbytes += int(t.n_bytes)
+            nelem += int(t.n_elements)
+    return counts, (nbytes * 8 / nelem if nelem else None)
 
 
 def _timing_metrics(t: dict[str, Any]) -> dict[str, float]:
@@ -135,6 +156,7 @@ class LlamaCppBackend(HttpStreamBackend):
         self._props: dict[str, Any] = {}
         self._model_meta: dict[str, Any] = {}
         self._tensor_types: dict[str, int] = {}
+        self._linear_bits: float | None = None
         self._level: list[dict[str, float]] = []
 
     @property
@@ -156,7 +178,7 @@ class LlamaCppBackend(HttpStreamBackend):
             return server, Path(self.plan.gguf)
         quant = quantize_binary(server) if self.plan.gguf_type not in ("f32", "f16", "bf16") else None
         entry, hit = prepare_gguf(self.spec.model, self.plan.gguf_type, quant, base_type=self.plan.base_type or "f32")
-        self._tensor_types = gguf_tensor_types(entry.path / MODEL_FILE)
+        self._tensor_types, self._linear_bits = gguf_tensor_types(entry.path / MODEL_FILE)
         self._origin["gguf"] = {"path": str(entry.path / MODEL_FILE), "cache_key": entry.key, "cache_hit": hit,
                                 "type": self.plan.gguf_type,
                                 "declared_pre_tokenizer": entry.meta.get("declared_pre_tokenizer")}
@@ -240,7 +262,8 @@ class LlamaCppBackend(HttpStreamBackend):
         resolved = {"n_ctx": dgs.get("n_ctx") if isinstance(dgs, dict) else None,
                     "total_slots": self._props.get("total_slots"), "model_ftype": self._props.get("model_ftype"),
                     "build_info": self._props.get("build_info"), "model_meta": self._model_meta}
-        quant = loaded_report(self._props, self._model_meta, self._tensor_types, self.plan.flags.get("--cache-type-k"))
+        quant = loaded_report(self._props, self._model_meta, self._tensor_types, self.plan.flags.get("--cache-type-k"),
+                              self._linear_bits, self.plan.base_type)
         return BackendDescription(
             name=self.name, framework=self.framework, version=self._version,
             native_config={**self.plan.as_dict(), "server_argv": self._argv[1:], "resolved": resolved,

@@ -36,9 +36,8 @@ def _verified(entry: Any) -> str:
     parts += (lo.get("kernels") or [])[:1]
     if lo.get("weight_bytes"):
         parts.append(f"{lo['weight_bytes'] / 2**30:.2f} GiB")
-    if v.get("framework") == "llamacpp" and lo.get("linear_ratio") is not None:
-        # llama.cpp's ratio is the whole GGUF against f32 (backends/llamacpp/server.py): bits a weight
-        parts.append(f"{lo['linear_ratio'] * 32:.2f} bits/weight")
+    if lo.get("linear_bits_per_weight") is not None:  # llama.cpp: read from the GGUF's tensors
+        parts.append(f"linear {lo['linear_bits_per_weight']:.2f} bits/weight")
     elif lo.get("linear_ratio") is not None:
         parts.append(f"linear x{lo['linear_ratio']:.2f}")
     return f"{v.get('status', '?')}: " + ", ".join(str(p) for p in parts if p) + (

@@ -122,7 +122,8 @@ def verify(spec: ServingSpec, report: dict[str, Any] | None, *, resolved: dict[s
         return out
     out["loaded"] = {k: report.get(k) for k in ("method", "dtype", "kv_cache_dtype", "weight_bytes",
                                                   "linear_weight_bytes", "linear_dense_bytes",
-                                                  "linear_ratio", "kernels") if report.get(k) is not None}
+                                                  "linear_ratio", "bits_per_weight", "linear_bits_per_weight",
+                                                  "kernels") if report.get(k) is not None}
     method = report.get("method", resolved.get("quantization"))
     out["loaded"]["method"] = method
     qgroups = _quantized_groups(report)

@@ -62,6 +62,19 @@ def test_a_quantized_gguf_is_made_from_the_gguf_of_the_models_dtype():
     assert llamacpp_plan(ServingSpec(model="/m"), target()).base_type is None
 
 
+def test_quantized_weights_are_not_repacked_on_an_amx_cpu():
+    """llama-server b11434 segfaulted in its warm-up with repacked Q8_0 / Q4_K_M weights on an
+    AMX-INT8 Xeon (hidden sizes 128 and 256): such a CPU gets --no-repack, others keep repacking."""
+    def plan(flags, q="gguf-q8_0"):
+        return llamacpp_plan(ServingSpec(model="/m", quantization=q),
+                             Target(ModelInfo("/m", local=True, config=TINY_CFG), Machine("cpu", cpu_flags=flags)))
+    assert plan(frozenset({"avx512f", "amx_int8"})).flags.get("--no-repack") is True
+    assert plan(frozenset({"avx512f", "amx_int8"}), "gguf-q4_k_m").flags.get("--no-repack") is True
+    assert "--no-repack" not in plan(frozenset({"avx2", "fma"})).flags
+    assert "--no-repack" not in plan(None).flags  # an unknown CPU keeps llama.cpp's default
+    assert "--no-repack" not in llamacpp_plan(ServingSpec(model="/m"), target()).flags  # f32: nothing to repack
+
+
 def test_cuda_keeps_a_16_bit_models_kv_cache_in_f16():
     p = llamacpp_plan(ServingSpec(model="/m", dtype="bfloat16"), target(device="cuda"))
     assert p.flags["--cache-type-k"] == p.flags["--cache-type-v"] == "f16" and p.flags["--n-gpu-layers"] == "all"
@@ -130,7 +143,13 @@ def test_completion_payload_and_events():
 def test_loaded_type_from_what_the_server_reports():
     rep = loaded_report({"model_ftype": "Q8_0"}, {"size": 1_200_000, "n_params": 1_100_000}, {"f32": 9, "q8_0": 28})
     assert rep["method"] == "Q8_0" and rep["dtype"] == "float32" and rep["bits_per_weight"] == pytest.approx(8.727, abs=1e-3)
-    assert rep["linear_ratio"] == pytest.approx(8.727 / 32, abs=1e-3)
+    assert rep["linear_ratio"] == pytest.approx(8.727 / 32, abs=1e-3)  # the whole file when layers are not known
+    # quantized from a bf16 GGUF: the model's dtype is bf16; the decoder's linear weights (8.5 bits
+    # a weight in Q8_0) against 16 bits, as vLLM's ratio is against the model's dtype
+    rep = loaded_report({"model_ftype": "Q8_0"}, {"size": 1_200_000, "n_params": 1_100_000}, None, "f16", 8.5, "bf16")
+    assert rep["dtype"] == "bfloat16" and rep["linear_ratio"] == pytest.approx(8.5 / 16, abs=1e-4)
+    assert rep["linear_bits_per_weight"] == 8.5 and rep["bits_per_weight"] == pytest.approx(8.727, abs=1e-3)
+    assert loaded_report({"model_ftype": "BF16"}, {}, None, None, 16.0, None)["linear_ratio"] == 1.0
     rep = loaded_report({"model_ftype": "(guessed) all F32"}, {}, None, "f32")
     assert rep["method"] is None and rep["dtype"] == "float32" and rep["kv_cache_dtype"] == "f32"
     assert loaded_report({"model_ftype": "Q4_K - Medium"}, {})["method"] == "Q4_K_M"
