@@ -223,7 +223,10 @@ def _in_pty(cmd: list[str], env: dict, cpu: int, timeout: float) -> int:
 
 
 def measure(mode: str, url: str, a: argparse.Namespace, client: int, tmp: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+    # the repo first, then whatever the caller's path holds (a machine whose packages live in an
+    # extra site directory)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "120"}
     t0 = time.time()
     cpu_file = tmp / f"{mode}-{t0:.0f}.cpu"
     env["BENCH_LEVEL_CPU"] = str(cpu_file)
