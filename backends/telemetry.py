@@ -46,13 +46,26 @@ _ROLES = (
 )
 
 
-def role_of(cmdline: str, name: str) -> str:
+GUARD = _ROLES[0][0]
+
+
+def role_of(cmdline: str, name: str, parent_cmdline: str = "") -> str:
     for needle, role in _ROLES:
         if needle in cmdline:
             return role
     if re.search(r"-m backends\.\w+_engine\b", cmdline):  # backends/engine_process.py children
         return "engine process"
+    if GUARD in parent_cmdline:  # a server the tool launched (llama-server, ...): the engine itself
+        return "engine server"
     return name or "other"
+
+
+def _parent_cmdline(p: Any) -> str:
+    try:
+        parent = p.parent()
+        return " ".join(parent.cmdline()) if parent is not None else ""
+    except Exception:  # noqa: BLE001 - gone, or not ours to read: no parent role
+        return ""
 
 
 @dataclass
@@ -123,7 +136,7 @@ class ProcessSampler:
                     rec = self._procs.get(key)
                     if rec is None:  # first sight: the baseline; it counts from the next tick
                         cmd = " ".join(p.cmdline()) or p.name()
-                        role = "client" if p.pid == os.getpid() else role_of(cmd, p.name())
+                        role = "client" if p.pid == os.getpid() else role_of(cmd, p.name(), _parent_cmdline(p))
                         if prefix is not None:
                             role = "container" if p.pid in self.extra_roots else f"container: {role}"
                         self._procs[key] = _Proc(p.pid, role, (cmd.split() or ["?"])[0][:60], p, cpu, now, tt,
@@ -256,7 +269,7 @@ def _gpu_role(pid: int) -> dict[str, Any]:
 
     try:
         p = psutil.Process(pid)
-        return {"role": role_of(" ".join(p.cmdline()), p.name()), "measuring": False}
+        return {"role": role_of(" ".join(p.cmdline()), p.name(), _parent_cmdline(p)), "measuring": False}
     except (psutil.Error, OSError):
         return {"role": "other", "measuring": False}
 

@@ -22,7 +22,7 @@ from core.results import LevelSummary, RunResults
 MOST = 0.5  # share of samples in which the busiest thread was saturated
 MIN_SAMPLES = 3  # fewer samples than this say nothing about "most of the level"
 OVERSUBSCRIBED = 0.9  # share of the available cores the run's processes used together
-ENGINE_ROLES = ("engine core", "engine worker", "engine process")
+ENGINE_ROLES = ("engine core", "engine worker", "engine process", "engine server")
 CONTEXT_MIB = 600  # a CUDA context with torch's kernels loaded (H200, CUDA 13: ~500-600 MiB)
 MEASURING_GPU_MIB = 2 * CONTEXT_MIB  # more than a context: the measuring process loaded something there
 

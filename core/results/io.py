@@ -331,11 +331,17 @@ def load_run(path: str | os.PathLike[str]) -> RunResults:
 
 
 def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
-    """The records of requests.jsonl. A torn last line (no newline, not JSON: the writer died or
+    """The records of requests.jsonl (or requests.jsonl.gz when only that is there). A torn last line (no newline, not JSON: the writer died or
     the disk filled while appending it) is skipped with a one-line warning on stderr; a corrupt
     line anywhere else raises (load_results makes that a UserError)."""
     p = Path(path) / REQUESTS
-    with open_user_file(p, "results file", "pass a complete results directory") as f:
+    gz = p.with_name(p.name + ".gz")
+    if not p.exists() and gz.is_file():  # archived results (benchmarks/results keeps them gzipped)
+        import gzip
+
+        p = gz
+    with open_user_file(p, "results file", "pass a complete results directory") as raw_f:
+        f = gzip.GzipFile(fileobj=raw_f) if p is gz else raw_f
         for raw in f:
             if not raw.strip():
                 continue
@@ -353,7 +359,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
 def load_results(path: str | os.PathLike[str]) -> tuple[RunResults, list[RequestRecord]]:
     """run.json + records of a results directory, with bad input as one-line UserErrors."""
     run = load_run(path)
-    if not (Path(path) / "requests.jsonl").exists():
+    if not (Path(path) / "requests.jsonl").exists() and not (Path(path) / "requests.jsonl.gz").is_file():
         raise UserError(f"{path}: no requests.jsonl; pass a complete results directory")
     try:
         return run, list(iter_records(path))

@@ -178,3 +178,19 @@ def test_a_record_line_is_its_json_whichever_encoder_wrote_it():
         back = RequestRecord.from_json(json.loads(line))
         assert back.event_times_ns == rec.event_times_ns and back.error_kind == rec.error_kind
     assert RequestRecord.from_json(json.loads(record_line(odd))).logprobs[0] == -math.inf
+
+
+def test_archived_results_with_gzipped_records_load_and_render(server, tmp_path):
+    """benchmarks/results keeps requests.jsonl gzipped: the readers take requests.jsonl.gz when
+    requests.jsonl is not there."""
+    import gzip
+
+    r = _run(server, tmp_path, "--run-id", "z")
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = tmp_path / "z"
+    want = [x.request_id for x in iter_records(d)]
+    (d / "requests.jsonl.gz").write_bytes(gzip.compress((d / "requests.jsonl").read_bytes()))
+    (d / "requests.jsonl").unlink()
+    assert [x.request_id for x in iter_records(d)] == want and len(want) == 4
+    rep = run_cli("report", str(d))
+    assert rep.returncode == 0 and "Traceback" not in rep.stderr, rep.stderr[-2000:]

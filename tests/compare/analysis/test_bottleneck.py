@@ -42,6 +42,14 @@ def test_engine_core_on_a_gpu_is_shown_on_cpu_inference_it_is_expected():
     assert console_line(on_cpu) is None
 
 
+def test_a_launched_engine_server_saturated_on_a_gpu_is_flagged():
+    # llama-server on the H200 at c64: 190% CPU, a thread busy 99% of the level, GPU busy 14%
+    s = LevelSummary.model_validate(_level([CLIENT_IDLE, _proc("engine server", 190.0, 0.99)], machine=15.0,
+                                           gpu={**GPU, "devices": [{**GPU["devices"][0], "util_mean_pct": 14.4}]}))
+    assert [(f.kind, f.console) for f in level_flags(s)] == [("engine_cpu", True)]
+    assert console_line(s).startswith("engine server CPU-bound (its CPU work holds the GPU back; GPU busy 14%")
+
+
 def test_a_thread_busy_in_less_than_half_the_level_is_not_flagged():
     s = LevelSummary.model_validate(_level([CLIENT_IDLE, _proc("API server", 80.0, 0.4)], machine=50.0))
     assert level_flags(s) == []
