@@ -84,11 +84,11 @@ def _cell(row: dict[str, Any], key: str, fmt: str) -> str:
 
 
 def markdown(all_rows: list[dict[str, Any]]) -> str:
-    head = ["engine (scheme)", "load", *(t for _, t, _ in METRICS), "out tok/J", "repeats", "loaded, verified"]
+    head = ["run", "engine (scheme)", "load", *(t for _, t, _ in METRICS), "out tok/J", "repeats", "loaded, verified"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in all_rows:
         tpj = f"{r['out_tok_per_j']:.2f}" if r["out_tok_per_j"] else "-"
-        lines.append("| " + " | ".join([r["backend"], r["level"], *(_cell(r, k, f) for k, _, f in METRICS), tpj,
+        lines.append("| " + " | ".join([r["run"], r["backend"], r["level"], *(_cell(r, k, f) for k, _, f in METRICS), tpj,
                                         str(r["repeats"]), r["verified"]]) + " |")
     return "\n".join(lines)
 
