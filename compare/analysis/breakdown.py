@@ -86,6 +86,15 @@ def time_breakdown(records: Sequence[RequestRecord], sm: dict[str, Any] | None) 
         e2e = _mean([(m["queue_s"] + m["prefill_s"] + m["decode_s"]) * 1e3 for m in stamped])
         out = {"source": "engine stamps (per request)", "n": len(stamped), "queued_ms": q, "prefill_ms": p,
                "decode_ms": d, "engine_e2e_ms": e2e, "engine_ttft_ms": (q or 0) + (p or 0)}
+    elif (timed := [r.engine_metrics for r in ok if "prefill_s" in r.engine_metrics and "decode_s" in r.engine_metrics]):
+        # a server that times each request's prompt and generation but not its wait (llama.cpp's
+        # slot timings): the engine's part is prefill + decode; a wait for a free slot stays outside
+        p = _mean([m["prefill_s"] * 1e3 for m in timed])
+        d = _mean([m["decode_s"] * 1e3 for m in timed])
+        out = {"source": "engine timings per request (prefill, decode; no queue time: a wait for a slot "
+                         "counts as outside)", "n": len(timed), "queued_ms": None, "prefill_ms": p, "decode_ms": d,
+               "engine_e2e_ms": _mean([(m["prefill_s"] + m["decode_s"]) * 1e3 for m in timed]),
+               "engine_ttft_ms": None}
     else:
         def hist(key: str) -> float | None:
             h = (sm or {}).get(key)

@@ -2,6 +2,8 @@
 "not measured", and engines without prefix-cache counters."""
 from __future__ import annotations
 
+import pytest
+
 from compare.analysis.breakdown import gauges, level_extras, prefix_cache
 from core.records import RequestRecord
 from core.results.models import LevelSummary
@@ -56,6 +58,21 @@ def test_tgi_reports_prefill_and_decode_as_one_duration():
     tb = time_breakdown([_rec(0, 0, 50)], sm)
     assert tb["inference_ms"] == 40.0 and tb["prefill_ms"] is None and tb["decode_ms"] is None
     assert tb["frontend_ms"] == 3.0 and tb["outside_ms"] == 2.0  # 48 - 5 - 40; client 50 - engine 48
+
+
+def test_per_request_prefill_and_decode_without_a_queue_time():
+    """llama.cpp times each request's prompt and generation (its slot timings) but not the wait for
+    a slot: the engine part is prefill + decode, the wait stays in "outside"."""
+    from dataclasses import replace
+
+    from compare.analysis.breakdown import time_breakdown
+
+    recs = [replace(_rec(i, 0, 100), engine_metrics={"prefill_s": 0.010, "decode_s": 0.060 + i * 0.010})
+            for i in range(2)]
+    tb = time_breakdown(recs, None)
+    assert tb["source"].startswith("engine timings per request") and tb["queued_ms"] is None
+    assert (tb["prefill_ms"], tb["decode_ms"], tb["engine_e2e_ms"]) == pytest.approx((10.0, 65.0, 75.0))
+    assert tb["outside_ms"] == pytest.approx(25.0) and tb["engine_ttft_ms"] is None  # 100 ms at the client
 
 
 def test_outside_within_the_stamps_resolution_is_zero_not_a_negative_time():
