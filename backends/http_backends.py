@@ -9,7 +9,7 @@ Reuse (e.g. a container backend): start your server, then stream through ``HttpS
         async for item in backend.stream(request): ...      # TokenEvent... StreamEnd, or BackendRequestError
 
 Subclass and override ``_start_server()`` / ``_stop_server()`` to own a server's lifecycle (see
-backends/vllm_server.py); ``base_url`` may be set there. Protocols: "openai" (completions),
+backends/vllm/server.py); ``base_url`` may be set there. Protocols: "openai" (completions),
 "openai-chat", "tgi" (native /generate_stream) -- backends/http/. Every protocol goes through the
 same SSE reader, so timing is identical across them.
 
@@ -326,7 +326,7 @@ register(BackendEntry(
 ))
 register(BackendEntry(
     name="vllm-server", summary="vLLM OpenAI API server launched here (same engine config as `vllm`), over HTTP",
-    factory="backends.vllm_server:VllmServerBackend", plan="backends.vllm_server:server_plan",
+    factory="backends.vllm.server:VllmServerBackend", plan="backends.vllm.server:server_plan",
     resolve="adapters.vllm:vllm_plan",
     requires=("vllm", "httpx"), extra="pip install 'llm-compare[cpu]' (CPU) or 'llm-compare[vllm]' (GPU)",
     notes=("compare with `vllm` in one run to see the API-server overhead: --backends vllm,vllm-server",),

@@ -192,15 +192,15 @@ def availability(e: BackendEntry) -> tuple[bool, str]:
 # Modules that register more backends when imported (one per framework/transport). A module
 # that does not exist (yet) is skipped; any other import error is a bug and propagates.
 PLUGINS = (
-    "backends.vllm_inproc",     # vLLM in-process
-    "backends.hf",              # the transformers reference
+    "backends.vllm.inproc",     # vLLM in-process
+    "backends.hf.reference",              # the transformers reference
     "backends.http_backends",   # openai@URL, tgi@URL endpoints and the vllm-server backend
-    "backends.tgi",             # TGI via its container
-    "backends.vllm_container",  # vLLM OpenAI server in a container
-    "backends.trtllm",          # TensorRT-LLM (container flows and in-process)
+    "backends.tgi.backend",             # TGI via its container
+    "backends.vllm.container",  # vLLM OpenAI server in a container
+    "backends.trtllm.backend",          # TensorRT-LLM (container flows and in-process)
     "backends.topology",        # replicas behind a client-side load balancer
-    "backends.openvino",        # OpenVINO GenAI in-process (CPU)
-    "backends.hf_cb",           # transformers continuous batching in its own engine process
+    "backends.openvino.backend",        # OpenVINO GenAI in-process (CPU)
+    "backends.hf.cb",           # transformers continuous batching in its own engine process
     "backends.fake",            # the fake engine: a test instrument (no model runs)
     "backends.llamacpp",        # llama.cpp's llama-server (GGUF) launched here, over HTTP
 )

@@ -163,7 +163,7 @@ class LlamaCppBackend(HttpStreamBackend):
         return server, entry.path / MODEL_FILE
 
     async def _start_server(self) -> None:
-        from backends.vllm_server import START_TIMEOUT_S, ServerProcess, free_port
+        from backends.server_process import START_TIMEOUT_S, ServerProcess, free_port
 
         loop = asyncio.get_running_loop()
         server, gguf = await loop.run_in_executor(None, self._prepare)

@@ -157,7 +157,7 @@ def place(model: str, opts: QualityOptions) -> tuple[str | None, str]:
 async def score(pending: list[Probed], opts: QualityOptions,
                 status: Callable[[str], None] = lambda s: None) -> dict[str, dict[str, Any]]:
     """Every pending backend's quality entry, one reference load per reference model."""
-    from backends.hf import HFBackend
+    from backends.hf.reference import HFBackend
 
     out: dict[str, dict[str, Any]] = {}
     for model in dict.fromkeys(p.reference for p in pending):

@@ -2,7 +2,7 @@
 of the true next token and the engine's argmax (and what it exposes of the distribution).
 
 * reference: transformers, float32, the unquantized checkpoint (full distributions);
-* vLLM: the serving engine itself (backends/vllm_inproc.py starts it, so what is loaded is
+* vLLM: the serving engine itself (backends/vllm/inproc.py starts it, so what is loaded is
   verified the usual way) asked for ``prompt_logprobs=k``: the top-k and the true token's
   log-prob at every prompt position, from the same forward pass that serves requests;
 * OpenVINO: the IR that the openvino backend serves (the same export options, from the same
@@ -56,7 +56,7 @@ async def score_vllm(spec: ServingSpec, windows: list[list[int]], top_k: int = 5
     """(rows, the backend's description) from vLLM's prompt logprobs."""
     from vllm import SamplingParams
 
-    from backends.vllm_inproc import VllmBackend
+    from backends.vllm.inproc import VllmBackend
 
     rows: list[Row] = []
     async with VllmBackend(spec, name="vllm") as b:
@@ -89,7 +89,7 @@ def score_openvino(spec: ServingSpec, windows: list[list[int]],
     import openvino as ov
 
     from adapters.openvino import openvino_plan
-    from backends.models.openvino_export import MODEL_XML, export_model, weight_types
+    from backends.openvino.export import MODEL_XML, export_model, weight_types
     from backends.models.probe import probe
 
     plan = openvino_plan(spec, probe(spec.model))

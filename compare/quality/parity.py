@@ -1,6 +1,6 @@
 """Quality parity against a reference, so a speedup never hides a quality loss.
 
-The reference is the unquantized model in float32 under transformers (backends/hf.py): for a
+The reference is the unquantized model in float32 under transformers (backends/hf/reference.py): for a
 checkpoint made by `compare quantize` that is its recorded source, else the model itself.
 For every backend under test we send a few greedy probe requests (from the run's own request
 list) while it runs, and once every engine has stopped teacher-force the reference on the exact

@@ -87,14 +87,14 @@ class ClientRecipe:
     read_timeout_s: float
     max_connections: int
     fast_transport: bool
-    tgi_client: str | None = None  # TGI backends: which client streams (backends/tgi.py)
+    tgi_client: str | None = None  # TGI backends: which client streams (backends/tgi/backend.py)
 
     def build(self) -> Any:
         kw = dict(protocol=self.protocol, base_url=self.base_url, model=self.model, metrics=None,
                   max_connections=self.max_connections, read_timeout_s=self.read_timeout_s,
                   fast_transport=self.fast_transport)
         if self.tgi_client is not None:
-            from backends.tgi import TextGenerationStreaming
+            from backends.tgi.backend import TextGenerationStreaming
 
             b = TextGenerationStreaming(self.spec, self.name, **kw)
             b.client = self.tgi_client

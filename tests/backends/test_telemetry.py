@@ -127,9 +127,9 @@ def test_cuda_visible_devices_and_energy_integration():
 
 
 def test_roles_from_command_lines_and_titles():
-    assert role_of("python -m backends.vllm_server --guard python -m vllm.entrypoints.openai.api_server", "p") \
+    assert role_of("python -m backends.server_process --guard python -m vllm.entrypoints.openai.api_server", "p") \
         == "server guard"
     assert role_of("python -m vllm.entrypoints.openai.api_server --model m", "python") == "API server"
     assert role_of("VLLM::EngineCore", "VLLM::EngineCor") == "engine core"
-    assert role_of("python -m backends.openvino_engine", "python") == "engine process"
+    assert role_of("python -m backends.openvino.engine", "python") == "engine process"
     assert role_of("sleep 5", "sleep") == "sleep"

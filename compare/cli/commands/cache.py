@@ -39,7 +39,7 @@ def _row(e) -> dict:
     if isinstance(m.get("listing"), dict):  # an entry that says how it is listed (backends/llamacpp/)
         return {"key": e.key, "size_bytes": e.size_bytes(), "created": m.get("created"), "compute_capability": None,
                 "path": str(e.path), **m["listing"]}
-    if m.get("kind") == "openvino-ir":  # backends/models/openvino_export.py
+    if m.get("kind") == "openvino-ir":  # backends/openvino/export.py
         export, exporter = m.get("export") or {}, m.get("exporter") or {}
         return {"key": e.key, "size_bytes": e.size_bytes(), "created": m.get("created"), "kind": "openvino-ir",
                 "model": m.get("source"), "flow": "optimum-cli export openvino",

@@ -233,7 +233,7 @@ def _run(args: argparse.Namespace) -> int:
                          **({"run_id": args.run_id} if args.run_id else {}))
 
     def factory(name: str, spec: Any) -> Any:
-        from backends.vllm_inproc import VllmBackend
+        from backends.vllm.inproc import VllmBackend
 
         return VllmBackend(spec, name=name, native=plans[name])
 

@@ -16,7 +16,7 @@ async def measure_tgi(base_url: str, streams: int, tokens: int, client: str, tim
     import numpy as np
 
     from adapters.spec import ServingSpec
-    from backends.tgi import TgiEndpoint
+    from backends.tgi.backend import TgiEndpoint
     from core.records import GenerationRequest, TokenEvent
 
     spec = ServingSpec(model="calibration", native={"tgi": {"client": client}})

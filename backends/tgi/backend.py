@@ -239,9 +239,9 @@ import backends.http_backends  # noqa: E402,F401  (register its entries first, t
 register(BackendEntry(
     name="tgi", summary=f"text-generation-inference in its container ({DEFAULT_IMAGE}); "
                         "tgi@URL: an already running TGI server",
-    factory="backends.tgi:make_tgi", plan="backends.tgi:tgi_plan", resolve="backends.tgi:resolve",
+    factory="backends.tgi.backend:make_tgi", plan="backends.tgi.backend:tgi_plan", resolve="backends.tgi.backend:resolve",
     requires=("httpx", "docker"), extra="pip install 'llm-compare[docker]' (and a Docker engine)",
-    check="backends.tgi:docker_check",
+    check="backends.tgi.backend:docker_check",
     notes=(LENGTH_NOTE, MAINTENANCE_NOTE,
            "other image: --native tgi.image=NAME (local test double: llm-compare/tgi-double:0.32.0, "
            "with --native tgi.gpus=none); --native tgi.pull=true to pull a missing image",

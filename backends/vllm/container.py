@@ -86,10 +86,10 @@ def docker_check() -> tuple[bool, str]:
 
 register(BackendEntry(
     name="vllm-container", summary=f"vLLM OpenAI API server in a container ({DEFAULT_IMAGE}), over HTTP",
-    factory="backends.vllm_container:VllmContainerBackend", plan="backends.vllm_container:vllm_container_plan",
+    factory="backends.vllm.container:VllmContainerBackend", plan="backends.vllm.container:vllm_container_plan",
     resolve="adapters.vllm:vllm_plan",
     requires=("httpx", "docker"), extra="pip install 'llm-compare[docker]' (and a Docker engine)",
-    check="backends.vllm_container:docker_check",
+    check="backends.vllm.container:docker_check",
     notes=("same engine flags as vllm/vllm-server; image: --native vllm-container.image=NAME, "
            "GPUs: --native vllm-container.gpus=all",
            "build the local image: containers/images/build.sh vllm-cpu"),

@@ -115,7 +115,7 @@ def weight_types(xml: Path) -> dict[str, int]:
     return counts
 
 
-if __name__ == "__main__":  # python -m backends.models.openvino_export MODEL_DIR [weight_format]
+if __name__ == "__main__":  # python -m backends.openvino.export MODEL_DIR [weight_format]
     e, hit = export_model(sys.argv[1], {"weight_format": sys.argv[2] if len(sys.argv) > 2 else "fp32"},
                           log=lambda s: print(s, file=sys.stderr))
     print(e.path, "hit" if hit else "built")

@@ -228,7 +228,7 @@ def plan(spec: ServingSpec, native: dict[str, Any]) -> dict[str, Any]:
 
 register(BackendEntry(
     name="hf", summary="transformers reference (model.generate, one request at a time); quality reference",
-    factory="backends.hf:HFBackend", plan="backends.hf:plan", resolve="backends.hf:resolve",
+    factory="backends.hf.reference:HFBackend", plan="backends.hf.reference:plan", resolve="backends.hf.reference:resolve",
     requires=("transformers", "torch"), extra="pip install 'llm-compare[hf]'",
     capabilities=CAPS,
 ))

@@ -42,7 +42,7 @@ class VllmBackend:
         self._version = "unknown"
         self._n = 0
         self._quant: dict[str, Any] | None = None
-        from backends.vllm_stats import EngineStats
+        from backends.vllm.stats import EngineStats
         self._stats = EngineStats()  # the engine's scheduler stats per level (prefix cache, running)
 
     @property
@@ -91,7 +91,7 @@ class VllmBackend:
         self._stats.level_start()
 
     async def on_level_end(self, label: str) -> dict[str, Any]:
-        """The engine's own scheduler stats during the level (backends/vllm_stats.py)."""
+        """The engine's own scheduler stats during the level (backends/vllm/stats.py)."""
         return self._stats.level_end(self._resolved.get("enable_prefix_caching"))
 
     async def _prompt(self, req: GenerationRequest) -> dict[str, Any]:
@@ -239,7 +239,7 @@ def plan(spec: ServingSpec, native: VllmPlan) -> dict[str, Any]:
 
 register(BackendEntry(
     name="vllm", summary="vLLM in-process (AsyncLLM, v1 engine), streaming DELTA outputs",
-    factory="backends.vllm_inproc:VllmBackend", plan="backends.vllm_inproc:plan", resolve="adapters.vllm:vllm_plan",
+    factory="backends.vllm.inproc:VllmBackend", plan="backends.vllm.inproc:plan", resolve="adapters.vllm:vllm_plan",
     requires=("vllm",), extra="pip install 'llm-compare[cpu]' (CPU) or 'llm-compare[vllm]' (GPU)",
     capabilities=CAPS,
 ))

@@ -3,7 +3,7 @@ the commands come from NVIDIA/TensorRT-LLM's sources at the releases cited in ad
 and the machinery around them runs for real against local test images and vLLM's OpenAI server.
 
 * ``trtllm`` -- the normal way users run it: ``nvcr.io/nvidia/tensorrt-llm/release:<tag>``. The
-  quantize/build steps run as containers into the engine cache (backends/trtllm_pipeline.py),
+  quantize/build steps run as containers into the engine cache (backends/trtllm/pipeline.py),
   then ``trtllm-serve`` runs in a container and is driven over its OpenAI-compatible HTTP API.
   ``trtllm@http://HOST:PORT`` talks to an already running trtllm-serve instead.
 * ``trtllm-inproc`` -- ``tensorrt_llm.LLM`` in this process, streaming with
@@ -197,7 +197,7 @@ class TrtllmBackend(HttpStreamBackend):
         await asyncio.to_thread(ensure_image, client, self.plan.image, self.pull)
         artifact = None
         if self.plan.steps:
-            from backends.trtllm_pipeline import ensure_artifact
+            from backends.trtllm.pipeline import ensure_artifact
 
             t0 = time.perf_counter()
             entry, hit = await asyncio.to_thread(
@@ -339,16 +339,16 @@ def _docker_check() -> tuple[bool, str]:
 register(BackendEntry(
     name="trtllm", summary="TensorRT-LLM: quantize/build steps + trtllm-serve in nvcr.io/nvidia/tensorrt-llm/release "
                            "containers (or trtllm@URL), over its OpenAI API",
-    factory="backends.trtllm:TrtllmBackend", plan="backends.trtllm:plan", resolve="backends.trtllm:resolve",
+    factory="backends.trtllm.backend:TrtllmBackend", plan="backends.trtllm.backend:plan", resolve="backends.trtllm.backend:resolve",
     requires=("httpx", "docker"),
-    extra="pip install 'llm-compare[docker]'", check="backends.trtllm:_docker_check",
+    extra="pip install 'llm-compare[docker]'", check="backends.trtllm.backend:_docker_check",
     notes=(NOT_RUN, "release: --native trtllm.version=1.2.0 (flow chosen by release; engine flow <= 1.3.0rc20)",
            "engine cache: `compare cache ls|rm`"),
     capabilities=not_run(http_capabilities(trtllm_protocol())),
 ))
 register(BackendEntry(
     name="trtllm-inproc", summary="TensorRT-LLM in-process: tensorrt_llm.LLM.generate_async(streaming=True)",
-    factory="backends.trtllm:TrtllmInprocBackend", plan="backends.trtllm:plan", resolve="backends.trtllm:resolve",
+    factory="backends.trtllm.backend:TrtllmInprocBackend", plan="backends.trtllm.backend:plan", resolve="backends.trtllm.backend:resolve",
     requires=("tensorrt_llm",),
     extra="run the `trtllm` backend (container) or install TensorRT-LLM from NVIDIA's index: "
           "pip install tensorrt_llm --extra-index-url https://pypi.nvidia.com",
