@@ -35,7 +35,6 @@ from backends.http.protocols import get_protocol
 from backends.http.sse import RawEvent, read_events
 from backends.http.transport import Chain, StreamingTransport
 from backends.http.urls import redact_url, split_userinfo
-from backends.registry import BackendEntry, register
 
 # Connect fast, but let one silent gap last as long as a request may (the executor's
 # per-request timeout bounds the whole request; read_timeout bounds a dead-but-open socket).
@@ -301,34 +300,3 @@ class TgiEndpointBackend(HttpStreamBackend):
 def endpoint_plan(spec: ServingSpec, target: str | None = None) -> dict[str, Any]:
     """An already running server: nothing is configured by us; the URL is what we talk to."""
     return {"endpoint": target, "note": "server already running; its engine config is whatever it was started with"}
-
-
-register(BackendEntry(
-    name="openai", summary="an already running OpenAI-compatible server, /v1/completions (vLLM, SGLang, trtllm-serve)",
-    factory="backends.http_backends:OpenAIEndpointBackend", plan="backends.http_backends:endpoint_plan",
-    requires=("httpx",), extra="pip install httpx", needs_target=True,
-    notes=("openai@http://127.0.0.1:8000; bearer token from $LLM_COMPARE_API_KEY if set",),
-    capabilities=http_capabilities("openai"),
-))
-register(BackendEntry(
-    name="openai-chat", summary="an already running OpenAI-compatible server, /v1/chat/completions",
-    factory="backends.http_backends:OpenAIEndpointBackend", plan="backends.http_backends:endpoint_plan",
-    requires=("httpx",), extra="pip install httpx", needs_target=True,
-    capabilities=http_capabilities("openai-chat"),
-))
-register(BackendEntry(
-    name="tgi", summary="an already running TGI server, native /generate_stream protocol",
-    factory="backends.http_backends:TgiEndpointBackend", plan="backends.http_backends:endpoint_plan",
-    requires=("httpx",), extra="pip install httpx", needs_target=True,
-    notes=("no ignore_eos in TGI: outputs are compared length-matched",
-           "token-id prompts are decoded with the spec's local tokenizer"),
-    capabilities=http_capabilities("tgi"),
-))
-register(BackendEntry(
-    name="vllm-server", summary="vLLM OpenAI API server launched here (same engine config as `vllm`), over HTTP",
-    factory="backends.vllm.server:VllmServerBackend", plan="backends.vllm.server:server_plan",
-    resolve="adapters.vllm:vllm_plan",
-    requires=("vllm", "httpx"), extra="pip install 'llm-compare[cpu]' (CPU) or 'llm-compare[vllm]' (GPU)",
-    notes=("compare with `vllm` in one run to see the API-server overhead: --backends vllm,vllm-server",),
-    capabilities=http_capabilities("openai"),
-))

@@ -1,17 +1,20 @@
 """Every backend by name: how to build it, its pure plan (adapter) and what it needs to run.
 
-Backend modules import their framework only when a backend starts, so ``compare plan`` and
-``compare backends`` work without any framework installed. Each backend module registers its
-entry (its capabilities declared once, there); :func:`prepare` resolves a backend's native plan
-once per run, and build, every repeat and describe reuse it.
+Every subpackage of ``backends`` is imported once (:func:`_load_plugins`, a package scan); an
+engine's package registers its entries in its ``__init__`` (its capabilities declared once,
+there), which imports nothing of the engine: backend modules import their framework only when a
+backend starts, so ``compare plan`` and ``compare backends`` work without any framework
+installed. :func:`prepare` resolves a backend's native plan once per run, and build, every repeat
+and describe reuse it.
 
 A backend name may carry a target after ``@``: ``openai@http://127.0.0.1:8000``. Where the CLI
-builds a typed target instead (a :class:`BackendTarget`, e.g. backends.topology_target.Topology), build and
-plan take that value as is: its ``entry`` picks the registry entry, its ``name`` is the display name.
+builds a typed target instead (a :class:`BackendTarget`, e.g. backends.topology.target.Topology),
+build and plan take that value as is: its ``entry`` picks the registry entry, its ``name`` is the display name.
 """
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol, runtime_checkable
 
@@ -60,12 +63,17 @@ _ENTRIES: dict[str, BackendEntry] = {}
 
 
 def register(entry: BackendEntry) -> None:
+    """Called by a backend package's ``__init__``; one name, one entry."""
+    if entry.name in _ENTRIES and _ENTRIES[entry.name] != entry:
+        raise ValueError(f"backend {entry.name!r} registered twice")
     _ENTRIES[entry.name] = entry
 
 
 def entries() -> list[BackendEntry]:
+    """Every registered backend, sorted by name (the order of `compare backends`), whatever the
+    order its package was imported in."""
     _load_plugins()
-    return list(_ENTRIES.values())
+    return sorted(_ENTRIES.values(), key=lambda e: e.name)
 
 
 class UnknownBackendError(UserError, ValueError):
@@ -189,32 +197,19 @@ def availability(e: BackendEntry) -> tuple[bool, str]:
     return True, "ready"
 
 
-# Modules that register more backends when imported (one per framework/transport). A module
-# that does not exist (yet) is skipped; any other import error is a bug and propagates.
-PLUGINS = (
-    "backends.vllm.inproc",     # vLLM in-process
-    "backends.hf.reference",              # the transformers reference
-    "backends.http_backends",   # openai@URL, tgi@URL endpoints and the vllm-server backend
-    "backends.tgi.backend",             # TGI via its container
-    "backends.vllm.container",  # vLLM OpenAI server in a container
-    "backends.trtllm.backend",          # TensorRT-LLM (container flows and in-process)
-    "backends.topology",        # replicas behind a client-side load balancer
-    "backends.openvino.backend",        # OpenVINO GenAI in-process (CPU)
-    "backends.hf.cb",           # transformers continuous batching in its own engine process
-    "backends.fake",            # the fake engine: a test instrument (no model runs)
-    "backends.llamacpp",        # llama.cpp's llama-server (GGUF) launched here, over HTTP
-)
-_plugins_loaded = False
-
-
 def _load_plugins() -> None:
+    """Import every subpackage of ``backends`` once: a package that registers entries does so in
+    its ``__init__``, which imports nothing of its engine (that waits until a backend is built or
+    planned). A package that fails to import is a bug and the error propagates."""
     global _plugins_loaded
     if _plugins_loaded:
         return
     _plugins_loaded = True
-    for mod in PLUGINS:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
+    import backends
+
+    for info in sorted(pkgutil.iter_modules(backends.__path__), key=lambda m: m.name):
+        if info.ispkg:
+            importlib.import_module(f"backends.{info.name}")
+
+
+_plugins_loaded = False

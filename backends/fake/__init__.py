@@ -7,8 +7,13 @@ test instrument.
 """
 from __future__ import annotations
 
-from backends.fake.engine import CAPS
 from backends.registry import BackendEntry, register
+from core.records import Capabilities
+
+CAPS = Capabilities(
+    forced_output_length=True, token_id_prompts=True, logprobs=False, continuous_batching=True,
+    notes=("TEST INSTRUMENT: a deterministic timing model, no model runs; its numbers measure nothing",),
+)
 
 register(BackendEntry(
     name="fake", summary="TEST INSTRUMENT: a fake engine on a deterministic timing model (no model runs)",

@@ -16,13 +16,10 @@ from typing import Any
 from adapters.hf_cb import HFCBPlan, hf_cb_plan
 from adapters.spec import ServingSpec
 from backends.engine_process import EngineProcessBackend
-from backends.registry import BackendEntry, register
+from backends.hf import CB_CAPS as CAPS
 from core.lazy import importable, require
 from core.records import BackendDescription, Capabilities, GenerationRequest
 
-CAPS = Capabilities(forced_output_length=True, token_id_prompts=True, logprobs=False, continuous_batching=True,
-                    notes=("greedy decoding only: transformers' continuous batching sets sampling for the whole "
-                           "engine, so a request with temperature > 0 fails as a validation error",))
 
 
 class HFCBBackend(EngineProcessBackend):
@@ -66,10 +63,3 @@ class HFCBBackend(EngineProcessBackend):
 def plan(spec: ServingSpec, native: HFCBPlan) -> dict[str, Any]:
     """`compare plan`: the manager's native configuration (nothing is loaded)."""
     return {"engine": "transformers ContinuousBatchingManager (init_continuous_batching)", **native.as_dict()}
-
-
-register(BackendEntry(
-    name="hf-cb", summary="transformers continuous batching (ContinuousBatchingManager in its own engine process)",
-    factory="backends.hf.cb:HFCBBackend", plan="backends.hf.cb:plan", resolve="adapters.hf_cb:hf_cb_plan",
-    requires=("transformers", "torch"), extra="pip install 'llm-compare[hf]'", capabilities=CAPS,
-))

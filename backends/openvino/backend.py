@@ -16,14 +16,11 @@ from typing import Any
 from adapters.openvino import OpenVINOPlan, openvino_plan
 from adapters.spec import ServingSpec
 from backends.engine_process import EngineProcessBackend
-from backends.registry import BackendEntry, register
+from backends.openvino import CAPS
 from core.lazy import require
 from core.records import BackendDescription, Capabilities, GenerationRequest
 from core.engine_guard import check_start
 
-CAPS = Capabilities(forced_output_length=True, token_id_prompts=True, logprobs=False, continuous_batching=True,
-                    notes=("model exported to OpenVINO IR by optimum-intel (cached); weights compressed by "
-                           "NNCF at export for int8/int4",))
 
 
 class OpenVINOBackend(EngineProcessBackend):
@@ -108,11 +105,3 @@ def check() -> tuple[bool, str]:
     if not cli.is_file():
         return False, f"exporter missing ({cli}): bash scripts/setup.d/45-openvino.sh"
     return True, "ready"
-
-
-register(BackendEntry(
-    name="openvino", summary="OpenVINO GenAI (ContinuousBatchingPipeline in its own engine process, CPU), model exported once",
-    factory="backends.openvino.backend:OpenVINOBackend", plan="backends.openvino.backend:plan", resolve="adapters.openvino:openvino_plan",
-    requires=("openvino_genai",), extra="pip install 'llm-compare[openvino]' and bash scripts/setup.d/45-openvino.sh",
-    check="backends.openvino.backend:check", capabilities=CAPS,
-))

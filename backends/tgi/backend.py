@@ -24,19 +24,16 @@ from backends.http.tgi_client import CLIENT_NOTES, DEFAULT_TGI_CLIENT, TGI_CLIEN
 from core.errors import BackendRequestError, FailureKind
 from core.records import GenerationRequest, StreamItem
 from backends.container_http import ContainerHttpBackend, container_options, model_in_container
-from backends.http_backends import HttpStreamBackend, TgiEndpointBackend, http_capabilities
-from backends.registry import BackendEntry, register
+from backends.http_backends import HttpStreamBackend, TgiEndpointBackend
+from backends.tgi import DEFAULT_IMAGE, LENGTH_NOTE, MAINTENANCE_NOTE, with_maintenance_note
 from containers.manager import ContainerSpec
 
-DEFAULT_IMAGE = "ghcr.io/huggingface/text-generation-inference:3.3.7"
 DEFAULTS = {"image": DEFAULT_IMAGE, "gpus": "all", "shm_size": "1g", "host_port": None,
             "pull": False, "ready_timeout_s": 900}
 # container env from the user's environment when set: (container name, our env name); never shown
 # or stored. The HTTP client sends $LLM_COMPARE_API_KEY as its bearer token, TGI checks API_KEY.
 PASSTHROUGH_ENV = (("HF_TOKEN", "HF_TOKEN"), ("API_KEY", "LLM_COMPARE_API_KEY"))
-MAINTENANCE_NOTE = ("TGI is in maintenance mode upstream (its README: minor fixes and maintenance only; "
-                    "Hugging Face recommends vLLM, SGLang or local engines going forward)")
-LENGTH_NOTE = "TGI cannot force output length (no ignore_eos): compare length-matched tokens"
+
 
 
 @dataclass(frozen=True)
@@ -118,10 +115,6 @@ async def read_info(base_url: str) -> dict[str, Any]:
     except Exception as e:  # a failed /info must not fail a started server: it is recorded
         return {"error": f"{type(e).__name__}: {e}"}
     return body if status == 200 and isinstance(body, dict) else {"error": f"HTTP {status}"}
-
-
-def with_maintenance_note(caps: Any) -> Any:
-    return replace(caps, notes=tuple(caps.notes) + (MAINTENANCE_NOTE,))
 
 
 class TextGenerationStreaming(HttpStreamBackend):
@@ -231,22 +224,3 @@ def docker_check() -> tuple[bool, str]:
     except UserError as e:
         return False, f"{e} (tgi@URL needs no Docker)"
     return True, "ready (Docker daemon up, image present)"
-
-
-# Replaces the endpoint-only "tgi@URL" entry of backends.http_backends: one name, both forms.
-import backends.http_backends  # noqa: E402,F401  (register its entries first, then override "tgi")
-
-register(BackendEntry(
-    name="tgi", summary=f"text-generation-inference in its container ({DEFAULT_IMAGE}); "
-                        "tgi@URL: an already running TGI server",
-    factory="backends.tgi.backend:make_tgi", plan="backends.tgi.backend:tgi_plan", resolve="backends.tgi.backend:resolve",
-    requires=("httpx", "docker"), extra="pip install 'llm-compare[docker]' (and a Docker engine)",
-    check="backends.tgi.backend:docker_check",
-    notes=(LENGTH_NOTE, MAINTENANCE_NOTE,
-           "other image: --native tgi.image=NAME (local test double: llm-compare/tgi-double:0.32.0, "
-           "with --native tgi.gpus=none); --native tgi.pull=true to pull a missing image",
-           "launcher flags: --native tgi.--max-waiting-tokens=20 (checked against TGI 3.3's flags); "
-           "--max-concurrent-requests follows the run's highest concurrency unless given",
-           "client: --native tgi.client=stamped (default) or text-generation (Hugging Face's AsyncClient)"),
-    capabilities=with_maintenance_note(http_capabilities("tgi")),
-))

@@ -11,7 +11,7 @@ from typing import Any, AsyncIterator
 
 from adapters.spec import ServingSpec
 from adapters.vllm import VllmPlan, vllm_plan
-from backends.registry import BackendEntry, register
+from backends.vllm import CAPS
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
 from core.errors import BackendRequestError, BackendStartError, FailureKind
 from core.lazy import require
@@ -21,8 +21,6 @@ from core.engine_guard import check_start
 # stamps are not comparable with ours
 _SAME_CLOCK = time.get_clock_info("perf_counter").implementation == time.get_clock_info("monotonic").implementation
 
-CAPS = Capabilities(forced_output_length=True, token_id_prompts=True, logprobs=True,
-                    continuous_batching=True)
 
 
 class VllmBackend:
@@ -235,11 +233,3 @@ def plan(spec: ServingSpec, native: VllmPlan) -> dict[str, Any]:
     from backends.models.dummy import engine_args
 
     return {"engine": "vllm.v1.engine.async_llm.AsyncLLM", "engine_args": engine_args(native, write=False)}
-
-
-register(BackendEntry(
-    name="vllm", summary="vLLM in-process (AsyncLLM, v1 engine), streaming DELTA outputs",
-    factory="backends.vllm.inproc:VllmBackend", plan="backends.vllm.inproc:plan", resolve="adapters.vllm:vllm_plan",
-    requires=("vllm",), extra="pip install 'llm-compare[cpu]' (CPU) or 'llm-compare[vllm]' (GPU)",
-    capabilities=CAPS,
-))

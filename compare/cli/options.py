@@ -138,13 +138,13 @@ def workload_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None
 MAX_REQUESTS = 1_000_000
 
 
-# ---------------------------------------------------------------- topology (backends/topology.py)
+# ---------------------------------------------------------------- topology (backends/topology/backend.py)
 
 
 def add_topology_options(p: argparse.ArgumentParser) -> None:
-    from backends.topology_target import LB_POLICIES
+    from backends.topology.target import LB_POLICIES
 
-    g = p.add_argument_group("topology (see backends/topology.py)")
+    g = p.add_argument_group("topology (see backends/topology/backend.py)")
     g.add_argument("--topology", metavar="tp=N,replicas=N",
                    help="run each backend as one TP=N engine and/or N replicas (each its own devices)")
     g.add_argument("--lb", choices=sorted(LB_POLICIES), default="lor", help="replica load balancing (default lor)")
@@ -159,7 +159,7 @@ def apply_topology(args: argparse.Namespace, backends: list[str]) -> list[Any]:
     becomes its typed :class:`Topology`; ``--topology tp=2,replicas=2`` wraps every backend ``b``
     in ``Topology("tp", 2, b)`` and ``Topology("replicas", 2, b, lb, kill)``. Other names stay as
     they are (strings the registry resolves)."""
-    from backends.topology_target import KINDS, KillPlan, Topology
+    from backends.topology.target import KINDS, KillPlan, Topology
 
     typed = [Topology.from_name(b) if b.partition("@")[0].strip() in KINDS else b for b in backends]
     text = getattr(args, "topology", None)

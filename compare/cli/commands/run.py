@@ -201,7 +201,7 @@ def _check_lengths(spec, requests) -> None:
 def _run(args: argparse.Namespace) -> int:
     from core.slo import SLO
 
-    # typed targets: --topology tp=N,replicas=N wraps each backend (backends/topology_target.py)
+    # typed targets: --topology tp=N,replicas=N wraps each backend (backends/topology/target.py)
     backends = apply_topology(args, parse_backends(args.backends))
     levels = _validate_load(args)
     slo = SLO.parse(args.slo)
