@@ -34,6 +34,7 @@ from backends.http.protocol import FAST_FORMATS, EventSink, Protocol
 from backends.http.protocols import get_protocol
 from backends.http.sse import RawEvent, read_events
 from backends.http.transport import Chain, StreamingTransport
+from backends.http.tgi_client import DEFAULT_TGI_CLIENT
 from backends.http.urls import redact_url, split_userinfo
 
 # Connect fast, but let one silent gap last as long as a request may (the executor's
@@ -56,6 +57,13 @@ class HttpStreamBackend:
     """Streams requests to ``base_url`` with one protocol; measures with the shared SSE reader."""
 
     framework = "http"
+    # what a client process of a sharded level (compare/running/multiproc_worker.py) rebuilds this
+    # backend's client as: a "module:Class" taking this class's keyword arguments, with
+    # client_settings() then set on it as attributes
+    client_class = "backends.http_backends:HttpStreamBackend"
+
+    def client_settings(self) -> dict[str, Any]:
+        return {}
 
     def __init__(self, spec: ServingSpec | None = None, name: str = "http", *, protocol: str | Protocol = "openai",
                  base_url: str | None = None, target: str | None = None, model: str | None = None,
@@ -300,3 +308,46 @@ class TgiEndpointBackend(HttpStreamBackend):
 def endpoint_plan(spec: ServingSpec, target: str | None = None) -> dict[str, Any]:
     """An already running server: nothing is configured by us; the URL is what we talk to."""
     return {"endpoint": target, "note": "server already running; its engine config is whatever it was started with"}
+
+
+class TextGenerationStreaming(HttpStreamBackend):
+    """Streams through text-generation's AsyncClient when the spec asks for it
+    (``--native tgi.client=text-generation``); our stamped reader otherwise."""
+
+    client = DEFAULT_TGI_CLIENT
+    # a client process of a sharded level streams through this class, with the same client
+    client_class = "backends.http_backends:TextGenerationStreaming"
+
+    def client_settings(self) -> dict[str, Any]:
+        return {"client": self.client}
+
+    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+        if self.client != "text-generation":
+            async for item in super().stream(req):
+                yield item
+            return
+        from backends.http import tgi_client
+
+        if self._client is None:
+            raise BackendRequestError(FailureKind.CONNECT, f"{self.name} is not started")
+        adapted = self._adapt(req)
+        tgi_client.validate(adapted)
+        async for item in tgi_client.stream(self.base_url or "", adapted, dict(self._client.headers),
+                                            self.read_timeout_s):
+            yield item
+
+    async def generate_once(self, req: GenerationRequest) -> dict[str, Any]:
+        """One non-streaming request through text-generation (quality probes: no timing)."""
+        from backends.http import tgi_client
+
+        assert self._client is not None
+        return await tgi_client.generate_once(self.base_url or "", self._adapt(req), dict(self._client.headers))
+
+    def describe(self):  # type: ignore[no-untyped-def]
+        d = super().describe()
+        d.native_config["client"] = self.client
+        if self.client == "text-generation":
+            from backends.http.tgi_client import EVENT_CLOCK
+
+            d.extra["event_clock"] = EVENT_CLOCK
+        return d

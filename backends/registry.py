@@ -45,6 +45,22 @@ class BackendEntry:
     # "module:function" (spec, adapters.target.Target) -> the native plan, resolved once per run
     # from the probed model and machine and handed to the factory as ``native=``
     resolve: str | None = None
+    # Roles the rest of the tool finds an entry by (with_role), never by its name: "reference"
+    # (the float32 quality reference; its factory also takes ``device=``), "quant" (the engine
+    # `compare quant run` measures every scheme on).
+    roles: tuple[str, ...] = ()
+    # Engine-specific hooks, each a "module:attr" reference loaded only when used (hook()):
+    # - heldout -> backends.heldout.HeldOut: teacher-forced held-out scoring (`compare quant quality`)
+    # - tuning -> adapters.tuning.Space: the knobs `compare tune` searches and the engine's rules
+    # - native_keys -> (spec, native section) -> the keys this engine would refuse, checked before
+    #   anything starts (`compare run`); the section is the entry's name unless it is a native_section
+    # - cache_listing -> (entry meta) -> the row `compare cache ls` shows, or None if not its entry
+    heldout: str | None = None
+    tuning: str | None = None
+    native_section: str | None = None  # the ``--native SECTION.key`` its options live under, when
+    # shared with another entry (vllm-server and vllm-container take vllm's)
+    native_keys: str | None = None
+    cache_listing: str | None = None
 
 
 @runtime_checkable
@@ -114,6 +130,30 @@ def _resolve(full: str | BackendTarget) -> tuple[BackendEntry, str | BackendTarg
 def _load(ref: str) -> Callable[..., Any]:
     mod, _, attr = ref.partition(":")
     return getattr(importlib.import_module(mod), attr)
+
+
+def load(ref: str) -> Any:
+    """What a ``"module:attr"`` reference names (imports the module)."""
+    return _load(ref)
+
+
+def hook(entry: BackendEntry, field: str) -> Any:
+    """The object an entry's hook field references, or None when the entry has none."""
+    ref = getattr(entry, field)
+    return _load(ref) if ref else None
+
+
+def with_hook(field: str) -> list[BackendEntry]:
+    """Every entry that carries ``field``, in entries() order."""
+    return [e for e in entries() if getattr(e, field)]
+
+
+def with_role(role: str) -> BackendEntry:
+    """The one entry that plays ``role`` (see BackendEntry.roles)."""
+    found = [e for e in entries() if role in e.roles]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} backends play the role {role!r}: {[e.name for e in found]}")
+    return found[0]
 
 
 @dataclass(frozen=True)

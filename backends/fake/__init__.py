@@ -20,5 +20,5 @@ register(BackendEntry(
     factory="backends.fake.engine:FakeBackend", plan="backends.fake.engine:plan",
     notes=("fake@ttft=50ms+itl=10ms+seqs=4+fail=0.1+stall=2s+start=5s+stop=1s+die_after=20 "
            "(or --native fake.KEY=VALUE); for testing the orchestration, never for numbers",),
-    capabilities=CAPS,
+    capabilities=CAPS, tuning="backends.fake.tuning:SPACE",
 ))

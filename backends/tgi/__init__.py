@@ -30,5 +30,5 @@ register(BackendEntry(
            "launcher flags: --native tgi.--max-waiting-tokens=20 (checked against TGI 3.3's flags); "
            "--max-concurrent-requests follows the run's highest concurrency unless given",
            "client: --native tgi.client=stamped (default) or text-generation (Hugging Face's AsyncClient)"),
-    capabilities=with_maintenance_note(http_capabilities("tgi")),
+    capabilities=with_maintenance_note(http_capabilities("tgi")), tuning="backends.tgi.tuning:SPACE",
 ))

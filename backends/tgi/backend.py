@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator
+from typing import Any
 
 import httpx
 
@@ -21,10 +21,8 @@ from adapters.spec import ServingSpec, UnsupportedSpecError
 from adapters.target import Target
 from adapters.tgi import CONTAINER_PORT, limits_plan, tgi_launcher_args
 from backends.http.tgi_client import CLIENT_NOTES, DEFAULT_TGI_CLIENT, TGI_CLIENTS
-from core.errors import BackendRequestError, FailureKind
-from core.records import GenerationRequest, StreamItem
 from backends.container_http import ContainerHttpBackend, container_options, model_in_container
-from backends.http_backends import HttpStreamBackend, TgiEndpointBackend
+from backends.http_backends import TextGenerationStreaming, TgiEndpointBackend
 from backends.tgi import DEFAULT_IMAGE, LENGTH_NOTE, MAINTENANCE_NOTE, with_maintenance_note
 from containers.manager import ContainerSpec
 
@@ -115,44 +113,6 @@ async def read_info(base_url: str) -> dict[str, Any]:
     except Exception as e:  # a failed /info must not fail a started server: it is recorded
         return {"error": f"{type(e).__name__}: {e}"}
     return body if status == 200 and isinstance(body, dict) else {"error": f"HTTP {status}"}
-
-
-class TextGenerationStreaming(HttpStreamBackend):
-    """Streams through text-generation's AsyncClient when the spec asks for it
-    (``--native tgi.client=text-generation``); our stamped reader otherwise."""
-
-    client = DEFAULT_TGI_CLIENT
-
-    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
-        if self.client != "text-generation":
-            async for item in super().stream(req):
-                yield item
-            return
-        from backends.http import tgi_client
-
-        if self._client is None:
-            raise BackendRequestError(FailureKind.CONNECT, f"{self.name} is not started")
-        adapted = self._adapt(req)
-        tgi_client.validate(adapted)
-        async for item in tgi_client.stream(self.base_url or "", adapted, dict(self._client.headers),
-                                            self.read_timeout_s):
-            yield item
-
-    async def generate_once(self, req: GenerationRequest) -> dict[str, Any]:
-        """One non-streaming request through text-generation (quality probes: no timing)."""
-        from backends.http import tgi_client
-
-        assert self._client is not None
-        return await tgi_client.generate_once(self.base_url or "", self._adapt(req), dict(self._client.headers))
-
-    def describe(self):  # type: ignore[no-untyped-def]
-        d = super().describe()
-        d.native_config["client"] = self.client
-        if self.client == "text-generation":
-            from backends.http.tgi_client import EVENT_CLOCK
-
-            d.extra["event_clock"] = EVENT_CLOCK
-        return d
 
 
 class TgiEndpoint(TextGenerationStreaming, TgiEndpointBackend):
