@@ -47,19 +47,26 @@ class BackendEntry:
     resolve: str | None = None
     # Roles the rest of the tool finds an entry by (with_role), never by its name: "reference"
     # (the float32 quality reference; its factory also takes ``device=``), "quant" (the engine
-    # `compare quant run` measures every scheme on).
+    # `compare quant run` measures every scheme on), "chat" (an endpoint that takes chat messages
+    # and applies the server's own chat template).
     roles: tuple[str, ...] = ()
+    # its place in `compare run`'s default --backends (1 first; 0: not among them)
+    default_rank: int = 0
     # Engine-specific hooks, each a "module:attr" reference loaded only when used (hook()):
     # - heldout -> backends.heldout.HeldOut: teacher-forced held-out scoring (`compare quant quality`)
     # - tuning -> adapters.tuning.Space: the knobs `compare tune` searches and the engine's rules
-    # - native_keys -> (spec, native section) -> the keys this engine would refuse, checked before
-    #   anything starts (`compare run`); the section is the entry's name unless it is a native_section
-    # - cache_listing -> (entry meta) -> the row `compare cache ls` shows, or None if not its entry
+    # - native_keys -> (model) -> (label, keys or None): the native keys the installed framework
+    #   takes, checked before anything starts; an entry without it (a container's framework) leaves
+    #   its section unchecked
+    # - native_defaults -> (spec, gpu: bool) -> the engine's defaults for this machine
+    # - cache_listing -> (engine-cache entry meta) -> the row `compare cache ls` shows, or None
     heldout: str | None = None
     tuning: str | None = None
-    native_section: str | None = None  # the ``--native SECTION.key`` its options live under, when
-    # shared with another entry (vllm-server and vllm-container take vllm's)
     native_keys: str | None = None
+    native_defaults: str | None = None
+    # the ``--native SECTION.key`` section its engine options are read from, when not its own name
+    # (vllm-server and vllm-container take vllm's)
+    native_section: str | None = None
     cache_listing: str | None = None
 
 

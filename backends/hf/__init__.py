@@ -18,7 +18,8 @@ register(BackendEntry(
     name="hf", summary="transformers reference (model.generate, one request at a time); quality reference",
     factory="backends.hf.reference:HFBackend", plan="backends.hf.reference:plan", resolve="backends.hf.reference:resolve",
     requires=("transformers", "torch"), extra="pip install 'llm-compare[hf]'",
-    capabilities=CAPS, roles=("reference",), heldout="backends.hf.heldout:HELDOUT",
+    capabilities=CAPS, roles=("reference",), default_rank=3, heldout="backends.hf.heldout:HELDOUT",
+    native_keys="backends.hf.native:checked_keys",
 ))
 register(BackendEntry(
     name="hf-cb", summary="transformers continuous batching (ContinuousBatchingManager in its own engine process)",

@@ -14,5 +14,6 @@ register(BackendEntry(
     name="openvino", summary="OpenVINO GenAI (ContinuousBatchingPipeline in its own engine process, CPU), model exported once",
     factory="backends.openvino.backend:OpenVINOBackend", plan="backends.openvino.backend:plan", resolve="adapters.openvino:openvino_plan",
     requires=("openvino_genai",), extra="pip install 'llm-compare[openvino]' and bash scripts/setup.d/45-openvino.sh",
-    check="backends.openvino.backend:check", capabilities=CAPS, heldout="backends.openvino.heldout:HELDOUT",
+    check="backends.openvino.backend:check", capabilities=CAPS, default_rank=2, heldout="backends.openvino.heldout:HELDOUT",
+    cache_listing="backends.openvino.export:cache_row",
 ))

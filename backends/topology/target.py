@@ -14,7 +14,8 @@ from adapters.spec import UnsupportedSpecError
 from backends import registry
 
 LB_POLICIES = {"rr": "round-robin", "lor": "least outstanding requests"}
-KINDS = ("tp", "replicas")
+TP, REPLICAS = "tp", "replicas"  # the kinds, and the names their registry entries have
+KINDS = (TP, REPLICAS)
 _OPTIONS = ("known: lb=rr|lor, kill=SECONDS[@LEVEL] or kill=Nr[@LEVEL], per_device=K (replicas only)")
 
 

@@ -31,7 +31,7 @@ register(BackendEntry(
     extra="pip install 'llm-compare[docker]'", check="backends.trtllm.backend:_docker_check",
     notes=(NOT_RUN, "release: --native trtllm.version=1.2.0 (flow chosen by release; engine flow <= 1.3.0rc20)",
            "engine cache: `compare cache ls|rm`"),
-    capabilities=CAPS, tuning="backends.trtllm.tuning:SPACE",
+    capabilities=CAPS, tuning="backends.trtllm.tuning:SPACE", cache_listing="backends.trtllm.pipeline:cache_row",
 ))
 register(BackendEntry(
     name="trtllm-inproc", summary="TensorRT-LLM in-process: tensorrt_llm.LLM.generate_async(streaming=True)",

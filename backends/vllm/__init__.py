@@ -15,7 +15,8 @@ register(BackendEntry(
     name="vllm", summary="vLLM in-process (AsyncLLM, v1 engine), streaming DELTA outputs",
     factory="backends.vllm.inproc:VllmBackend", plan="backends.vllm.inproc:plan", resolve="adapters.vllm:vllm_plan",
     requires=("vllm",), extra="pip install 'llm-compare[cpu]' (CPU) or 'llm-compare[vllm]' (GPU)",
-    capabilities=CAPS, roles=("quant",), heldout="backends.vllm.heldout:HELDOUT", tuning="backends.vllm.tuning:SPACE",
+    capabilities=CAPS, roles=("quant",), default_rank=1, heldout="backends.vllm.heldout:HELDOUT", tuning="backends.vllm.tuning:SPACE",
+    native_keys="backends.vllm.native:checked_keys", native_defaults="backends.vllm.native:native_defaults",
 ))
 register(BackendEntry(
     name="vllm-server", summary="vLLM OpenAI API server launched here (same engine config as `vllm`), over HTTP",
@@ -24,6 +25,7 @@ register(BackendEntry(
     requires=("vllm", "httpx"), extra="pip install 'llm-compare[cpu]' (CPU) or 'llm-compare[vllm]' (GPU)",
     notes=("compare with `vllm` in one run to see the API-server overhead: --backends vllm,vllm-server",),
     capabilities=http_capabilities("openai"), tuning="backends.vllm.tuning:SPACE", native_section="vllm",
+    native_keys="backends.vllm.native:checked_keys",
 ))
 register(BackendEntry(
     name="vllm-container", summary=f"vLLM OpenAI API server in a container ({CONTAINER_IMAGE}), over HTTP",
@@ -34,5 +36,5 @@ register(BackendEntry(
     notes=("same engine flags as vllm/vllm-server; image: --native vllm-container.image=NAME, "
            "GPUs: --native vllm-container.gpus=all",
            "build the local image: containers/images/build.sh vllm-cpu"),
-    capabilities=http_capabilities("openai"), tuning="backends.vllm.tuning:SPACE",
+    capabilities=http_capabilities("openai"), tuning="backends.vllm.tuning:SPACE", native_section="vllm",
 ))

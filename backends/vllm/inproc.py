@@ -57,8 +57,8 @@ class VllmBackend:
         self._version = getattr(vllm, "__version__", "unknown")
         args = dict(self.engine_args)
         args.setdefault("disable_log_stats", False)
-        # lets us ask the worker process what it loaded (compare/quality/verify.py)
-        args.setdefault("worker_extension_cls", "compare.quality.verify.VllmQuantProbe")
+        # lets us ask the worker process what it loaded (quant_probe.py)
+        args.setdefault("worker_extension_cls", "backends.vllm.quant_probe.VllmQuantProbe")
         try:
             # vLLM picks scheduler defaults (max_num_seqs, max_num_batched_tokens) by usage
             # context, and AsyncLLM's own (ENGINE_CONTEXT) is not in that table: it falls back to

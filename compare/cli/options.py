@@ -157,9 +157,9 @@ def add_topology_options(p: argparse.ArgumentParser) -> None:
 def apply_topology(args: argparse.Namespace, backends: list[str]) -> list[Any]:
     """The run's backend targets: a topology name typed in ``--backends`` (``replicas@2*vllm``)
     becomes its typed :class:`Topology`; ``--topology tp=2,replicas=2`` wraps every backend ``b``
-    in ``Topology("tp", 2, b)`` and ``Topology("replicas", 2, b, lb, kill)``. Other names stay as
+    in a tensor-parallel and a replicas :class:`Topology` (the latter with its balancer and kill plan). Other names stay as
     they are (strings the registry resolves)."""
-    from backends.topology.target import KINDS, KillPlan, Topology
+    from backends.topology.target import KINDS, REPLICAS, KillPlan, Topology
 
     typed = [Topology.from_name(b) if b.partition("@")[0].strip() in KINDS else b for b in backends]
     text = getattr(args, "topology", None)
@@ -192,9 +192,8 @@ def apply_topology(args: argparse.Namespace, backends: list[str]) -> list[Any]:
             if isinstance(b, Topology):
                 raise UserError(f"--topology with backend {b.name}: topologies do not nest; pass the plain "
                                 f"backend, e.g. --backends {b.inner}")
-            out.append(Topology("tp", int(n), b) if kind == "tp" else
-                       Topology("replicas", int(n), b, lb=args.lb, kill=kill))
-    if kill is not None and "replicas" not in kinds:
+            out.append(Topology(kind, int(n), b, **({"lb": args.lb, "kill": kill} if kind == REPLICAS else {})))
+    if kill is not None and REPLICAS not in kinds:
         raise UserError("--kill-replica-after applies to replicas; add replicas=N to --topology")
     return out
 

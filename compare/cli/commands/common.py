@@ -11,9 +11,6 @@ from typing import Any
 
 from core.errors import UserError
 
-# The embedded default compares two real serving engines (vLLM, OpenVINO GenAI) with the
-# transformers reference beside them
-DEFAULT_BACKENDS = "vllm,openvino,hf"
 # The embedded default: a tiny model on CPU needs an explicit KV size (vLLM's CPU memory check)
 DEFAULT_TINY_SPEC = {"dtype": "float32", "max_model_len": 512, "kv_cache_memory_bytes": 64 * 2**20,
                      # torch.compile on CPU costs ~2 min at start; eager starts in seconds
@@ -45,7 +42,17 @@ def parse_backends(text: str) -> list[str]:
     return names
 
 
-def add_backends_option(p: argparse.ArgumentParser, default: str = DEFAULT_BACKENDS) -> None:
+def default_backends() -> str:
+    """The embedded default's backends: the entries that rank themselves in it (two real serving
+    engines with the quality reference beside them), in their order."""
+    from backends import registry
+
+    ranked = sorted((e for e in registry.entries() if e.default_rank), key=lambda e: e.default_rank)
+    return ",".join(e.name for e in ranked)
+
+
+def add_backends_option(p: argparse.ArgumentParser, default: str | None = None) -> None:
+    default = default or default_backends()
     p.add_argument("--backends", default=default,
                    help=f"comma-separated backends (default {default}); see `compare backends`")
 
@@ -114,10 +121,15 @@ class ServedRun:
         if workload.prompt_format == "token_ids":
             raise UserError("--prompt-format token_ids against a served model needs its tokenizer: pass "
                             "--tokenizer DIR (a local copy) or use --prompt-format text")
-        chat_only = all(e.backend.partition("@")[0] == "openai-chat" for e in self.endpoints)
+        from backends import registry
+
+        # the endpoints that take chat messages and apply the server's own chat template
+        chat = [e.name for e in registry.entries() if "chat" in e.roles]
+        chat_only = all(e.backend.partition("@")[0] in chat for e in self.endpoints)
         if workload.prompt_format == "chat" and not chat_only:
-            raise UserError("--prompt-format chat needs the served model's chat template here (only openai-chat@URL "
-                            "applies its own): pass --tokenizer DIR or use --prompt-format text")
+            raise UserError(f"--prompt-format chat needs the served model's chat template here (only "
+                            f"{' and '.join(n + '@URL' for n in chat)} applies its own): pass --tokenizer DIR or use "
+                            f"--prompt-format text")
         if workload.sharegpt:
             return None  # the dataset's own text; output lengths from the workload's output dist
         from compare.workload.words import WordVocabulary

@@ -218,12 +218,14 @@ def _run(args: argparse.Namespace) -> int:
     if served is None and not tiny and "://" not in spec.model and not Path(spec.model).exists() and spec.load_format != "dummy":
         raise UserError(f"model path {spec.model} does not exist; pass a local model directory "
                         f"(no hub downloads here)")
-    if served is None and not has_gpu() and spec.kv_cache_memory_bytes is None and spec.gpu_memory_utilization is None:
-        # vLLM on CPU refuses to start without an explicit KV-cache size; only vLLM-based
-        # backends get it (as a native vLLM option), other frameworks keep their defaults
-        native = {k: dict(v) for k, v in spec.native.items()}
-        native.setdefault("vllm", {}).setdefault("kv_cache_memory_bytes", 2**30)
-        spec = spec.model_copy(update={"native": native})
+    if served is None:
+        # machine-dependent engine defaults (vLLM on CPU needs an explicit KV-cache size), each
+        # under its engine's native section: other frameworks keep their own defaults
+        from compare.cli.native_keys import native_defaults
+
+        native = native_defaults(spec.native, spec, has_gpu())
+        if native != spec.native:
+            spec = spec.model_copy(update={"native": native})
     workload = workload_from_args(args, DEFAULT_WORKLOAD if tiny else served.workload_defaults() if served else None)
     requests = _requests(args, spec, workload, served)
     if served is None:

@@ -12,7 +12,7 @@ import argparse
 import time
 from pathlib import Path
 
-from compare.cli.commands.common import apply_tiny_defaults, has_gpu
+from compare.cli.commands.common import apply_tiny_defaults, default_backends, has_gpu
 from compare.cli.parser import run_id
 from core.errors import UserError
 from compare.cli.options import add_spec_options, add_workload_options, spec_from_args, workload_from_args
@@ -23,7 +23,8 @@ TUNE_WORKLOAD = {"name": "tune", "num_requests": 24, "input": {"dist": "uniform"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune", help="find each backend's best config for an SLO (real engine starts)")
-    p.add_argument("--backend", default="vllm", help="backend(s) to tune, comma-separated (default vllm)")
+    first = default_backends().split(",")[0]
+    p.add_argument("--backend", default=first, help=f"backend(s) to tune, comma-separated (default {first})")
     add_spec_options(p)
     add_workload_options(p)
     g = p.add_argument_group("search")
