@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from compare.cli import max_rate
@@ -241,10 +242,9 @@ def _run(args: argparse.Namespace) -> int:
     cfg = RunConfig(backends=backends, spec=spec, workload=workload, requests=requests, levels=levels,
                     slo=slo, warmup=args.warmup, timeout_s=args.timeout, max_errors=args.max_errors,
                     out_root=args.out, repeats=args.repeats, stream_logs=args.verbose, after_levels=after_levels,
-                    **({"run_id": args.run_id} if args.run_id else {}))
-    cfg.client_procs = _client_procs(args.client_procs)
-    cfg.quality = _quality_options(args)
-    cfg.scaleout = scaleout_from_args(args)  # --ray: the cells as Ray tasks (compare/running/ray_cells.py)
+                    client_procs=_client_procs(args.client_procs), quality=_quality_options(args),
+                    # --ray: the cells as Ray tasks (compare/running/ray_cells.py)
+                    scaleout=scaleout_from_args(args), **({"run_id": args.run_id} if args.run_id else {}))
     from compare.cli.killed import settle_root
     from core.results.io import check_results_dir_free
 
@@ -254,7 +254,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.tuned:  # each backend at its best config from `compare tune` (compare/tuning/report.py)
         from compare.tuning.report import tuned_specs
 
-        cfg.backend_specs.update(tuned_specs(args.tuned, backends, spec))
+        cfg = replace(cfg, backend_specs={**cfg.backend_specs, **tuned_specs(args.tuned, backends, spec)})
     # validate every backend's spec (pure adapters) before anything is started or written
     from backends.registry import plan
     from compare.running.load import offered_load
@@ -264,7 +264,8 @@ def _run(args: argparse.Namespace) -> int:
         from compare.running.variants import vary
 
         v = vary(backends, cfg.spec_for, args.vary, load)
-        cfg.backends, cfg.backend_specs, header["variants"] = list(v.targets), dict(v.specs), v.header
+        cfg = replace(cfg, backends=list(v.targets), backend_specs=dict(v.specs))
+        header["variants"] = v.header
         for note in v.notes:
             print(f"note: {note}", file=sys.stderr)
     for b in cfg.backends:
