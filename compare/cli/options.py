@@ -67,10 +67,15 @@ def _pydantic_error(e: ValidationError, what: str) -> UserError:
     return UserError(f"{what}: {loc}: {err['msg']}{hint}")
 
 
-def spec_from_args(args: argparse.Namespace, default_model: str | None = None) -> ServingSpec:
+def spec_from_args(args: argparse.Namespace, default_model: str | None = None,
+                   defaults: dict[str, str] | None = None) -> ServingSpec:
+    """The spec from --spec FILE, then the spec flags over it; ``defaults`` (the embedded tiny
+    model's, or what the servers serve) stand in for flags the user left unset."""
     data: dict[str, Any] = _read_yaml(args.spec, "spec") if getattr(args, "spec", None) else {}
     for name in SPEC_CLI_FIELDS:
         v = getattr(args, f"spec_{name}", None)
+        if v is None:
+            v = (defaults or {}).get(name)
         if v is not None:
             data[name] = _scalar(v) if name not in ("model", "tokenizer") else v
     native: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (data.get("native") or {}).items()}

@@ -16,7 +16,7 @@ from compare.cli import max_rate
 from compare.cli.parser import run_id
 from compare.running import aio
 from compare.cli.commands.common import (
-    DEFAULT_LEVELS, DEFAULT_WORKLOAD, add_backends_option, apply_served_defaults, apply_tiny_defaults, has_gpu,
+    DEFAULT_LEVELS, DEFAULT_WORKLOAD, add_backends_option, has_gpu, served_defaults, tiny_defaults,
     parse_backends,
 )
 from core.errors import UserError
@@ -208,10 +208,11 @@ def _run(args: argparse.Namespace) -> int:
     slo = SLO.parse(args.slo)
     after_levels = max_rate.hook(args, slo, args.timeout)  # --find-max-rate (compare/cli/max_rate.py)
     # already running servers only, no --model: the model is what they serve (common.py)
-    served = apply_served_defaults(args)
-    default_model = apply_tiny_defaults(args)
-    tiny = default_model is not None
-    spec = spec_from_args(args, default_model=default_model)
+    served, defaults = served_defaults(args)
+    if served is None:
+        defaults = tiny_defaults(args)
+    tiny = served is None and bool(defaults)
+    spec = spec_from_args(args, defaults=defaults)
     if spec.native and served is None:  # unknown vLLM / transformers keys, before anything starts
         from compare.cli.native_keys import check_native
 
