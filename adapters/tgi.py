@@ -2,7 +2,7 @@
 
 Every flag emitted here exists in TGI 3.3's launcher reference (tests/fixtures/specs/tgi-3.3-launcher-flags.json,
 checked by tests/adapters/test_tgi_adapter.py). Spec options TGI cannot honour raise UnsupportedSpecError
-instead of being dropped. The model path is the one *inside* the container (see backends/tgi.py,
+instead of being dropped. The model path is the one *inside* the container (see backends/tgi/backend.py,
 which mounts the host directory read-only).
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ TGI_DEFAULT_MAX_CONCURRENT = 128
 # Flags our container layer owns: an override would break the port mapping / model mount.
 RESERVED = {"--hostname", "--port", "--model-id"}
 # Flags whose value is a secret: never taken from the spec (specs are printed and stored in
-# results); backends/tgi.py passes $LLM_COMPARE_API_KEY to the container as API_KEY instead.
+# results); backends/tgi/backend.py passes $LLM_COMPARE_API_KEY to the container as API_KEY instead.
 SECRET_FLAGS = {"--api-key", "--ngrok-authtoken"}
 
 
@@ -150,7 +150,7 @@ def tgi_launcher_args(spec: ServingSpec, model_path: str | None = None,
     env: dict[str, str] = {}
     for key, value in spec.native_for("tgi").items():
         if not str(key).startswith("-"):
-            continue  # container settings (image, gpus, ...), handled by backends/tgi.py
+            continue  # container settings (image, gpus, ...), handled by backends/tgi/backend.py
         flag = key if key.startswith("--") else "--" + key.lstrip("-")
         if flag in RESERVED:
             raise UnsupportedSpecError("tgi", f"native {flag}", "set by the container layer (port mapping, "

@@ -99,7 +99,7 @@ class _Req:
 class EngineProcessBackend:
     """The parent side: starts the engine process, routes its frames to the requests' streams."""
 
-    engine_module = ""  # e.g. "backends.openvino_engine"
+    engine_module = ""  # e.g. "backends.openvino.engine"
     engine_label = ""  # e.g. "the OpenVINO engine", in messages
     start_timeout_s = 600.0  # loading a 7B checkpoint on CPU takes minutes
     stop_timeout_s = 10.0

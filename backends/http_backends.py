@@ -9,7 +9,7 @@ Reuse (e.g. a container backend): start your server, then stream through ``HttpS
         async for item in backend.stream(request): ...      # TokenEvent... StreamEnd, or BackendRequestError
 
 Subclass and override ``_start_server()`` / ``_stop_server()`` to own a server's lifecycle (see
-backends/vllm_server.py); ``base_url`` may be set there. Protocols: "openai" (completions),
+backends/vllm/server.py); ``base_url`` may be set there. Protocols: "openai" (completions),
 "openai-chat", "tgi" (native /generate_stream) -- backends/http/. Every protocol goes through the
 same SSE reader, so timing is identical across them.
 
@@ -34,8 +34,8 @@ from backends.http.protocol import FAST_FORMATS, EventSink, Protocol
 from backends.http.protocols import get_protocol
 from backends.http.sse import RawEvent, read_events
 from backends.http.transport import Chain, StreamingTransport
+from backends.http.tgi_client import DEFAULT_TGI_CLIENT
 from backends.http.urls import redact_url, split_userinfo
-from backends.registry import BackendEntry, register
 
 # Connect fast, but let one silent gap last as long as a request may (the executor's
 # per-request timeout bounds the whole request; read_timeout bounds a dead-but-open socket).
@@ -57,6 +57,13 @@ class HttpStreamBackend:
     """Streams requests to ``base_url`` with one protocol; measures with the shared SSE reader."""
 
     framework = "http"
+    # what a client process of a sharded level (compare/running/multiproc_worker.py) rebuilds this
+    # backend's client as: a "module:Class" taking this class's keyword arguments, with
+    # client_settings() then set on it as attributes
+    client_class = "backends.http_backends:HttpStreamBackend"
+
+    def client_settings(self) -> dict[str, Any]:
+        return {}
 
     def __init__(self, spec: ServingSpec | None = None, name: str = "http", *, protocol: str | Protocol = "openai",
                  base_url: str | None = None, target: str | None = None, model: str | None = None,
@@ -303,32 +310,44 @@ def endpoint_plan(spec: ServingSpec, target: str | None = None) -> dict[str, Any
     return {"endpoint": target, "note": "server already running; its engine config is whatever it was started with"}
 
 
-register(BackendEntry(
-    name="openai", summary="an already running OpenAI-compatible server, /v1/completions (vLLM, SGLang, trtllm-serve)",
-    factory="backends.http_backends:OpenAIEndpointBackend", plan="backends.http_backends:endpoint_plan",
-    requires=("httpx",), extra="pip install httpx", needs_target=True,
-    notes=("openai@http://127.0.0.1:8000; bearer token from $LLM_COMPARE_API_KEY if set",),
-    capabilities=http_capabilities("openai"),
-))
-register(BackendEntry(
-    name="openai-chat", summary="an already running OpenAI-compatible server, /v1/chat/completions",
-    factory="backends.http_backends:OpenAIEndpointBackend", plan="backends.http_backends:endpoint_plan",
-    requires=("httpx",), extra="pip install httpx", needs_target=True,
-    capabilities=http_capabilities("openai-chat"),
-))
-register(BackendEntry(
-    name="tgi", summary="an already running TGI server, native /generate_stream protocol",
-    factory="backends.http_backends:TgiEndpointBackend", plan="backends.http_backends:endpoint_plan",
-    requires=("httpx",), extra="pip install httpx", needs_target=True,
-    notes=("no ignore_eos in TGI: outputs are compared length-matched",
-           "token-id prompts are decoded with the spec's local tokenizer"),
-    capabilities=http_capabilities("tgi"),
-))
-register(BackendEntry(
-    name="vllm-server", summary="vLLM OpenAI API server launched here (same engine config as `vllm`), over HTTP",
-    factory="backends.vllm_server:VllmServerBackend", plan="backends.vllm_server:server_plan",
-    resolve="adapters.vllm:vllm_plan",
-    requires=("vllm", "httpx"), extra="pip install 'llm-compare[cpu]' (CPU) or 'llm-compare[vllm]' (GPU)",
-    notes=("compare with `vllm` in one run to see the API-server overhead: --backends vllm,vllm-server",),
-    capabilities=http_capabilities("openai"),
-))
+class TextGenerationStreaming(HttpStreamBackend):
+    """Streams through text-generation's AsyncClient when the spec asks for it
+    (``--native tgi.client=text-generation``); our stamped reader otherwise."""
+
+    client = DEFAULT_TGI_CLIENT
+    # a client process of a sharded level streams through this class, with the same client
+    client_class = "backends.http_backends:TextGenerationStreaming"
+
+    def client_settings(self) -> dict[str, Any]:
+        return {"client": self.client}
+
+    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+        if self.client != "text-generation":
+            async for item in super().stream(req):
+                yield item
+            return
+        from backends.http import tgi_client
+
+        if self._client is None:
+            raise BackendRequestError(FailureKind.CONNECT, f"{self.name} is not started")
+        adapted = self._adapt(req)
+        tgi_client.validate(adapted)
+        async for item in tgi_client.stream(self.base_url or "", adapted, dict(self._client.headers),
+                                            self.read_timeout_s):
+            yield item
+
+    async def generate_once(self, req: GenerationRequest) -> dict[str, Any]:
+        """One non-streaming request through text-generation (quality probes: no timing)."""
+        from backends.http import tgi_client
+
+        assert self._client is not None
+        return await tgi_client.generate_once(self.base_url or "", self._adapt(req), dict(self._client.headers))
+
+    def describe(self):  # type: ignore[no-untyped-def]
+        d = super().describe()
+        d.native_config["client"] = self.client
+        if self.client == "text-generation":
+            from backends.http.tgi_client import EVENT_CLOCK
+
+            d.extra["event_clock"] = EVENT_CLOCK
+        return d

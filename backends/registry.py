@@ -1,17 +1,20 @@
 """Every backend by name: how to build it, its pure plan (adapter) and what it needs to run.
 
-Backend modules import their framework only when a backend starts, so ``compare plan`` and
-``compare backends`` work without any framework installed. Each backend module registers its
-entry (its capabilities declared once, there); :func:`prepare` resolves a backend's native plan
-once per run, and build, every repeat and describe reuse it.
+Every subpackage of ``backends`` is imported once (:func:`_load_plugins`, a package scan); an
+engine's package registers its entries in its ``__init__`` (its capabilities declared once,
+there), which imports nothing of the engine: backend modules import their framework only when a
+backend starts, so ``compare plan`` and ``compare backends`` work without any framework
+installed. :func:`prepare` resolves a backend's native plan once per run, and build, every repeat
+and describe reuse it.
 
 A backend name may carry a target after ``@``: ``openai@http://127.0.0.1:8000``. Where the CLI
-builds a typed target instead (a :class:`BackendTarget`, e.g. backends.topology_target.Topology), build and
-plan take that value as is: its ``entry`` picks the registry entry, its ``name`` is the display name.
+builds a typed target instead (a :class:`BackendTarget`, e.g. backends.topology.target.Topology),
+build and plan take that value as is: its ``entry`` picks the registry entry, its ``name`` is the display name.
 """
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol, runtime_checkable
 
@@ -42,6 +45,29 @@ class BackendEntry:
     # "module:function" (spec, adapters.target.Target) -> the native plan, resolved once per run
     # from the probed model and machine and handed to the factory as ``native=``
     resolve: str | None = None
+    # Roles the rest of the tool finds an entry by (with_role), never by its name: "reference"
+    # (the float32 quality reference; its factory also takes ``device=``), "quant" (the engine
+    # `compare quant run` measures every scheme on), "chat" (an endpoint that takes chat messages
+    # and applies the server's own chat template).
+    roles: tuple[str, ...] = ()
+    # its place in `compare run`'s default --backends (1 first; 0: not among them)
+    default_rank: int = 0
+    # Engine-specific hooks, each a "module:attr" reference loaded only when used (hook()):
+    # - heldout -> backends.heldout.HeldOut: teacher-forced held-out scoring (`compare quant quality`)
+    # - tuning -> adapters.tuning.Space: the knobs `compare tune` searches and the engine's rules
+    # - native_keys -> (model) -> (label, keys or None): the native keys the installed framework
+    #   takes, checked before anything starts; an entry without it (a container's framework) leaves
+    #   its section unchecked
+    # - native_defaults -> (spec, gpu: bool) -> the engine's defaults for this machine
+    # - cache_listing -> (engine-cache entry meta) -> the row `compare cache ls` shows, or None
+    heldout: str | None = None
+    tuning: str | None = None
+    native_keys: str | None = None
+    native_defaults: str | None = None
+    # the ``--native SECTION.key`` section its engine options are read from, when not its own name
+    # (vllm-server and vllm-container take vllm's)
+    native_section: str | None = None
+    cache_listing: str | None = None
 
 
 @runtime_checkable
@@ -60,12 +86,17 @@ _ENTRIES: dict[str, BackendEntry] = {}
 
 
 def register(entry: BackendEntry) -> None:
+    """Called by a backend package's ``__init__``; one name, one entry."""
+    if entry.name in _ENTRIES and _ENTRIES[entry.name] != entry:
+        raise ValueError(f"backend {entry.name!r} registered twice")
     _ENTRIES[entry.name] = entry
 
 
 def entries() -> list[BackendEntry]:
+    """Every registered backend, sorted by name (the order of `compare backends`), whatever the
+    order its package was imported in."""
     _load_plugins()
-    return list(_ENTRIES.values())
+    return sorted(_ENTRIES.values(), key=lambda e: e.name)
 
 
 class UnknownBackendError(UserError, ValueError):
@@ -106,6 +137,30 @@ def _resolve(full: str | BackendTarget) -> tuple[BackendEntry, str | BackendTarg
 def _load(ref: str) -> Callable[..., Any]:
     mod, _, attr = ref.partition(":")
     return getattr(importlib.import_module(mod), attr)
+
+
+def load(ref: str) -> Any:
+    """What a ``"module:attr"`` reference names (imports the module)."""
+    return _load(ref)
+
+
+def hook(entry: BackendEntry, field: str) -> Any:
+    """The object an entry's hook field references, or None when the entry has none."""
+    ref = getattr(entry, field)
+    return _load(ref) if ref else None
+
+
+def with_hook(field: str) -> list[BackendEntry]:
+    """Every entry that carries ``field``, in entries() order."""
+    return [e for e in entries() if getattr(e, field)]
+
+
+def with_role(role: str) -> BackendEntry:
+    """The one entry that plays ``role`` (see BackendEntry.roles)."""
+    found = [e for e in entries() if role in e.roles]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} backends play the role {role!r}: {[e.name for e in found]}")
+    return found[0]
 
 
 @dataclass(frozen=True)
@@ -189,32 +244,19 @@ def availability(e: BackendEntry) -> tuple[bool, str]:
     return True, "ready"
 
 
-# Modules that register more backends when imported (one per framework/transport). A module
-# that does not exist (yet) is skipped; any other import error is a bug and propagates.
-PLUGINS = (
-    "backends.vllm_inproc",     # vLLM in-process
-    "backends.hf",              # the transformers reference
-    "backends.http_backends",   # openai@URL, tgi@URL endpoints and the vllm-server backend
-    "backends.tgi",             # TGI via its container
-    "backends.vllm_container",  # vLLM OpenAI server in a container
-    "backends.trtllm",          # TensorRT-LLM (container flows and in-process)
-    "backends.topology",        # replicas behind a client-side load balancer
-    "backends.openvino",        # OpenVINO GenAI in-process (CPU)
-    "backends.hf_cb",           # transformers continuous batching in its own engine process
-    "backends.fake",            # the fake engine: a test instrument (no model runs)
-    "backends.llamacpp",        # llama.cpp's llama-server (GGUF) launched here, over HTTP
-)
-_plugins_loaded = False
-
-
 def _load_plugins() -> None:
+    """Import every subpackage of ``backends`` once: a package that registers entries does so in
+    its ``__init__``, which imports nothing of its engine (that waits until a backend is built or
+    planned). A package that fails to import is a bug and the error propagates."""
     global _plugins_loaded
     if _plugins_loaded:
         return
     _plugins_loaded = True
-    for mod in PLUGINS:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
+    import backends
+
+    for info in sorted(pkgutil.iter_modules(backends.__path__), key=lambda m: m.name):
+        if info.ispkg:
+            importlib.import_module(f"backends.{info.name}")
+
+
+_plugins_loaded = False

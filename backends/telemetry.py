@@ -39,7 +39,7 @@ BUSY_PCT = 90.0  # a thread at or above this share of one core counts as saturat
 # (substring of the command line / process title, role), first match wins: the server guard's
 # command line holds the server's, so it comes first
 _ROLES = (
-    ("backends.vllm_server --guard", "server guard"), ("EngineCore", "engine core"), ("::Worker", "engine worker"),
+    ("backends.server_process --guard", "server guard"), ("EngineCore", "engine core"), ("::Worker", "engine worker"),
     ("APIServer", "API server"), ("vllm serve", "API server"), ("vllm.entrypoints", "API server"),
     ("DPCoordinator", "engine coordinator"), ("containers.watchdog", "watchdog"),
     ("compare.running.multiproc", "client worker"), ("resource_tracker", "python helper"),
@@ -53,7 +53,7 @@ def role_of(cmdline: str, name: str, parent_cmdline: str = "") -> str:
     for needle, role in _ROLES:
         if needle in cmdline:
             return role
-    if re.search(r"-m backends\.\w+_engine\b", cmdline):  # backends/engine_process.py children
+    if re.search(r"-m backends\.[\w.]*engine\b", cmdline):  # backends/engine_process.py children
         return "engine process"
     if GUARD in parent_cmdline:  # a server the tool launched (llama-server, ...): the engine itself
         return "engine server"

@@ -50,7 +50,7 @@ def record(args: argparse.Namespace) -> Path:
         # tests/conftest.py (measured 2026-11-30: a tiny run 37-42 s -> 22-30 s)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from adapters.spec import ServingSpec
-    from backends.vllm_inproc import VllmBackend
+    from backends.vllm.inproc import VllmBackend
     from compare.cli.commands.common import DEFAULT_TINY_SPEC
     from compare.cli.options import _scalar
     from compare.running.runner import RunConfig, run

@@ -130,7 +130,7 @@ def tgi_url(tiny_model, fixtures_dir, tmp_path_factory):
     if os.environ.get("LLM_COMPARE_TGI_URL"):
         yield os.environ["LLM_COMPARE_TGI_URL"].rstrip("/")
         return
-    from backends.vllm_server import ServerProcess, free_port
+    from backends.server_process import ServerProcess, free_port
 
     port = free_port()
     log = tmp_path_factory.mktemp("tgi") / "tgi-double.log"
@@ -160,7 +160,7 @@ def served_vllm_url(tiny_model, tmp_path_factory):
     """A real `vllm serve` of the tiny model under another name (SERVED_NAME), ONE start per session
     for the tests that need an already running OpenAI server (tests/scheduling.py keeps them on one
     worker)."""
-    from backends.vllm_server import ServerProcess, free_port
+    from backends.server_process import ServerProcess, free_port
 
     port = free_port()
     d = tmp_path_factory.mktemp("vllm-serve")

@@ -199,3 +199,81 @@ def test_the_guard_sees_a_private_name_taken(tmp_path):
                  "def f():\n    from compare.analysis.metrics import __all__, dist\n    return ex._y\n")
     assert _private_uses("backends.x", p) == {"core.hardware._x", "compare.running.executor._y"}
     assert _package("core.hardware") == "core" and _package("compare.running") == "compare.running"
+
+
+# ---------------------------------------------------------------- engines stay in their packages
+# compare/ reaches an engine only through the registry: its entry's fields and hooks (roles,
+# heldout, tuning, native_keys, cache_listing, ...), never by importing the engine's package or
+# by writing the backend's name. The only literals allowed are these, each with its reason.
+NAME_ALLOWED = {
+    ("compare/bundling/profiles.py", "vllm"): "a Python distribution's name (the bundled wheel set), not a backend",
+    ("compare/cli/commands/bundle.py", "vllm"): "a Python distribution's name (the bundled wheel set), not a backend",
+}
+
+
+def _entries() -> list:
+    from backends import registry
+
+    return registry.entries()
+
+
+def _engine_packages() -> set[str]:
+    """Subpackages of backends whose entries declare capabilities: the engines (topologies wrap an
+    engine and declare none; the shared plumbing registers nothing)."""
+    return {e.factory.split(":")[0].split(".")[1] for e in _entries()
+            if e.capabilities is not None and e.factory.count(".") >= 2}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def _protocol_values(tree: ast.AST) -> set[int]:
+    """``protocol="openai"``: a wire protocol's name (backends/http/protocols.py), not a backend."""
+    return {id(k.value) for node in ast.walk(tree) if isinstance(node, ast.Call)
+            for k in node.keywords if k.arg == "protocol" and isinstance(k.value, ast.Constant)}
+
+
+def _names_written(path: Path, names: set[str]) -> set[str]:
+    """The backend names ``path`` writes as string literals (``"vllm"``, ``"vllm@..."``), docstrings
+    and protocol names aside."""
+    tree = ast.parse(path.read_text())
+    skip = _docstrings(tree) | _protocol_values(tree)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            base = node.value.partition("@")[0]
+            if base in names and (node.value == base or "@" in node.value):
+                found.add(base)
+    return found
+
+
+def test_compare_imports_no_engine_module():
+    engines = _engine_packages()
+    assert {"vllm", "hf", "openvino", "tgi", "trtllm", "llamacpp"} <= engines
+    bad = sorted(f"{m} imports {d}" for m in MODULES if m.startswith("compare") for d in GRAPH[m]
+                 if d.split(".")[:1] == ["backends"] and len(d.split(".")) > 1 and d.split(".")[1] in engines)
+    assert bad == [], ("compare/ imports an engine's module; give the engine's entry a hook "
+                       "(backends/registry.py BackendEntry) and reach it through the registry:\n" + "\n".join(bad))
+
+
+def test_compare_names_no_backend():
+    names = {e.name for e in _entries()}
+    bad = sorted(f"{p.relative_to(ROOT)}: {n!r}" for m, p in MODULES.items() if m.startswith("compare")
+                 for n in _names_written(p, names) if (str(p.relative_to(ROOT)), n) not in NAME_ALLOWED)
+    assert bad == [], ("compare/ names a backend; find it through the registry (a role or a hook on its "
+                       "entry) instead:\n" + "\n".join(bad))
+
+
+def test_the_guard_sees_an_engine_named_or_imported(tmp_path):
+    p = tmp_path / "x.py"
+    p.write_text('"""About vllm."""\ndef f(b):\n    """vllm"""\n    from backends.vllm.inproc import VllmBackend\n'
+                 '    c = Client(protocol="openai")\n    return b == "vllm" or b.startswith("tgi@")\n')
+    assert _names_written(p, {"vllm", "tgi", "openai"}) == {"vllm", "tgi"}
+    assert "backends.vllm.inproc" in _imports("compare.x", p)

@@ -31,7 +31,7 @@ def test_unmarked_tests_run_with_the_guard_on_and_a_start_is_refused_and_recorde
 
 
 def test_in_process_engine_and_direct_subprocesses_are_refused():
-    from backends.hf import HFBackend
+    from backends.hf.reference import HFBackend
 
     with pytest.raises(EngineStartRefused, match="the transformers engine"):
         asyncio.run(HFBackend(ServingSpec(model="/nonexistent")).__aenter__())

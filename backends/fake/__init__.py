@@ -7,13 +7,18 @@ test instrument.
 """
 from __future__ import annotations
 
-from backends.fake.engine import CAPS
 from backends.registry import BackendEntry, register
+from core.records import Capabilities
+
+CAPS = Capabilities(
+    forced_output_length=True, token_id_prompts=True, logprobs=False, continuous_batching=True,
+    notes=("TEST INSTRUMENT: a deterministic timing model, no model runs; its numbers measure nothing",),
+)
 
 register(BackendEntry(
     name="fake", summary="TEST INSTRUMENT: a fake engine on a deterministic timing model (no model runs)",
     factory="backends.fake.engine:FakeBackend", plan="backends.fake.engine:plan",
     notes=("fake@ttft=50ms+itl=10ms+seqs=4+fail=0.1+stall=2s+start=5s+stop=1s+die_after=20 "
            "(or --native fake.KEY=VALUE); for testing the orchestration, never for numbers",),
-    capabilities=CAPS,
+    capabilities=CAPS, tuning="backends.fake.tuning:SPACE",
 ))

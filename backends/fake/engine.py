@@ -22,13 +22,10 @@ from core.errors import BackendRequestError, BackendStartError, FailureKind
 from core.records import (SEND_STAMP, BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem,
                           TokenEvent)
 
+from backends.fake import CAPS
 from backends.fake.model import timing_model
 
 VOCAB = 4096  # token ids stay inside the tiny model's vocabulary
-CAPS = Capabilities(
-    forced_output_length=True, token_id_prompts=True, logprobs=False, continuous_batching=True,
-    notes=("TEST INSTRUMENT: a deterministic timing model, no model runs; its numbers measure nothing",),
-)
 _MS = 1_000_000  # ns per ms
 
 

@@ -60,7 +60,7 @@ _CODE_KIND = {429: FailureKind.OVERLOADED, 422: FailureKind.VALIDATION}
 
 def parse_envelope(raw: RawEvent) -> tuple[dict[str, Any] | None, list[Parsed]]:
     """What every OpenAI-protocol chunk shares: its JSON object, or (None, the end or the error it
-    carries); also for servers whose chunks differ only in how they count tokens (backends/trtllm.py)."""
+    carries); also for servers whose chunks differ only in how they count tokens (backends/trtllm/backend.py)."""
     if raw.data == "[DONE]":
         return None, [Done(terminal=True)]
     try:

@@ -1,6 +1,6 @@
 """``llamacpp``: llama.cpp's ``llama-server`` launched here, streamed over HTTP (native ``/completion``).
 
-Lifecycle (as ``vllm-server``, backends/vllm_server.py): the binary (this machine's build from the
+Lifecycle (as ``vllm-server``, backends/vllm/server.py, both on backends/server_process.py): the binary (this machine's build from the
 engine cache, or a prebuilt one) and the GGUF (converted once, cached) are resolved first; the
 server binds 127.0.0.1 on a free port, runs in its own process group under the guard process that
 kills the group when this process disappears (even by SIGKILL), carries the run's owner tag for the
@@ -185,7 +185,7 @@ class LlamaCppBackend(HttpStreamBackend):
         return server, entry.path / MODEL_FILE
 
     async def _start_server(self) -> None:
-        from backends.vllm_server import START_TIMEOUT_S, ServerProcess, free_port
+        from backends.server_process import START_TIMEOUT_S, ServerProcess, free_port
 
         loop = asyncio.get_running_loop()
         server, gguf = await loop.run_in_executor(None, self._prepare)

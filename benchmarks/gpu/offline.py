@@ -29,7 +29,7 @@ from core.fsutil import write_json_atomic  # noqa: E402
 
 
 def _sampling(r, SamplingParams):
-    # the fields backends/vllm_inproc.py sets, minus streaming (offline returns final outputs)
+    # the fields backends/vllm/inproc.py sets, minus streaming (offline returns final outputs)
     return SamplingParams(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p,
                           ignore_eos=r.ignore_eos, seed=r.seed, logprobs=r.logprobs)
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--decode-tokens", type=int, default=128)
     ap.add_argument("--log-stats", choices=["on", "default"], default="on",
-                    help="on: disable_log_stats=False, as backends/vllm_inproc.py starts AsyncLLM (the "
+                    help="on: disable_log_stats=False, as backends/vllm/inproc.py starts AsyncLLM (the "
                          "matched config); default: LLM's own default (stats off)")
     ap.add_argument("--skip-single-stream", action="store_true")
     ap.add_argument("--match-run", type=Path,

@@ -1,9 +1,9 @@
 """Where a level's time went, its prefix-cache hit rate, and its server gauges, summarised honestly.
 
 Inputs: the level's request records (client stamps; in-process vLLM also carries the engine's
-per-request stamps, backends/vllm_inproc.py ``engine_metrics``) and what the backend reported
+per-request stamps, backends/vllm/inproc.py ``engine_metrics``) and what the backend reported
 around the level (``server_metrics``: a server's scraped Prometheus text, backends/server_metrics.py,
-or the in-process engine's scheduler stats, backends/vllm_stats.py).
+or the in-process engine's scheduler stats, backends/vllm/stats.py).
 
 - Time breakdown (means, ms): queued (engine queue until first scheduled), prefill (scheduled
   until first token), decode (first until last token), and ``outside`` = the client's E2E minus

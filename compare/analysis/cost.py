@@ -2,7 +2,7 @@
 
 A topology's spec is the run's spec (``tensor_parallel`` 1 unless set): ``tp@2*vllm`` runs one engine
 over 2 devices and ``replicas@2*vllm`` two engines of ``tensor_parallel`` devices each, K of them
-sharing a device with ``:per_device=K`` (backends/topology.py), so the devices come from the backend's name and its spec, never from the
+sharing a device with ``:per_device=K`` (backends/topology/backend.py), so the devices come from the backend's name and its spec, never from the
 spec alone. A knob variant (``tp@2*vllm[block_size=32]``) occupies what its base does.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.variants import split_variant
-from backends.topology_target import KINDS, Topology
+from backends.topology.target import KINDS, Topology
 from core.errors import UserError
 
 

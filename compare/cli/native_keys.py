@@ -1,19 +1,15 @@
 """``--native BACKEND.KEY=VALUE`` checked against what the engine takes, before anything starts.
 
-The adapters of OpenVINO, TGI, TensorRT-LLM and hf_cb refuse unknown native keys themselves. vLLM's
-and transformers' native options are passed through as they are (engine arguments, and
-``from_pretrained`` keywords or config attributes), so an unknown key would only fail when the engine
-starts (vLLM: a TypeError; transformers: the model's ``__init__``). Here they are checked against
-the installed framework: vLLM's engine-argument fields; transformers' loading keywords and the
-model's config attributes. A framework that is not installed is not checked (its backend says so).
+Most adapters refuse unknown native keys themselves. An engine whose native options are passed
+through as they are (so an unknown key would only fail when the engine starts) checks them through
+its registry entry's ``native_keys`` hook against the installed framework (backends/<engine>/
+native.py). A framework that is not installed is not checked (its backend says so). Engine
+defaults that depend on the machine come from the ``native_defaults`` hook.
 """
 from __future__ import annotations
 
 import difflib
-import importlib.util
-import inspect
 import re
-from pathlib import Path
 from typing import Any
 
 from core.errors import UserError
@@ -24,64 +20,38 @@ def _nearest(key: str, known: set[str]) -> str:
     return f" (nearest: {', '.join(near)})" if near else ""
 
 
-def _vllm_keys() -> set[str] | None:
-    if importlib.util.find_spec("vllm") is None:
-        return None
-    import dataclasses
-    import os
-    import sys
-
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:  # vLLM's import-time notes (platform, Triton) are not this command's output
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 2)
-        from vllm.engine.arg_utils import AsyncEngineArgs
-    except Exception:  # a broken vLLM install: its backend reports it at start
-        return None
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-    return {f.name for f in dataclasses.fields(AsyncEngineArgs)}
-
-
-def _hf_keys(model: str) -> set[str] | None:
-    """``from_pretrained``'s own keywords (its signature and the ones it pops from kwargs) and the
-    model's config attributes; None when either cannot be known here."""
-    if importlib.util.find_spec("transformers") is None or not (Path(model) / "config.json").is_file():
-        return None
-    try:
-        from transformers import AutoConfig, PreTrainedModel
-
-        fn = PreTrainedModel.from_pretrained
-        keys = set(inspect.signature(fn).parameters) - {"kwargs", "model_args", "pretrained_model_name_or_path"}
-        popped = set(re.findall(r"kwargs\.pop\(\s*[\"'](\w+)[\"']", inspect.getsource(fn)))
-        config = AutoConfig.from_pretrained(model)
-    except Exception:  # transformers' layout changed, or the config does not load: not checked here
-        return None
-    if not popped:
-        return None
-    return keys | popped | set(config.to_dict())
-
-
 def check_native(native: dict[str, dict[str, Any]], model: str, backends: list[Any]) -> None:
-    """Refuse a vLLM or transformers native key the installed framework does not have, where the
-    run uses that installed framework: ``vllm-container`` runs its image's vLLM, whose arguments
-    may differ, so the vllm section is not checked when one is in the run."""
+    """Refuse a native key the installed framework does not have, where every backend of the run
+    that reads that section runs the installed framework (its entry's ``native_keys`` hook): a
+    backend without the hook (a container runs its image's framework, whose arguments may differ)
+    leaves the section unchecked."""
+    from backends import registry
+
     names = {n for b in backends for n in re.findall(r"[a-z][a-z0-9-]*", str(b))}
-    local = {"vllm": bool(names & {"vllm", "vllm-server"}) and "vllm-container" not in names, "hf": "hf" in names}
-    for section, label, known_of in (("vllm", "a vLLM engine argument", lambda: _vllm_keys()),
-                                     ("hf", "a transformers from_pretrained keyword or config attribute of "
-                                            "the model", lambda: _hf_keys(model))):
+    run = [e for e in registry.entries() if e.name in names]
+    for section in sorted(native):
         keys = set(native.get(section) or {})
-        if not keys or not local[section]:
+        readers = [e for e in run if (e.native_section or e.name) == section]
+        if not keys or not readers or any(e.native_keys is None for e in readers):
             continue
-        known = known_of()
+        label, known = registry.hook(readers[0], "native_keys")(model)
         if known is None:
             continue
         for key in sorted(keys - known):
             raise UserError(f"--native {section}.{key}: not {label}{_nearest(key, known)}; check the name "
                             f"(`compare plan` shows what each backend is given)")
+
+
+def native_defaults(native: dict[str, dict[str, Any]], spec: Any, gpu: bool) -> dict[str, dict[str, Any]]:
+    """``native`` with every engine's defaults for this machine (its entry's ``native_defaults``
+    hook) under its section, where the user gave no value."""
+    from backends import registry
+
+    out = {k: dict(v) for k, v in native.items()}
+    for e in registry.with_hook("native_defaults"):
+        for key, value in registry.hook(e, "native_defaults")(spec, gpu).items():
+            out.setdefault(e.native_section or e.name, {}).setdefault(key, value)
+    return out
 
 
 def check_sections(native: dict[str, dict[str, Any]]) -> None:

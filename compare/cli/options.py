@@ -67,10 +67,15 @@ def _pydantic_error(e: ValidationError, what: str) -> UserError:
     return UserError(f"{what}: {loc}: {err['msg']}{hint}")
 
 
-def spec_from_args(args: argparse.Namespace, default_model: str | None = None) -> ServingSpec:
+def spec_from_args(args: argparse.Namespace, default_model: str | None = None,
+                   defaults: dict[str, str] | None = None) -> ServingSpec:
+    """The spec from --spec FILE, then the spec flags over it; ``defaults`` (the embedded tiny
+    model's, or what the servers serve) stand in for flags the user left unset."""
     data: dict[str, Any] = _read_yaml(args.spec, "spec") if getattr(args, "spec", None) else {}
     for name in SPEC_CLI_FIELDS:
         v = getattr(args, f"spec_{name}", None)
+        if v is None:
+            v = (defaults or {}).get(name)
         if v is not None:
             data[name] = _scalar(v) if name not in ("model", "tokenizer") else v
     native: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (data.get("native") or {}).items()}
@@ -138,13 +143,13 @@ def workload_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None
 MAX_REQUESTS = 1_000_000
 
 
-# ---------------------------------------------------------------- topology (backends/topology.py)
+# ---------------------------------------------------------------- topology (backends/topology/backend.py)
 
 
 def add_topology_options(p: argparse.ArgumentParser) -> None:
-    from backends.topology_target import LB_POLICIES
+    from backends.topology.target import LB_POLICIES
 
-    g = p.add_argument_group("topology (see backends/topology.py)")
+    g = p.add_argument_group("topology (see backends/topology/backend.py)")
     g.add_argument("--topology", metavar="tp=N,replicas=N",
                    help="run each backend as one TP=N engine and/or N replicas (each its own devices)")
     g.add_argument("--lb", choices=sorted(LB_POLICIES), default="lor", help="replica load balancing (default lor)")
@@ -157,9 +162,9 @@ def add_topology_options(p: argparse.ArgumentParser) -> None:
 def apply_topology(args: argparse.Namespace, backends: list[str]) -> list[Any]:
     """The run's backend targets: a topology name typed in ``--backends`` (``replicas@2*vllm``)
     becomes its typed :class:`Topology`; ``--topology tp=2,replicas=2`` wraps every backend ``b``
-    in ``Topology("tp", 2, b)`` and ``Topology("replicas", 2, b, lb, kill)``. Other names stay as
+    in a tensor-parallel and a replicas :class:`Topology` (the latter with its balancer and kill plan). Other names stay as
     they are (strings the registry resolves)."""
-    from backends.topology_target import KINDS, KillPlan, Topology
+    from backends.topology.target import KINDS, REPLICAS, KillPlan, Topology
 
     typed = [Topology.from_name(b) if b.partition("@")[0].strip() in KINDS else b for b in backends]
     text = getattr(args, "topology", None)
@@ -192,9 +197,8 @@ def apply_topology(args: argparse.Namespace, backends: list[str]) -> list[Any]:
             if isinstance(b, Topology):
                 raise UserError(f"--topology with backend {b.name}: topologies do not nest; pass the plain "
                                 f"backend, e.g. --backends {b.inner}")
-            out.append(Topology("tp", int(n), b) if kind == "tp" else
-                       Topology("replicas", int(n), b, lb=args.lb, kill=kill))
-    if kill is not None and "replicas" not in kinds:
+            out.append(Topology(kind, int(n), b, **({"lb": args.lb, "kill": kill} if kind == REPLICAS else {})))
+    if kill is not None and REPLICAS not in kinds:
         raise UserError("--kill-replica-after applies to replicas; add replicas=N to --topology")
     return out
 

@@ -157,7 +157,10 @@ def place(model: str, opts: QualityOptions) -> tuple[str | None, str]:
 async def score(pending: list[Probed], opts: QualityOptions,
                 status: Callable[[str], None] = lambda s: None) -> dict[str, dict[str, Any]]:
     """Every pending backend's quality entry, one reference load per reference model."""
-    from backends.hf import HFBackend
+    from backends import registry
+
+    # the float32 reference: whichever backend registers the "reference" role
+    reference = registry.load(registry.with_role("reference").factory)
 
     out: dict[str, dict[str, Any]] = {}
     for model in dict.fromkeys(p.reference for p in pending):
@@ -168,7 +171,7 @@ async def score(pending: list[Probed], opts: QualityOptions,
             continue
         status(f"loading the float32 reference on {device} ({why})")
         try:
-            async with HFBackend(ServingSpec(model=model, dtype="float32"), name="reference", device=device) as ref:
+            async with reference(ServingSpec(model=model, dtype="float32"), name="reference", device=device) as ref:
                 ref_answers = None
                 for p in group:
                     status(f"scoring {p.backend} against the reference")

@@ -1,6 +1,6 @@
 """Quality parity against a reference, so a speedup never hides a quality loss.
 
-The reference is the unquantized model in float32 under transformers (backends/hf.py): for a
+The reference is the unquantized model in float32 under transformers (backends/hf/reference.py): for a
 checkpoint made by `compare quantize` that is its recorded source, else the model itself.
 For every backend under test we send a few greedy probe requests (from the run's own request
 list) while it runs, and once every engine has stopped teacher-force the reference on the exact
@@ -16,7 +16,7 @@ with an engine under test):
 * for every backend, logprobs streamed or not: the reference's perplexity of the backend's output
   and the mean reference regret (the reference's log-prob of its own argmax minus that of the
   backend's token, 0 where they agree): a perplexity-based divergence for OpenVINO GenAI;
-* held-out text, teacher-forced (``heldout_parity``; rows from compare/quality/heldout.py):
+* held-out text, teacher-forced (``heldout_parity``; rows from each engine's ``heldout`` hook, backends/heldout.py):
   perplexity per engine and scheme, argmax agreement, log-prob difference and KL;
 * optionally, exact-match accuracy on a user JSONL of {"prompt", "answer"} pairs, with an exact
   McNemar test of the paired difference against the reference's own answers.
@@ -119,7 +119,7 @@ def parity(samples: list[dict[str, Any]], scores: list[list[dict[str, Any]]]) ->
 
 
 def heldout_parity(rows: list[dict[str, Any]], ref: list[dict[str, Any]]) -> dict[str, Any]:
-    """Teacher-forced held-out metrics of one engine vs the reference (compare/quality/heldout.py
+    """Teacher-forced held-out metrics of one engine vs the reference (backends/heldout.py
     rows: per position the true next token's log-prob ``lp``, the ``argmax``, and the engine's
     ``top`` {id: lp} or ``full`` log-prob vector). Perplexity of each; token agreement: share of
     positions where both argmaxes agree (what greedy decoding would pick given the same prefix);

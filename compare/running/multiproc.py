@@ -98,12 +98,11 @@ def level_procs(requested: int | None, backend: Backend, level: LoadLevel, n_req
 
 def recipe(backend: Any) -> worker.ClientRecipe:
     """The started ``backend``'s client, as a client process rebuilds it."""
-    tgi = any(c.__name__ == "TextGenerationStreaming" for c in type(backend).__mro__)
     return worker.ClientRecipe(
         name=backend.name, protocol=backend.protocol.name, base_url=backend.base_url, model=backend.model,
         spec=backend.spec, auth=backend._basic_auth, read_timeout_s=backend.read_timeout_s,
         max_connections=backend.max_connections, fast_transport=backend.fast_transport,
-        tgi_client=getattr(backend, "client", None) if tgi else None)
+        client_class=backend.client_class, settings=tuple(sorted(backend.client_settings().items())))
 
 
 def deal(requests: list[GenerationRequest], level: LoadLevel, n: int, seed: int, timeout_s: float,

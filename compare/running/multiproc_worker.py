@@ -87,21 +87,20 @@ class ClientRecipe:
     read_timeout_s: float
     max_connections: int
     fast_transport: bool
-    tgi_client: str | None = None  # TGI backends: which client streams (backends/tgi.py)
+    # the backend's client_class ("module:Class") and client_settings(), as (name, value) pairs
+    client_class: str = "backends.http_backends:HttpStreamBackend"
+    settings: tuple[tuple[str, Any], ...] = ()
 
     def build(self) -> Any:
+        import importlib
+
         kw = dict(protocol=self.protocol, base_url=self.base_url, model=self.model, metrics=None,
                   max_connections=self.max_connections, read_timeout_s=self.read_timeout_s,
                   fast_transport=self.fast_transport)
-        if self.tgi_client is not None:
-            from backends.tgi import TextGenerationStreaming
-
-            b = TextGenerationStreaming(self.spec, self.name, **kw)
-            b.client = self.tgi_client
-        else:
-            from backends.http_backends import HttpStreamBackend
-
-            b = HttpStreamBackend(self.spec, self.name, **kw)
+        mod, _, cls = self.client_class.partition(":")
+        b = getattr(importlib.import_module(mod), cls)(self.spec, self.name, **kw)
+        for k, v in self.settings:
+            setattr(b, k, v)
         b._basic_auth = self.auth
         return b
 

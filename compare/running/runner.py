@@ -42,7 +42,7 @@ from compare.workload.schedule import LoadLevel
 from compare.workload.build import WorkloadSpec, request_to_dict
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
     backends: list[str | registry.BackendTarget]  # names, or typed targets (str() is the display name)
     spec: ServingSpec

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.spec import ServingSpec
-from backends.topology_target import KINDS, Topology
+from backends.topology.target import KINDS, Topology
 from core.errors import UserError
 from compare.tuning.search import best_of, pareto_frontier
 from compare.tuning.space import apply_config, space_for

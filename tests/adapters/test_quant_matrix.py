@@ -164,16 +164,16 @@ def test_verify_catches_a_quantized_request_that_loaded_dense_weights():
     """The H200 GPTQ case: method resolved but no quantized kernel and bf16-sized weights."""
     report = {"method": "gptq", "dtype": "bfloat16", "linear_ratio": 1.0,
               "linear_groups": [{"method": "UnquantizedLinearMethod", "scheme": None, "kernel": None, "layers": 196}]}
-    v = verify(ServingSpec(model="/m", quantization="w4a16-gptq"), report)
+    v = verify(ServingSpec(model="/m", quantization="w4a16-gptq"), report, framework="vllm")
     assert v["valid"] is False and v["status"] == "invalid"
     text = " ".join(v["problems"])
     assert "UnquantizedLinearMethod" in text and "1.00x" in text
     ok = verify(ServingSpec(model="/m", quantization="w4a16-gptq"), {
         "method": "gptq_marlin", "dtype": "bfloat16", "linear_ratio": 0.27,
         "linear_groups": [{"method": "GPTQMarlinLinearMethod", "scheme": None, "kernel": "MacheteLinearKernel",
-                           "layers": 196}]})
+                           "layers": 196}]}, framework="vllm")
     assert ok["valid"] is True, ok["problems"]
-    assert verify(ServingSpec(model="/m"), None)["status"] == "unverified"
+    assert verify(ServingSpec(model="/m"), None, framework="vllm")["status"] == "unverified"
 
 
 def test_cli_matrix_json_and_check_exit_codes():

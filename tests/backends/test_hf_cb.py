@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from adapters.spec import ServingSpec
-from backends.hf_cb import HFCBBackend
+from backends.hf.cb import HFCBBackend
 from core.errors import BackendRequestError, FailureKind
 from core.records import GenerationRequest, StreamEnd, TokenEvent
 from tests.reference import collect, reference_greedy
@@ -118,7 +118,7 @@ def test_engine_process_dies_with_the_tool(tiny_model, tmp_path):
         engine = None
         for _ in range(1200):
             kids = psutil.Process(p.pid).children(recursive=True)
-            engine = next((k for k in kids if "backends.hf_cb_engine" in " ".join(k.cmdline())), None)
+            engine = next((k for k in kids if "backends.hf.cb_engine" in " ".join(k.cmdline())), None)
             if engine is not None and any(f.stat().st_size for f in tmp_path.glob("*/requests.jsonl")):
                 break
             time.sleep(0.1)

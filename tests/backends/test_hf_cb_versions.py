@@ -5,7 +5,7 @@ import pytest
 
 from adapters.hf_cb import hf_cb_plan
 from adapters.spec import ServingSpec
-from backends.hf_cb_engine import cb_kwargs, config_fields
+from backends.hf.cb_engine import cb_kwargs, config_fields
 
 # transformers 5.17.0's ContinuousBatchingConfig fields (transformers/generation/configuration_utils.py
 # of that release): the cache block is ``block_size`` and there is no ``auto_switch_to_flash``

@@ -39,7 +39,7 @@ def test_guard_kills_the_group_when_the_benchmark_is_killed(tmp_path):
     launcher = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from backends.vllm_server import ServerProcess\n"
+        "from backends.server_process import ServerProcess\n"
         f"ServerProcess([sys.executable, {str(child)!r}], Path({str(tmp_path / 'log')!r})).start()\n"
         "time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", launcher], cwd=ROOT)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from adapters.spec import ServingSpec
-from backends.openvino import OpenVINOBackend
+from backends.openvino.backend import OpenVINOBackend
 from core.errors import BackendRequestError, FailureKind
 from core.records import GenerationRequest, StreamEnd, TokenEvent
 from tests.conftest import TINY_SPEC_ARGS, run_cli
@@ -156,7 +156,7 @@ def test_engine_process_dies_with_the_tool(tiny_model, tmp_path):
         engine = None
         for _ in range(600):
             kids = psutil.Process(p.pid).children(recursive=True)
-            engine = next((k for k in kids if "backends.openvino_engine" in " ".join(k.cmdline())), None)
+            engine = next((k for k in kids if "backends.openvino.engine" in " ".join(k.cmdline())), None)
             if engine is not None and (tmp_path.glob("*/requests.jsonl") and any(
                     f.stat().st_size for f in tmp_path.glob("*/requests.jsonl"))):
                 break

@@ -127,14 +127,14 @@ def test_cuda_visible_devices_and_energy_integration():
 
 
 def test_roles_from_command_lines_and_titles():
-    assert role_of("python -m backends.vllm_server --guard python -m vllm.entrypoints.openai.api_server", "p") \
+    assert role_of("python -m backends.server_process --guard python -m vllm.entrypoints.openai.api_server", "p") \
         == "server guard"
     assert role_of("python -m vllm.entrypoints.openai.api_server --model m", "python") == "API server"
     assert role_of("VLLM::EngineCore", "VLLM::EngineCor") == "engine core"
-    assert role_of("python -m backends.openvino_engine", "python") == "engine process"
+    assert role_of("python -m backends.openvino.engine", "python") == "engine process"
     assert role_of("sleep 5", "sleep") == "sleep"
     # a server the tool launched under its guard is the engine itself (llama-server has no role of
     # its own): its saturation is the engine's (compare/analysis/bottleneck.py)
-    guard = "python -m backends.vllm_server --guard /x/llama-server --model m.gguf"
+    guard = "python -m backends.server_process --guard /x/llama-server --model m.gguf"
     assert role_of("/x/llama-server --model m.gguf --port 1", "llama-server", guard) == "engine server"
     assert role_of("python -m vllm.entrypoints.openai.api_server", "python", guard) == "API server"

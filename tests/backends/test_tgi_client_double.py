@@ -43,7 +43,7 @@ def test_package_request_bodies_pass_the_double_as_real_tgi(tgi_url):
 
 
 def test_text_generation_client_matches_the_stamped_reader(tgi_url):
-    from backends.tgi import TgiEndpoint
+    from backends.tgi.backend import TgiEndpoint
 
     req = GenerationRequest("g", 6, prompt_text="one two three four five", ignore_eos=False, temperature=0.0)
 
@@ -69,7 +69,7 @@ def test_text_generation_client_matches_the_stamped_reader(tgi_url):
 def test_quality_probes_use_the_package_single_request_path(tgi_url):
     """compare/quality/parity.py probes a TGI backend on tgi.client=text-generation through the
     package's one non-streaming request, with the same tokens, logprobs and top-k as the stream."""
-    from backends.tgi import TgiEndpoint
+    from backends.tgi.backend import TgiEndpoint
     from compare.quality.parity import _probe
 
     req = GenerationRequest("q", 5, prompt_text="one two three four five", ignore_eos=True, temperature=0.0,

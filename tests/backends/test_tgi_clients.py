@@ -26,7 +26,7 @@ def test_both_clients_stream_tgi_and_stamped_is_more_accurate():
 
 
 def test_text_generation_client_ends_streams_and_validates_parameters():
-    from backends.tgi import TgiEndpoint
+    from backends.tgi.backend import TgiEndpoint
     from compare.running.calibration import CalibrationServerProcess, CalibrationTiming
 
     async def go(url):

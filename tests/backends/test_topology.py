@@ -15,8 +15,8 @@ import pytest
 
 from adapters.spec import UnsupportedSpecError
 from core.errors import UserError
-from backends.topology import ReplicaSet, failure_cost
-from backends.topology_target import KillPlan, Topology
+from backends.topology.backend import ReplicaSet, failure_cost
+from backends.topology.target import KillPlan, Topology
 from tests.conftest import run_cli
 
 N = 32  # requests per level in the replica run
@@ -64,7 +64,7 @@ def test_replicas_sharing_one_device_split_its_memory():
     engine (here a CPU core and the KV-cache bytes; on a GPU gpu_memory_utilization)."""
     from adapters.spec import ServingSpec
     from backends import registry
-    from backends.topology import devices_present
+    from backends.topology.backend import devices_present
 
     if devices_present()[0] == "gpu":
         pytest.skip("checks the CPU path; the GPU path divides gpu_memory_utilization")

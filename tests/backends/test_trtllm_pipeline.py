@@ -16,7 +16,7 @@ import pytest
 from adapters.spec import ServingSpec
 from core.records import GenerationRequest, TokenEvent
 from core.errors import BackendStartError
-from backends.trtllm import TrtllmBackend
+from backends.trtllm.backend import TrtllmBackend
 from backends.models.engine_cache import EngineCache
 from core.errors import UserError
 from tests.conftest import ROOT
@@ -90,7 +90,7 @@ def test_engine_flow_quantize_build_serve_and_cache(docker_client, tiny_model, t
     assert [c.name for c in docker_client.containers.list(all=True, filters={"label": "llm-compare.step"})] == []
 
     # the second backend with the same spec hits the cache: no step container runs
-    from backends.trtllm_pipeline import build_key, ensure_artifact
+    from backends.trtllm.pipeline import build_key, ensure_artifact
 
     before = (entry.path / "logs" / "build.log").stat().st_mtime_ns
     again, hit = ensure_artifact(b.plan, spec.model, cache=cache, client=docker_client, gpus=None,

@@ -16,7 +16,7 @@ from adapters.spec import ServingSpec
 from core.records import GenerationRequest, TokenEvent
 from backends.http.protocol import UNKNOWN_ID
 from backends.http.sse import RawEvent
-from backends.trtllm import TrtllmBackend, trtllm_payload
+from backends.trtllm.backend import TrtllmBackend, trtllm_payload
 from tests.conftest import run_cli
 
 # tensorrt_llm/serve/openai_protocol.py, class CompletionRequest(OpenAIBaseModel) with
@@ -47,7 +47,7 @@ def _raw(obj, t=1):
 
 
 def test_parser_counts_tokens_from_cumulative_usage_even_with_empty_text():
-    from backends.trtllm import parse_trtllm_completions as parse
+    from backends.trtllm.backend import parse_trtllm_completions as parse
 
     u = lambda n: {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n}  # noqa: E731
     chunks = [{"id": "cmpl-a", "choices": [{"index": 0, "text": "He"}], "usage": u(1)},
@@ -68,7 +68,8 @@ def test_parser_counts_tokens_from_cumulative_usage_even_with_empty_text():
 @pytest.fixture(scope="module")
 def openai_server(tiny_model, tmp_path_factory):
     """The real vLLM OpenAI server (one start for the module), standing in for trtllm-serve."""
-    from backends.vllm_server import HOST, ServerProcess, free_port, server_command
+    from backends.server_process import HOST, ServerProcess, free_port
+    from backends.vllm.server import server_command
 
     spec = ServingSpec(model=str(tiny_model), dtype="float32", max_model_len=512,
                        kv_cache_memory_bytes=64 << 20, enforce_eager=True)

@@ -36,21 +36,17 @@ def _cache(args: argparse.Namespace):
 
 def _row(e) -> dict:
     m = e.meta
+    head = {"key": e.key, "size_bytes": e.size_bytes(), "created": m.get("created")}
     if isinstance(m.get("listing"), dict):  # an entry that says how it is listed (backends/llamacpp/)
-        return {"key": e.key, "size_bytes": e.size_bytes(), "created": m.get("created"), "compute_capability": None,
-                "path": str(e.path), **m["listing"]}
-    if m.get("kind") == "openvino-ir":  # backends/models/openvino_export.py
-        export, exporter = m.get("export") or {}, m.get("exporter") or {}
-        return {"key": e.key, "size_bytes": e.size_bytes(), "created": m.get("created"), "kind": "openvino-ir",
-                "model": m.get("source"), "flow": "optimum-cli export openvino",
-                "quant": export.get("weight_format", "?"),
-                "built_by": f"optimum-intel {exporter.get('optimum-intel')}, nncf {exporter.get('nncf')}",
-                "gpu": None, "compute_capability": None, "path": str(e.path)}
-    return {"key": e.key, "size_bytes": e.size_bytes(), "created": m.get("created"), "kind": "trtllm-engine",
-            "model": m.get("model"), "flow": m.get("flow"), "quant": m.get("quant") or "none",
-            "trtllm_version": m.get("version"), "built_by": f"TensorRT-LLM {m.get('version')}",
-            "image_id": m.get("image_id"), "gpu": m.get("gpu_name"),
-            "compute_capability": m.get("compute_capability"), "path": str(e.path)}
+        return {**head, "compute_capability": None, "path": str(e.path), **m["listing"]}
+    from backends import registry
+
+    for b in registry.with_hook("cache_listing"):  # the engine whose entry it is says how it is listed
+        row = registry.hook(b, "cache_listing")(m)
+        if row is not None:
+            return {**head, **row, "path": str(e.path)}
+    return {**head, "kind": m.get("kind", "unknown"), "model": m.get("model") or m.get("source"),
+            "compute_capability": None, "path": str(e.path)}
 
 
 def _ls(args: argparse.Namespace) -> int:

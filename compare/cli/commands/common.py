@@ -11,9 +11,6 @@ from typing import Any
 
 from core.errors import UserError
 
-# The embedded default compares two real serving engines (vLLM, OpenVINO GenAI) with the
-# transformers reference beside them
-DEFAULT_BACKENDS = "vllm,openvino,hf"
 # The embedded default: a tiny model on CPU needs an explicit KV size (vLLM's CPU memory check)
 DEFAULT_TINY_SPEC = {"dtype": "float32", "max_model_len": 512, "kv_cache_memory_bytes": 64 * 2**20,
                      # torch.compile on CPU costs ~2 min at start; eager starts in seconds
@@ -45,7 +42,17 @@ def parse_backends(text: str) -> list[str]:
     return names
 
 
-def add_backends_option(p: argparse.ArgumentParser, default: str = DEFAULT_BACKENDS) -> None:
+def default_backends() -> str:
+    """The embedded default's backends: the entries that rank themselves in it (two real serving
+    engines with the quality reference beside them), in their order."""
+    from backends import registry
+
+    ranked = sorted((e for e in registry.entries() if e.default_rank), key=lambda e: e.default_rank)
+    return ",".join(e.name for e in ranked)
+
+
+def add_backends_option(p: argparse.ArgumentParser, default: str | None = None) -> None:
+    default = default or default_backends()
     p.add_argument("--backends", default=default,
                    help=f"comma-separated backends (default {default}); see `compare backends`")
 
@@ -63,12 +70,13 @@ def _split_endpoints(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     return remote, [n for n in names if n not in remote]
 
 
-def apply_tiny_defaults(args: argparse.Namespace) -> str | None:
-    """No --model and no --spec: use the embedded tiny model (built once) with its CPU spec
-    defaults for every flag the user left unset. Returns the model dir, or None. Never for a run
-    that talks to an already running server: that server's model is the run's model."""
+def tiny_defaults(args: argparse.Namespace) -> dict[str, str]:
+    """No --model and no --spec: the embedded tiny model (built once) and its CPU spec defaults,
+    as spec defaults (``spec_from_args``: used for every flag the user left unset); {} otherwise.
+    Never for a run that talks to an already running server: that server's model is the run's
+    model."""
     if args.spec_model is not None or args.spec:
-        return None
+        return {}
     remote, local = _split_endpoints(args)
     if remote and local:
         raise UserError(f"--backends mixes already running servers ({', '.join(_shown(remote))}) with engines "
@@ -80,10 +88,7 @@ def apply_tiny_defaults(args: argparse.Namespace) -> str | None:
     from backends.models.tiny import ensure_tiny_model
 
     print("using the embedded tiny Qwen2 model (built once, cached)", file=sys.stderr)
-    for k, v in DEFAULT_TINY_SPEC.items():
-        if getattr(args, f"spec_{k}") is None:
-            setattr(args, f"spec_{k}", str(v))
-    return str(ensure_tiny_model())
+    return {"model": str(ensure_tiny_model()), **{k: str(v) for k, v in DEFAULT_TINY_SPEC.items()}}
 
 
 def _shown(names: list[str]) -> list[str]:
@@ -114,10 +119,15 @@ class ServedRun:
         if workload.prompt_format == "token_ids":
             raise UserError("--prompt-format token_ids against a served model needs its tokenizer: pass "
                             "--tokenizer DIR (a local copy) or use --prompt-format text")
-        chat_only = all(e.backend.partition("@")[0] == "openai-chat" for e in self.endpoints)
+        from backends import registry
+
+        # the endpoints that take chat messages and apply the server's own chat template
+        chat = [e.name for e in registry.entries() if "chat" in e.roles]
+        chat_only = all(e.backend.partition("@")[0] in chat for e in self.endpoints)
         if workload.prompt_format == "chat" and not chat_only:
-            raise UserError("--prompt-format chat needs the served model's chat template here (only openai-chat@URL "
-                            "applies its own): pass --tokenizer DIR or use --prompt-format text")
+            raise UserError(f"--prompt-format chat needs the served model's chat template here (only "
+                            f"{' and '.join(n + '@URL' for n in chat)} applies its own): pass --tokenizer DIR or use "
+                            f"--prompt-format text")
         if workload.sharegpt:
             return None  # the dataset's own text; output lengths from the workload's output dist
         from compare.workload.words import WordVocabulary
@@ -159,23 +169,24 @@ class ServedRun:
                                  "endpoints": [e.as_dict() for e in self.endpoints]}}
 
 
-def apply_served_defaults(args: argparse.Namespace) -> ServedRun | None:
+def served_defaults(args: argparse.Namespace) -> tuple[ServedRun | None, dict[str, str]]:
     """No --model, no --spec, and every backend an already running server (``openai@URL``,
     ``tgi@URL``...): ask each what it serves; the first one's name (and the smallest max model
-    length) become the spec's. ``ServedRun.confirm`` says where the model and the prompts come from."""
+    length) become the spec's defaults (``spec_from_args``). ``ServedRun.confirm`` says where the
+    model and the prompts come from. (None, {}) for any other run."""
     if args.spec_model is not None or args.spec:
-        return None
+        return None, {}
     remote, local = _split_endpoints(args)
     if not remote or local:
-        return None  # apply_tiny_defaults refuses a mix with one line
+        return None, {}  # tiny_defaults refuses a mix with one line
     from backends.served_model import served_model
 
     served = tuple(served_model(n, min(float(getattr(args, "timeout", 30.0) or 30.0), 30.0)) for n in remote)
     tok = getattr(args, "spec_tokenizer", None)
     if tok is not None and not Path(tok).is_dir():
         raise UserError(f"--tokenizer {tok} is not a directory; pass the served model's local tokenizer directory")
-    args.spec_model = served[0].model
+    defaults = {"model": served[0].model}
     lens = [s.max_model_len for s in served if s.max_model_len]
-    if getattr(args, "spec_max_model_len", None) is None and lens:
-        args.spec_max_model_len = str(min(lens))
-    return ServedRun(served, tok)
+    if lens:
+        defaults["max_model_len"] = str(min(lens))
+    return ServedRun(served, tok), defaults

@@ -147,9 +147,13 @@ class _Variant:
 
 
 def variants(args: argparse.Namespace, base: Any) -> list[_Variant]:
-    """One vLLM spec per requested scheme; bad combinations raise before anything starts."""
+    """One spec per requested scheme for the engine with the "quant" role (vLLM); bad combinations
+    raise before anything starts."""
     from adapters.quant import SCHEMES, check
+    from backends import registry
     from backends.models.probe import probe_machine
+
+    engine = registry.with_role("quant").name
 
     ckpts: dict[str, str] = {}
     for item in args.checkpoint:
@@ -169,25 +173,27 @@ def variants(args: argparse.Namespace, base: Any) -> list[_Variant]:
         sch = SCHEMES[s]
         upd: dict[str, Any] = dict(sch.spec_update)
         if sch.kind == "weights":
-            c = check("vllm", s, machine)  # not on this device or CPU (instruction set): exit 2 now
+            c = check(engine, s, machine)  # not on this device or CPU (instruction set): exit 2 now
             if args.dummy:
                 upd["load_format"] = "dummy"
             elif s in ckpts:
                 upd["model"] = ckpts[s]
             elif not c.online:
-                raise UserError(f"--schemes {s}: vLLM cannot quantize to {s} at load time; pass "
+                raise UserError(f"--schemes {s}: {engine} cannot quantize to {s} at load time; pass "
                                 f"--checkpoint {s}=DIR (compare quantize --model {base.model} --scheme {s} --out DIR)")
         elif args.dummy:
             upd["load_format"] = "dummy"
-        out.append(_Variant(f"vllm:{s}", s, base.model_copy(update=upd)))
+        out.append(_Variant(f"{engine}:{s}", s, base.model_copy(update=upd)))
     if not out:
         raise UserError("--schemes is empty: name at least one, e.g. fp32,w8a8-int8")
     return out
 
 
 def _run(args: argparse.Namespace) -> int:
-    from adapters.vllm import vllm_plan
-    from backends.models.probe import probe, probe_machine
+    from dataclasses import replace
+
+    from backends import registry
+    from backends.models.probe import probe_machine
     from compare.cli.options import spec_from_args, workload_from_args
     from compare.quality.parity import QualityOptions, load_accuracy_jsonl
     from compare.running.runner import run
@@ -213,7 +219,8 @@ def _run(args: argparse.Namespace) -> int:
     vs = variants(args, base)
     machine = probe_machine()
     # each variant's plan once: UnsupportedSpecError (exit 2) before any engine starts
-    plans = {v.label: vllm_plan(v.spec, probe(v.spec.model, machine)) for v in vs}
+    engine = registry.with_role("quant").name
+    prepared = {v.label: replace(registry.prepare(engine, v.spec, machine), name=v.label) for v in vs}
     acc = load_accuracy_jsonl(args.accuracy) if args.accuracy else ()
     try:
         levels = parse_levels(args.concurrency, None)
@@ -233,9 +240,7 @@ def _run(args: argparse.Namespace) -> int:
                          **({"run_id": args.run_id} if args.run_id else {}))
 
     def factory(name: str, spec: Any) -> Any:
-        from backends.vllm_inproc import VllmBackend
-
-        return VllmBackend(spec, name=name, native=plans[name])
+        return prepared[name].build()
 
     writer = aio.run(run(cfg, backend_factory=factory))
     table = side_by_side(writer.run, [v.label for v in vs])

@@ -9,14 +9,17 @@ random-weight model's flat logits make quality deltas meaningless. The held-out 
 trained model's held-out split. vLLM's quantized checkpoints are made by ``compare quantize`` from
 the model (cached under the cache root, keyed by the model's digest) unless ``--checkpoint``
 names one; OpenVINO's are NNCF exports (cached in the engine cache). Each engine scores the same
-windows teacher-forced (compare/quality/heldout.py) and is compared with the float32
-transformers reference (compare/quality/parity.py: perplexity, token agreement, log-prob
-difference, KL). Exit 1 when an engine failed (its row says why), 2 on bad input.
+windows teacher-forced and is compared with the float32 reference (compare/quality/parity.py:
+perplexity, token agreement, log-prob difference, KL). The engines are the backends whose registry
+entry has a ``heldout`` hook (backends/heldout.py), each with its own ``--NAME-schemes``; the
+reference is the backend that plays the "reference" role. Exit 1 when an engine failed (its row
+says why), 2 on bad input.
 """
 from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import json
 import os
 import subprocess
@@ -27,17 +30,30 @@ from typing import Any
 
 from core.errors import UserError
 
-ENGINES = ("vllm", "openvino")
-DEFAULTS = {"vllm": "fp32,bf16,w8a8-int8,w4a16", "openvino": "fp32,w8a16-int8,w4a16"}
+
+def _engines() -> list[tuple[str, Any]]:
+    """(backend name, its backends.heldout.HeldOut) of every engine that scores held-out text, in
+    row order; the reference is not among them."""
+    from backends import registry
+
+    ref = registry.with_role("reference").name
+    found = [(e.name, registry.hook(e, "heldout")) for e in registry.with_hook("heldout") if e.name != ref]
+    return sorted(found, key=lambda x: x[1].rank)
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def add_quality_parser(qs: argparse._SubParsersAction) -> None:
     q = qs.add_parser("quality", help="held-out perplexity and parity per engine and scheme vs fp32 transformers")
     q.add_argument("--model", type=Path, default=None, help="default: the trained tiny model (built if missing)")
-    for e in ENGINES:
-        q.add_argument(f"--{e}-schemes", default=DEFAULTS[e], help=f"comma-separated (default {DEFAULTS[e]}; '' skips {e})")
+    engines = _engines()
+    for e, h in engines:
+        q.add_argument(f"--{e}-schemes", default=h.schemes, help=f"comma-separated (default {h.schemes}; '' skips {e})")
+    loads = "/".join(e for e, h in engines if h.checkpoints)
     q.add_argument("--checkpoint", action="append", default=[], metavar="SCHEME=DIR",
-                   help="a vLLM checkpoint for a scheme (default: made by `compare quantize`, cached)")
+                   help=f"a {loads} checkpoint for a scheme (default: made by `compare quantize`, cached)")
     q.add_argument("--windows", type=int, default=16, help="held-out windows (default 16)")
     q.add_argument("--window-len", type=int, default=256, help="tokens per window (default 256)")
     q.add_argument("--top-k", type=int, default=5, help="vLLM prompt logprobs per position (default 5)")
@@ -62,8 +78,8 @@ def _schemes(engine: str, arg: str, machine: Any) -> list[str]:
     return out
 
 
-def _checkpoints(args: argparse.Namespace, model: Path, schemes: list[str]) -> dict[str, Path]:
-    """scheme -> vLLM checkpoint for every weight-quantized scheme (made and cached if missing)."""
+def _checkpoints(args: argparse.Namespace, model: Path, schemes: list[str], engine: str) -> dict[str, Path]:
+    """scheme -> checkpoint for every weight-quantized scheme of ``engine`` (made and cached if missing)."""
     from adapters.quant import SCHEMES
     from backends.models.tiny import cache_root
     from compare.cli.commands.quantize import source_hash
@@ -94,27 +110,24 @@ def _checkpoints(args: argparse.Namespace, model: Path, schemes: list[str]) -> d
                                 "--out", str(d)], stdout=subprocess.PIPE, text=True)
             if r.returncode != 0:
                 raise UserError(f"compare quantize --scheme {s} failed (exit {r.returncode}); pass "
-                                f"--checkpoint {s}=DIR or drop {s} from --vllm-schemes")
+                                f"--checkpoint {s}=DIR or drop {s} from --{engine}-schemes")
         out[s] = d
     return out
 
 
-def _spec(engine: str, model: Path, scheme: str, window_len: int, ckpt: Path | None) -> Any:
-    """The engine's spec for a scheme. Unquantized parts compute in float32, except vLLM's
-    quantized kernels, which take bfloat16 / float16 activations only (on CPU too): those rows
-    compute in bfloat16 (a `bf16` row shows what bfloat16 alone costs). The plan is resolved here,
-    so a combination the engine refuses exits 2 before any engine starts."""
-    from adapters.openvino import openvino_plan
+def _spec(engine: str, dtype: str, model: Path, scheme: str, window_len: int, ckpt: Path | None) -> Any:
+    """The engine's spec for a scheme; ``dtype``: the engine's compute dtype where the scheme sets
+    none (backends.heldout.HeldOut.dtype). The plan is resolved here, so a combination the engine
+    refuses exits 2 before any engine starts."""
     from adapters.quant import SCHEMES
     from adapters.spec import ServingSpec
-    from adapters.vllm import vllm_plan
-    from backends.models.probe import probe
+    from backends import registry
 
     upd = dict(SCHEMES[scheme].spec_update)
-    dtype = upd.pop("dtype", None) or ("bfloat16" if engine == "vllm" else "float32")
+    dtype = upd.pop("dtype", None) or dtype
     spec = ServingSpec(**{"model": str(ckpt or model), "dtype": dtype, "max_model_len": window_len + 16,
                           "kv_cache_memory_bytes": 64 << 20, "enforce_eager": True, "prefix_caching": False, **upd})
-    (vllm_plan if engine == "vllm" else openvino_plan)(spec, probe(spec.model))
+    registry.prepare(engine, spec)
     return spec
 
 
@@ -132,28 +145,30 @@ def _row(engine: str, scheme: str, fn: Any, ref: list[Any]) -> dict[str, Any]:
         return {"engine": engine, "scheme": scheme, "status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}
 
 
-def _vllm_loaded(spec: Any, desc: dict[str, Any]) -> dict[str, Any]:
+def _verified(engine: str, spec: Any, desc: dict[str, Any]) -> dict[str, Any]:
     from compare.quality.verify import verify
 
     rep = (desc.get("extra") or {}).get("quantization")
-    v = verify(spec, rep, resolved=(desc.get("native_config") or {}).get("resolved"), framework="vllm")
+    v = verify(spec, rep, resolved=(desc.get("native_config") or {}).get("resolved"), framework=engine)
     lo = v.get("loaded", {})
     return {"valid": v.get("valid"), "problems": v.get("problems", []), "method": lo.get("method"),
             "kernels": lo.get("kernels", []), "linear_ratio": lo.get("linear_ratio")}
 
 
 def _quality(args: argparse.Namespace) -> int:
+    from adapters.spec import ServingSpec
+    from backends import registry
     from backends.models.probe import probe_machine
     from backends.models.train import default_trained_dir, ensure_trained_model, heldout_windows, provenance
-    from compare.quality import heldout
 
     if args.windows < 1 or args.window_len < 8 or args.top_k < 1:
         raise UserError("--windows >= 1, --window-len >= 8 and --top-k >= 1, please")
     machine = probe_machine()
     device = machine.device
-    plan = {e: _schemes(e, getattr(args, f"{e}_schemes"), machine) for e in ENGINES}
+    engines = _engines()
+    plan = {e: _schemes(e, getattr(args, f"{e.replace('-', '_')}_schemes"), machine) for e, _ in engines}
     if not any(plan.values()):
-        raise UserError("no schemes: name at least one in --vllm-schemes or --openvino-schemes")
+        raise UserError("no schemes: name at least one in " + " or ".join(f"--{e}-schemes" for e, _ in engines))
     if args.model is None:
         print(f"trained tiny model: {default_trained_dir()} (built on first use, minutes)", file=sys.stderr)
         model = ensure_trained_model(log=lambda s: print(s, file=sys.stderr, flush=True))
@@ -161,39 +176,39 @@ def _quality(args: argparse.Namespace) -> int:
         raise UserError(f"--model {args.model}: no config.json there; pass a local model directory")
     else:
         model = Path(args.model).resolve()
-    ckpts = _checkpoints(args, model, plan["vllm"])
-    specs = {(e, s): _spec(e, model, s, args.window_len, ckpts.get(s) if e == "vllm" else None)
-             for e in ENGINES for s in plan[e]}
+    ckpts = {e: _checkpoints(args, model, plan[e], e) if h.checkpoints else {} for e, h in engines}
+    specs = {(e, s): _spec(e, h.dtype, model, s, args.window_len, ckpts[e].get(s)) for e, h in engines for s in plan[e]}
     from transformers import AutoTokenizer
 
     windows = heldout_windows(AutoTokenizer.from_pretrained(str(model)), args.windows, args.window_len)
     if not windows:
         raise UserError(f"the held-out text is shorter than --window-len {args.window_len}")
-    # vLLM logs to stdout by default: keep stdout for the table or the JSON
+    # engines may log to stdout by default (vLLM does): keep stdout for the table or the JSON
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    ref = heldout.score_reference(str(model), windows)
+    reference = registry.with_role("reference")
+    ref_heldout = registry.hook(reference, "heldout")
+    ref, _ = ref_heldout.score(ServingSpec(model=str(model), dtype="float32"), windows, args.top_k, _log)
     from compare.quality.parity import heldout_parity
 
-    rows = [{"engine": "transformers", "scheme": "fp32", "status": "measured", "loaded": {"reference": True},
-             **heldout_parity(ref, ref)}]
+    rows = [{"engine": ref_heldout.label or reference.name, "scheme": "fp32", "status": "measured",
+             "loaded": {"reference": True}, **heldout_parity(ref, ref)}]
     from compare.running import aio
 
-    for s in plan["vllm"]:
-        spec = specs["vllm", s]
+    for e, h in engines:
+        for s in plan[e]:
+            def score(spec: Any = specs[e, s], e: str = e, h: Any = h) -> tuple[Any, Any]:
+                out = h.score(spec, windows, args.top_k, _log)
+                if inspect.iscoroutine(out):
+                    out = aio.run(out)
+                gc.collect()  # a stopped engine's objects now, not in a half-torn-down interpreter at exit
+                r, loaded = out
+                return r, ({**_verified(e, spec, loaded), "dtype": spec.dtype} if h.describes else loaded)
 
-        def run_vllm(spec: Any = spec) -> tuple[Any, Any]:
-            r, desc = aio.run(heldout.score_vllm(spec, windows, args.top_k))
-            gc.collect()  # the stopped engine's object now, not in a half-torn-down interpreter at exit
-            return r, {**_vllm_loaded(spec, desc), "dtype": spec.dtype}
-
-        rows.append(_row("vllm", s, run_vllm, ref))
-    for s in plan["openvino"]:
-        spec = specs["openvino", s]
-        rows.append(_row("openvino", s, lambda spec=spec: heldout.score_openvino(spec, windows), ref))
+            rows.append(_row(h.label or e, s, score, ref))
     result = {"model": str(model), "model_provenance": provenance(model), "device": device,
               "date": time.strftime("%Y-%m-%d %H:%M %Z"), "windows": len(windows), "window_len": args.window_len,
               "top_k": args.top_k, "reference": "transformers float32 on the unquantized model",
-              "checkpoints": {s: str(d) for s, d in ckpts.items()}, "rows": rows}
+              "checkpoints": {s: str(d) for c in ckpts.values() for s, d in c.items()}, "rows": rows}
     if args.out:
         from core.fsutil import write_json_atomic
 

@@ -9,13 +9,14 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from compare.cli import max_rate
 from compare.cli.parser import run_id
 from compare.running import aio
 from compare.cli.commands.common import (
-    DEFAULT_LEVELS, DEFAULT_WORKLOAD, add_backends_option, apply_served_defaults, apply_tiny_defaults, has_gpu,
+    DEFAULT_LEVELS, DEFAULT_WORKLOAD, add_backends_option, has_gpu, served_defaults, tiny_defaults,
     parse_backends,
 )
 from core.errors import UserError
@@ -213,16 +214,17 @@ def _check_lengths(spec, requests) -> None:
 def _run(args: argparse.Namespace) -> int:
     from core.slo import SLO
 
-    # typed targets: --topology tp=N,replicas=N wraps each backend (backends/topology_target.py)
+    # typed targets: --topology tp=N,replicas=N wraps each backend (backends/topology/target.py)
     backends = apply_topology(args, parse_backends(args.backends))
     levels = _validate_load(args)
     slo = SLO.parse(args.slo)
     after_levels = max_rate.hook(args, slo, args.timeout)  # --find-max-rate (compare/cli/max_rate.py)
     # already running servers only, no --model: the model is what they serve (common.py)
-    served = apply_served_defaults(args)
-    default_model = apply_tiny_defaults(args)
-    tiny = default_model is not None
-    spec = spec_from_args(args, default_model=default_model)
+    served, defaults = served_defaults(args)
+    if served is None:
+        defaults = tiny_defaults(args)
+    tiny = served is None and bool(defaults)
+    spec = spec_from_args(args, defaults=defaults)
     if spec.native and served is None:  # unknown vLLM / transformers keys, before anything starts
         from compare.cli.native_keys import check_native
 
@@ -230,12 +232,14 @@ def _run(args: argparse.Namespace) -> int:
     if served is None and not tiny and "://" not in spec.model and not Path(spec.model).exists() and spec.load_format != "dummy":
         raise UserError(f"model path {spec.model} does not exist; pass a local model directory "
                         f"(no hub downloads here)")
-    if served is None and not has_gpu() and spec.kv_cache_memory_bytes is None and spec.gpu_memory_utilization is None:
-        # vLLM on CPU refuses to start without an explicit KV-cache size; only vLLM-based
-        # backends get it (as a native vLLM option), other frameworks keep their defaults
-        native = {k: dict(v) for k, v in spec.native.items()}
-        native.setdefault("vllm", {}).setdefault("kv_cache_memory_bytes", 2**30)
-        spec = spec.model_copy(update={"native": native})
+    if served is None:
+        # machine-dependent engine defaults (vLLM on CPU needs an explicit KV-cache size), each
+        # under its engine's native section: other frameworks keep their own defaults
+        from compare.cli.native_keys import native_defaults
+
+        native = native_defaults(spec.native, spec, has_gpu())
+        if native != spec.native:
+            spec = spec.model_copy(update={"native": native})
     workload = workload_from_args(args, DEFAULT_WORKLOAD if tiny else served.workload_defaults() if served else None)
     requests = _requests(args, spec, workload, served)
     if served is None:
@@ -255,10 +259,9 @@ def _run(args: argparse.Namespace) -> int:
     cfg = RunConfig(backends=backends, spec=spec, workload=workload, requests=requests, levels=levels,
                     slo=slo, warmup=args.warmup, timeout_s=args.timeout, max_errors=args.max_errors,
                     out_root=args.out, repeats=args.repeats, stream_logs=args.verbose, after_levels=after_levels,
-                    **({"run_id": args.run_id} if args.run_id else {}))
-    cfg.client_procs = _client_procs(args.client_procs)
-    cfg.quality = _quality_options(args)
-    cfg.scaleout = scaleout_from_args(args)  # --ray: the cells as Ray tasks (compare/running/ray_cells.py)
+                    client_procs=_client_procs(args.client_procs), quality=_quality_options(args),
+                    # --ray: the cells as Ray tasks (compare/running/ray_cells.py)
+                    scaleout=scaleout_from_args(args), **({"run_id": args.run_id} if args.run_id else {}))
     from compare.cli.killed import settle_root
     from core.results.io import check_results_dir_free
 
@@ -268,7 +271,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.tuned:  # each backend at its best config from `compare tune` (compare/tuning/report.py)
         from compare.tuning.report import tuned_specs
 
-        cfg.backend_specs.update(tuned_specs(args.tuned, backends, spec))
+        cfg = replace(cfg, backend_specs={**cfg.backend_specs, **tuned_specs(args.tuned, backends, spec)})
     # validate every backend's spec (pure adapters) before anything is started or written
     from backends.registry import plan
     from compare.running.load import offered_load
@@ -278,7 +281,8 @@ def _run(args: argparse.Namespace) -> int:
         from compare.running.variants import vary
 
         v = vary(backends, cfg.spec_for, args.vary, load)
-        cfg.backends, cfg.backend_specs, header["variants"] = list(v.targets), dict(v.specs), v.header
+        cfg = replace(cfg, backends=list(v.targets), backend_specs=dict(v.specs))
+        header["variants"] = v.header
         for note in v.notes:
             print(f"note: {note}", file=sys.stderr)
     for b in cfg.backends:

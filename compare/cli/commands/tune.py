@@ -12,7 +12,7 @@ import argparse
 import time
 from pathlib import Path
 
-from compare.cli.commands.common import apply_tiny_defaults, has_gpu
+from compare.cli.commands.common import default_backends, has_gpu, tiny_defaults
 from compare.cli.parser import run_id
 from core.errors import UserError
 from compare.cli.options import add_spec_options, add_workload_options, spec_from_args, workload_from_args
@@ -23,7 +23,8 @@ TUNE_WORKLOAD = {"name": "tune", "num_requests": 24, "input": {"dist": "uniform"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune", help="find each backend's best config for an SLO (real engine starts)")
-    p.add_argument("--backend", default="vllm", help="backend(s) to tune, comma-separated (default vllm)")
+    first = default_backends().split(",")[0]
+    p.add_argument("--backend", default=first, help=f"backend(s) to tune, comma-separated (default {first})")
     add_spec_options(p)
     add_workload_options(p)
     g = p.add_argument_group("search")
@@ -72,8 +73,8 @@ def _tune(args: argparse.Namespace) -> int:
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     from backends.registry import entry_for
 
-    default_model = apply_tiny_defaults(args)
-    spec = spec_from_args(args, default_model=default_model)
+    tiny = tiny_defaults(args)
+    spec = spec_from_args(args, defaults=tiny)
     gpu = has_gpu()
     if not gpu and spec.kv_cache_memory_bytes is None and spec.gpu_memory_utilization is None:
         spec = spec.model_copy(update={"kv_cache_memory_bytes": 2**30})  # vLLM on CPU needs a KV size
@@ -86,7 +87,7 @@ def _tune(args: argparse.Namespace) -> int:
             grids[b] = parse_knobs(space_for(b), args.knob, spec, gpu)
         except KnobError as e:
             raise UserError(str(e)) from None
-    workload = workload_from_args(args, TUNE_WORKLOAD if default_model else None)
+    workload = workload_from_args(args, TUNE_WORKLOAD if tiny else None)
     from compare.cli.commands.run import _requests
 
     requests = _requests(argparse.Namespace(replay=None), spec, workload)

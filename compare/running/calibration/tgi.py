@@ -15,12 +15,12 @@ from typing import Any
 async def measure_tgi(base_url: str, streams: int, tokens: int, client: str, timeout_s: float = 120.0) -> dict[str, Any]:
     import numpy as np
 
-    from adapters.spec import ServingSpec
-    from backends.tgi import TgiEndpoint
+    from backends.http_backends import TextGenerationStreaming
     from core.records import GenerationRequest, TokenEvent
 
-    spec = ServingSpec(model="calibration", native={"tgi": {"client": client}})
-    backend = TgiEndpoint(spec, f"tgi@{base_url}", target=base_url, metrics=None, max_connections=streams + 16)
+    backend = TextGenerationStreaming(None, "calibration", protocol="tgi", base_url=base_url, metrics=None,
+                                      max_connections=streams + 16)
+    backend.client = client
     errors: list[float] = []
     failed: dict[str, int] = {}
 

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from backends.server_metrics import MetricsScraper, histogram_delta, parse_prometheus
 from core.results.models import BucketBound
-from backends.vllm_server import free_port
+from backends.server_process import free_port
 
 
 @pytest.fixture()

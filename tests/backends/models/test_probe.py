@@ -42,7 +42,7 @@ def test_the_plan_is_resolved_once_and_reused_by_every_build(tiny_model):
 def test_capabilities_are_declared_once():
     """The registry shows what the backend class reports (same value, not a second declaration)."""
     from backends.hf import CAPS as HF_CAPS
-    from backends.vllm_inproc import CAPS as VLLM_CAPS
+    from backends.vllm import CAPS as VLLM_CAPS
 
     by_name = {e.name: e for e in registry.entries()}
     assert by_name["vllm"].capabilities is VLLM_CAPS and by_name["hf"].capabilities is HF_CAPS

@@ -138,7 +138,7 @@ def test_verification_marks_a_mislabelled_run_invalid(quant_run):
 
     b = quant_run["run"]["backends"]["vllm:fp32"]
     report = b["describe"]["extra"]["quantization"]
-    v = verify(ServingSpec(model="/m", quantization="w4a16", dtype="float32"), report)
+    v = verify(ServingSpec(model="/m", quantization="w4a16", dtype="float32"), report, framework="vllm")
     assert v["valid"] is False
     assert any("no quantization method" in p for p in v["problems"])
     assert any("UnquantizedLinearMethod" in p for p in v["problems"])

@@ -1,4 +1,4 @@
-"""The topology options build typed targets (backends/topology_target.py), not name strings;
+"""The topology options build typed targets (backends/topology/target.py), not name strings;
 bad combinations are one-line errors naming the fix."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from backends.topology_target import KillPlan, Topology
+from backends.topology.target import KillPlan, Topology
 from compare.cli.options import add_topology_options, apply_topology
 from core.errors import UserError
 

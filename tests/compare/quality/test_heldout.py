@@ -110,7 +110,7 @@ def test_openvino_backend_takes_part_in_greedy_parity():
 
     from adapters.spec import ServingSpec
     from backends.models.train import ensure_trained_model, heldout_windows
-    from backends.openvino import OpenVINOBackend
+    from backends.openvino.backend import OpenVINOBackend
     from compare.quality.deferred import collect, score
     from compare.quality.parity import QualityOptions
     from compare.running import aio

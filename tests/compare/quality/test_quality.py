@@ -83,7 +83,7 @@ def test_quality_is_refused_for_dummy_weights_and_skipped_for_plain_fp32(tiny_mo
 def test_teacher_forced_reference_reproduces_its_own_greedy_output(tiny_model):
     """The scorer's argmax under teacher forcing must be exactly what generate() produced greedily:
     agreement 1.0, no divergence. Then a corrupted continuation diverges where it was corrupted."""
-    from backends.hf import HFBackend
+    from backends.hf.reference import HFBackend
 
     async def go():
         req = GenerationRequest("q", 12, prompt_token_ids=tuple(range(100, 140)))
@@ -109,7 +109,7 @@ def test_accuracy_task_runs_on_real_backends_with_a_paired_test(tiny_model):
     """The accuracy path end to end on the real transformers backend (as candidate and reference):
     the candidate answers while it runs, the reference scores after it stopped; answers are the
     model's own first output line for one prompt and a wrong one for the other."""
-    from backends.hf import HFBackend
+    from backends.hf.reference import HFBackend
     from compare.quality.deferred import collect, score
     from compare.quality.parity import _probe
 

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from adapters.variants import Variant
-from backends.topology_target import Topology
+from backends.topology.target import Topology
 from compare.running.ray_cells import cell_options, devices_of
 from tests.conftest import ROOT
 

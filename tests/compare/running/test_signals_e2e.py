@@ -182,5 +182,5 @@ def test_hf_stopped_by_sigint(tmp_path):
 
 def test_openvino_stopped_by_sighup(tmp_path):
     s = Stopped(tmp_path, "openvino", signal.SIGHUP)
-    assert any("backends.openvino_engine" in n for n in s.names), s.names
+    assert any("backends.openvino.engine" in n for n in s.names), s.names
     _assert_interrupted(s, signal.SIGHUP, "openvino")

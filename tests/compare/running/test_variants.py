@@ -65,7 +65,7 @@ def test_cli_refuses_with_one_line_and_writes_nothing(tmp_path, tiny_model, args
 
 
 def test_a_topology_varies_like_any_backend_and_is_priced_by_its_devices(tiny_model):
-    from backends.topology_target import Topology
+    from backends.topology.target import Topology
     from compare.analysis.cost import devices
 
     base = ServingSpec(model=str(tiny_model))

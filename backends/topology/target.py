@@ -1,7 +1,7 @@
 """The typed target of a topology: what ``tp@2*vllm`` or ``replicas@2*vllm:lb=lor:kill=16r@c8`` means.
 
 A frozen value the CLI builds from its options (compare/cli/options.py) or parses once from a
-name typed in ``--backends``; the registry builds and plans it (backends/topology.py), and its
+name typed in ``--backends``; the registry builds and plans it (backends/topology/backend.py), and its
 display ``name``, derived from the fields, is what results are filed under.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ from adapters.spec import UnsupportedSpecError
 from backends import registry
 
 LB_POLICIES = {"rr": "round-robin", "lor": "least outstanding requests"}
-KINDS = ("tp", "replicas")
+TP, REPLICAS = "tp", "replicas"  # the kinds, and the names their registry entries have
+KINDS = (TP, REPLICAS)
 _OPTIONS = ("known: lb=rr|lor, kill=SECONDS[@LEVEL] or kill=Nr[@LEVEL], per_device=K (replicas only)")
 
 

@@ -3,7 +3,7 @@ the commands come from NVIDIA/TensorRT-LLM's sources at the releases cited in ad
 and the machinery around them runs for real against local test images and vLLM's OpenAI server.
 
 * ``trtllm`` -- the normal way users run it: ``nvcr.io/nvidia/tensorrt-llm/release:<tag>``. The
-  quantize/build steps run as containers into the engine cache (backends/trtllm_pipeline.py),
+  quantize/build steps run as containers into the engine cache (backends/trtllm/pipeline.py),
   then ``trtllm-serve`` runs in a container and is driven over its OpenAI-compatible HTTP API.
   ``trtllm@http://HOST:PORT`` talks to an already running trtllm-serve instead.
 * ``trtllm-inproc`` -- ``tensorrt_llm.LLM`` in this process, streaming with
@@ -31,11 +31,9 @@ from backends.http import openai as openai_proto
 from backends.http.openai import COMPLETIONS, completions_payload
 from backends.http.protocol import UNKNOWN_ID, Done, Parsed
 from backends.http.sse import RawEvent
-from backends.http_backends import HttpStreamBackend, http_capabilities
-from backends.registry import BackendEntry, register
+from backends.http_backends import HttpStreamBackend
+from backends.trtllm import INPROC_CAPS, NOT_RUN, not_run
 
-NOT_RUN = ("NOT executed against TensorRT-LLM on these machines: commands are read from NVIDIA's "
-           "sources/docs per release; the pipeline and HTTP path were tested with stand-ins")
 START_TIMEOUT_S = 1800.0  # trtllm-serve loads weights / engines and autotunes before /health
 
 
@@ -147,14 +145,6 @@ def _serve_container(spec: ServingSpec, p: TrtllmPlan, artifact: str | None, con
                          gpus=gpus, shm_size="2g", env=(("HOME", "/tmp"),))
 
 
-def not_run(caps: Capabilities) -> Capabilities:
-    return dataclasses.replace(caps, notes=caps.notes + (NOT_RUN,))
-
-
-INPROC_CAPS = Capabilities(forced_output_length=True, token_id_prompts=True, logprobs=True,
-                           continuous_batching=True, notes=(NOT_RUN,))
-
-
 class TrtllmBackend(HttpStreamBackend):
     """trtllm-serve in its container (after the cached quantize/build steps), or at a URL."""
 
@@ -197,7 +187,7 @@ class TrtllmBackend(HttpStreamBackend):
         await asyncio.to_thread(ensure_image, client, self.plan.image, self.pull)
         artifact = None
         if self.plan.steps:
-            from backends.trtllm_pipeline import ensure_artifact
+            from backends.trtllm.pipeline import ensure_artifact
 
             t0 = time.perf_counter()
             entry, hit = await asyncio.to_thread(
@@ -334,24 +324,3 @@ def _docker_check() -> tuple[bool, str]:
     except Exception as e:  # UserError naming how to start the daemon, or docker not installed
         return False, str(e)
     return True, "GPU and Docker present; needs the NGC image (docker pull). " + NOT_RUN
-
-
-register(BackendEntry(
-    name="trtllm", summary="TensorRT-LLM: quantize/build steps + trtllm-serve in nvcr.io/nvidia/tensorrt-llm/release "
-                           "containers (or trtllm@URL), over its OpenAI API",
-    factory="backends.trtllm:TrtllmBackend", plan="backends.trtllm:plan", resolve="backends.trtllm:resolve",
-    requires=("httpx", "docker"),
-    extra="pip install 'llm-compare[docker]'", check="backends.trtllm:_docker_check",
-    notes=(NOT_RUN, "release: --native trtllm.version=1.2.0 (flow chosen by release; engine flow <= 1.3.0rc20)",
-           "engine cache: `compare cache ls|rm`"),
-    capabilities=not_run(http_capabilities(trtllm_protocol())),
-))
-register(BackendEntry(
-    name="trtllm-inproc", summary="TensorRT-LLM in-process: tensorrt_llm.LLM.generate_async(streaming=True)",
-    factory="backends.trtllm:TrtllmInprocBackend", plan="backends.trtllm:plan", resolve="backends.trtllm:resolve",
-    requires=("tensorrt_llm",),
-    extra="run the `trtllm` backend (container) or install TensorRT-LLM from NVIDIA's index: "
-          "pip install tensorrt_llm --extra-index-url https://pypi.nvidia.com",
-    notes=(NOT_RUN,),
-    capabilities=INPROC_CAPS,
-))

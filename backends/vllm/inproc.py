@@ -11,7 +11,7 @@ from typing import Any, AsyncIterator
 
 from adapters.spec import ServingSpec
 from adapters.vllm import VllmPlan, vllm_plan
-from backends.registry import BackendEntry, register
+from backends.vllm import CAPS
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
 from core.errors import BackendRequestError, BackendStartError, FailureKind
 from core.lazy import require
@@ -21,8 +21,6 @@ from core.engine_guard import check_start
 # stamps are not comparable with ours
 _SAME_CLOCK = time.get_clock_info("perf_counter").implementation == time.get_clock_info("monotonic").implementation
 
-CAPS = Capabilities(forced_output_length=True, token_id_prompts=True, logprobs=True,
-                    continuous_batching=True)
 
 
 class VllmBackend:
@@ -42,7 +40,7 @@ class VllmBackend:
         self._version = "unknown"
         self._n = 0
         self._quant: dict[str, Any] | None = None
-        from backends.vllm_stats import EngineStats
+        from backends.vllm.stats import EngineStats
         self._stats = EngineStats()  # the engine's scheduler stats per level (prefix cache, running)
 
     @property
@@ -59,8 +57,8 @@ class VllmBackend:
         self._version = getattr(vllm, "__version__", "unknown")
         args = dict(self.engine_args)
         args.setdefault("disable_log_stats", False)
-        # lets us ask the worker process what it loaded (compare/quality/verify.py)
-        args.setdefault("worker_extension_cls", "compare.quality.verify.VllmQuantProbe")
+        # lets us ask the worker process what it loaded (quant_probe.py)
+        args.setdefault("worker_extension_cls", "backends.vllm.quant_probe.VllmQuantProbe")
         try:
             # vLLM picks scheduler defaults (max_num_seqs, max_num_batched_tokens) by usage
             # context, and AsyncLLM's own (ENGINE_CONTEXT) is not in that table: it falls back to
@@ -91,7 +89,7 @@ class VllmBackend:
         self._stats.level_start()
 
     async def on_level_end(self, label: str) -> dict[str, Any]:
-        """The engine's own scheduler stats during the level (backends/vllm_stats.py)."""
+        """The engine's own scheduler stats during the level (backends/vllm/stats.py)."""
         return self._stats.level_end(self._resolved.get("enable_prefix_caching"))
 
     async def _prompt(self, req: GenerationRequest) -> dict[str, Any]:
@@ -235,11 +233,3 @@ def plan(spec: ServingSpec, native: VllmPlan) -> dict[str, Any]:
     from backends.models.dummy import engine_args
 
     return {"engine": "vllm.v1.engine.async_llm.AsyncLLM", "engine_args": engine_args(native, write=False)}
-
-
-register(BackendEntry(
-    name="vllm", summary="vLLM in-process (AsyncLLM, v1 engine), streaming DELTA outputs",
-    factory="backends.vllm_inproc:VllmBackend", plan="backends.vllm_inproc:plan", resolve="adapters.vllm:vllm_plan",
-    requires=("vllm",), extra="pip install 'llm-compare[cpu]' (CPU) or 'llm-compare[vllm]' (GPU)",
-    capabilities=CAPS,
-))

@@ -3,7 +3,7 @@
 A third real scheduler next to vLLM and OpenVINO GenAI, from the same library as the ``hf``
 quality reference: a paged KV cache, a FIFO scheduler that batches prefill and decode of several
 requests per forward pass, prompts split at ``max_batch_tokens``, prefix block sharing. The manager
-runs in backends/hf_cb_engine.py's process (its generation thread would otherwise compete with the
+runs in backends/hf/cb_engine.py's process (its generation thread would otherwise compete with the
 measuring event loop for the GIL); that process forwards the manager's per-token stamps (the
 engine-side stamp) and the stream stamps each token again when it takes it (the delivery stamp, as
 for every backend). The engine process dies with ours; when it dies first, every request in it
@@ -16,18 +16,15 @@ from typing import Any
 from adapters.hf_cb import HFCBPlan, hf_cb_plan
 from adapters.spec import ServingSpec
 from backends.engine_process import EngineProcessBackend
-from backends.registry import BackendEntry, register
+from backends.hf import CB_CAPS as CAPS
 from core.lazy import importable, require
 from core.records import BackendDescription, Capabilities, GenerationRequest
 
-CAPS = Capabilities(forced_output_length=True, token_id_prompts=True, logprobs=False, continuous_batching=True,
-                    notes=("greedy decoding only: transformers' continuous batching sets sampling for the whole "
-                           "engine, so a request with temperature > 0 fails as a validation error",))
 
 
 class HFCBBackend(EngineProcessBackend):
     name = "hf-cb"
-    engine_module = "backends.hf_cb_engine"
+    engine_module = "backends.hf.cb_engine"
     engine_label = "the transformers engine"
     stop_timeout_s = 40.0  # the manager's hard stop waits up to 30 s for its generation thread
 
@@ -66,10 +63,3 @@ class HFCBBackend(EngineProcessBackend):
 def plan(spec: ServingSpec, native: HFCBPlan) -> dict[str, Any]:
     """`compare plan`: the manager's native configuration (nothing is loaded)."""
     return {"engine": "transformers ContinuousBatchingManager (init_continuous_batching)", **native.as_dict()}
-
-
-register(BackendEntry(
-    name="hf-cb", summary="transformers continuous batching (ContinuousBatchingManager in its own engine process)",
-    factory="backends.hf_cb:HFCBBackend", plan="backends.hf_cb:plan", resolve="adapters.hf_cb:hf_cb_plan",
-    requires=("transformers", "torch"), extra="pip install 'llm-compare[hf]'", capabilities=CAPS,
-))

@@ -13,13 +13,11 @@ from typing import Any
 from adapters.spec import ServingSpec
 from adapters.vllm import VllmPlan, server_argv, vllm_plan
 from backends.container_http import ContainerHttpBackend, container_options, model_in_container
-from backends.http_backends import http_capabilities
-from backends.registry import BackendEntry, register
+from backends.vllm import CONTAINER_IMAGE
 from containers.manager import ContainerSpec
 
-DEFAULT_IMAGE = "llm-compare/vllm-cpu:0.32.0"
 CONTAINER_PORT = 8000
-DEFAULTS = {"image": DEFAULT_IMAGE, "gpus": None, "shm_size": "1g", "host_port": None,
+DEFAULTS = {"image": CONTAINER_IMAGE, "gpus": None, "shm_size": "1g", "host_port": None,
             "pull": False, "ready_timeout_s": 600}
 
 
@@ -78,20 +76,7 @@ def docker_check() -> tuple[bool, str]:
     from containers.manager import connect, ensure_image
 
     try:
-        ensure_image(connect(), DEFAULT_IMAGE, pull_flag="--native vllm-container.pull=true")
+        ensure_image(connect(), CONTAINER_IMAGE, pull_flag="--native vllm-container.pull=true")
     except UserError as e:
         return False, str(e)
     return True, "ready (Docker daemon up, image present)"
-
-
-register(BackendEntry(
-    name="vllm-container", summary=f"vLLM OpenAI API server in a container ({DEFAULT_IMAGE}), over HTTP",
-    factory="backends.vllm_container:VllmContainerBackend", plan="backends.vllm_container:vllm_container_plan",
-    resolve="adapters.vllm:vllm_plan",
-    requires=("httpx", "docker"), extra="pip install 'llm-compare[docker]' (and a Docker engine)",
-    check="backends.vllm_container:docker_check",
-    notes=("same engine flags as vllm/vllm-server; image: --native vllm-container.image=NAME, "
-           "GPUs: --native vllm-container.gpus=all",
-           "build the local image: containers/images/build.sh vllm-cpu"),
-    capabilities=http_capabilities("openai"),
-))

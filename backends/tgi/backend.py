@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator
+from typing import Any
 
 import httpx
 
@@ -21,22 +21,17 @@ from adapters.spec import ServingSpec, UnsupportedSpecError
 from adapters.target import Target
 from adapters.tgi import CONTAINER_PORT, limits_plan, tgi_launcher_args
 from backends.http.tgi_client import CLIENT_NOTES, DEFAULT_TGI_CLIENT, TGI_CLIENTS
-from core.errors import BackendRequestError, FailureKind
-from core.records import GenerationRequest, StreamItem
 from backends.container_http import ContainerHttpBackend, container_options, model_in_container
-from backends.http_backends import HttpStreamBackend, TgiEndpointBackend, http_capabilities
-from backends.registry import BackendEntry, register
+from backends.http_backends import TextGenerationStreaming, TgiEndpointBackend
+from backends.tgi import DEFAULT_IMAGE, LENGTH_NOTE, MAINTENANCE_NOTE, with_maintenance_note
 from containers.manager import ContainerSpec
 
-DEFAULT_IMAGE = "ghcr.io/huggingface/text-generation-inference:3.3.7"
 DEFAULTS = {"image": DEFAULT_IMAGE, "gpus": "all", "shm_size": "1g", "host_port": None,
             "pull": False, "ready_timeout_s": 900}
 # container env from the user's environment when set: (container name, our env name); never shown
 # or stored. The HTTP client sends $LLM_COMPARE_API_KEY as its bearer token, TGI checks API_KEY.
 PASSTHROUGH_ENV = (("HF_TOKEN", "HF_TOKEN"), ("API_KEY", "LLM_COMPARE_API_KEY"))
-MAINTENANCE_NOTE = ("TGI is in maintenance mode upstream (its README: minor fixes and maintenance only; "
-                    "Hugging Face recommends vLLM, SGLang or local engines going forward)")
-LENGTH_NOTE = "TGI cannot force output length (no ignore_eos): compare length-matched tokens"
+
 
 
 @dataclass(frozen=True)
@@ -120,48 +115,6 @@ async def read_info(base_url: str) -> dict[str, Any]:
     return body if status == 200 and isinstance(body, dict) else {"error": f"HTTP {status}"}
 
 
-def with_maintenance_note(caps: Any) -> Any:
-    return replace(caps, notes=tuple(caps.notes) + (MAINTENANCE_NOTE,))
-
-
-class TextGenerationStreaming(HttpStreamBackend):
-    """Streams through text-generation's AsyncClient when the spec asks for it
-    (``--native tgi.client=text-generation``); our stamped reader otherwise."""
-
-    client = DEFAULT_TGI_CLIENT
-
-    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
-        if self.client != "text-generation":
-            async for item in super().stream(req):
-                yield item
-            return
-        from backends.http import tgi_client
-
-        if self._client is None:
-            raise BackendRequestError(FailureKind.CONNECT, f"{self.name} is not started")
-        adapted = self._adapt(req)
-        tgi_client.validate(adapted)
-        async for item in tgi_client.stream(self.base_url or "", adapted, dict(self._client.headers),
-                                            self.read_timeout_s):
-            yield item
-
-    async def generate_once(self, req: GenerationRequest) -> dict[str, Any]:
-        """One non-streaming request through text-generation (quality probes: no timing)."""
-        from backends.http import tgi_client
-
-        assert self._client is not None
-        return await tgi_client.generate_once(self.base_url or "", self._adapt(req), dict(self._client.headers))
-
-    def describe(self):  # type: ignore[no-untyped-def]
-        d = super().describe()
-        d.native_config["client"] = self.client
-        if self.client == "text-generation":
-            from backends.http.tgi_client import EVENT_CLOCK
-
-            d.extra["event_clock"] = EVENT_CLOCK
-        return d
-
-
 class TgiEndpoint(TextGenerationStreaming, TgiEndpointBackend):
     """``tgi@URL``: an already running TGI server, with the client the spec names."""
 
@@ -231,22 +184,3 @@ def docker_check() -> tuple[bool, str]:
     except UserError as e:
         return False, f"{e} (tgi@URL needs no Docker)"
     return True, "ready (Docker daemon up, image present)"
-
-
-# Replaces the endpoint-only "tgi@URL" entry of backends.http_backends: one name, both forms.
-import backends.http_backends  # noqa: E402,F401  (register its entries first, then override "tgi")
-
-register(BackendEntry(
-    name="tgi", summary=f"text-generation-inference in its container ({DEFAULT_IMAGE}); "
-                        "tgi@URL: an already running TGI server",
-    factory="backends.tgi:make_tgi", plan="backends.tgi:tgi_plan", resolve="backends.tgi:resolve",
-    requires=("httpx", "docker"), extra="pip install 'llm-compare[docker]' (and a Docker engine)",
-    check="backends.tgi:docker_check",
-    notes=(LENGTH_NOTE, MAINTENANCE_NOTE,
-           "other image: --native tgi.image=NAME (local test double: llm-compare/tgi-double:0.32.0, "
-           "with --native tgi.gpus=none); --native tgi.pull=true to pull a missing image",
-           "launcher flags: --native tgi.--max-waiting-tokens=20 (checked against TGI 3.3's flags); "
-           "--max-concurrent-requests follows the run's highest concurrency unless given",
-           "client: --native tgi.client=stamped (default) or text-generation (Hugging Face's AsyncClient)"),
-    capabilities=with_maintenance_note(http_capabilities("tgi")),
-))

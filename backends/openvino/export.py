@@ -115,7 +115,18 @@ def weight_types(xml: Path) -> dict[str, int]:
     return counts
 
 
-if __name__ == "__main__":  # python -m backends.models.openvino_export MODEL_DIR [weight_format]
+def cache_row(m: dict) -> dict | None:
+    """`compare cache ls`: an exported IR's row (None for another engine's entry)."""
+    if m.get("kind") != "openvino-ir":
+        return None
+    export, exporter = m.get("export") or {}, m.get("exporter") or {}
+    return {"kind": "openvino-ir", "model": m.get("source"), "flow": "optimum-cli export openvino",
+            "quant": export.get("weight_format", "?"),
+            "built_by": f"optimum-intel {exporter.get('optimum-intel')}, nncf {exporter.get('nncf')}",
+            "gpu": None, "compute_capability": None}
+
+
+if __name__ == "__main__":  # python -m backends.openvino.export MODEL_DIR [weight_format]
     e, hit = export_model(sys.argv[1], {"weight_format": sys.argv[2] if len(sys.argv) > 2 else "fp32"},
                           log=lambda s: print(s, file=sys.stderr))
     print(e.path, "hit" if hit else "built")

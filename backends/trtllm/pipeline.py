@@ -110,3 +110,12 @@ def ensure_artifact(plan: TrtllmPlan, model_dir: str, *, cache: EngineCache, cli
     return cache.get_or_build(key, meta, lambda work: run_steps(
         plan, model_dir, work, gpus=gpus, client=client, backend=backend, modelopt_dir=modelopt_dir,
         timeout_s=timeout_s))
+
+
+def cache_row(m: dict) -> dict | None:
+    """`compare cache ls`: a built engine's row (None for another engine's entry)."""
+    if m.get("backend") != "trtllm" and ("kind" in m or "flow" not in m):
+        return None
+    return {"kind": "trtllm-engine", "model": m.get("model"), "flow": m.get("flow"), "quant": m.get("quant") or "none",
+            "trtllm_version": m.get("version"), "built_by": f"TensorRT-LLM {m.get('version')}",
+            "image_id": m.get("image_id"), "gpu": m.get("gpu_name"), "compute_capability": m.get("compute_capability")}

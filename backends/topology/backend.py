@@ -38,7 +38,7 @@ from typing import Any, AsyncIterator, Iterator
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
 from backends import registry
-from backends.topology_target import LB_POLICIES, Topology
+from backends.topology.target import LB_POLICIES, Topology
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamItem, TokenEvent
 from core.errors import BackendRequestError, FailureKind
 from backends.base import Backend
@@ -342,10 +342,3 @@ def _plan(kind: str):
 
 
 _tp_plan, _replicas_plan = _plan("tp"), _plan("replicas")
-
-registry.register(registry.BackendEntry(
-    name="tp", summary="one engine, tensor parallel over N devices: tp@N*BACKEND",
-    factory="backends.topology:TensorParallel", plan="backends.topology:_tp_plan", needs_target=True))
-registry.register(registry.BackendEntry(
-    name="replicas", summary="N engines behind a client-side balancer: replicas@N*BACKEND[:lb=rr|lor][:kill=S][:per_device=K]",
-    factory="backends.topology:ReplicaSet", plan="backends.topology:_replicas_plan", needs_target=True))

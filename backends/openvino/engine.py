@@ -1,6 +1,6 @@
 """The OpenVINO GenAI engine process: owns the ``ContinuousBatchingPipeline`` and steps it.
 
-``python -m backends.openvino_engine`` is started by backends/openvino.py. The pipeline's
+``python -m backends.openvino.engine`` is started by backends/openvino/backend.py. The pipeline's
 ``step()`` holds the GIL for the whole step (measured: a thread stepping the tiny model left the
 main thread the interpreter only every ~5 ms switch interval), so driving it from a thread of the
 measuring process would stall the client's event loop for a step at a time. Here it has a process

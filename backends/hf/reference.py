@@ -14,16 +14,13 @@ from typing import Any, AsyncIterator
 from adapters.hf import hf_model_kwargs
 from adapters.spec import ServingSpec
 from adapters.target import Target
-from backends.registry import BackendEntry, register
+from backends.hf import CAPS
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
 from core.errors import BackendRequestError, BackendStartError, FailureKind
 from core.lazy import require
 from core.engine_guard import check_start
 
-CAPS = Capabilities(
-    forced_output_length=True, token_id_prompts=True, logprobs=False, continuous_batching=False,
-    notes=("reference implementation: one request at a time, no paged KV cache",),
-)
+
 
 _DONE = object()
 
@@ -224,11 +221,3 @@ def resolve(spec: ServingSpec, target: Target) -> dict[str, Any]:
 
 def plan(spec: ServingSpec, native: dict[str, Any]) -> dict[str, Any]:
     return native
-
-
-register(BackendEntry(
-    name="hf", summary="transformers reference (model.generate, one request at a time); quality reference",
-    factory="backends.hf:HFBackend", plan="backends.hf:plan", resolve="backends.hf:resolve",
-    requires=("transformers", "torch"), extra="pip install 'llm-compare[hf]'",
-    capabilities=CAPS,
-))

@@ -1,6 +1,6 @@
 """The transformers continuous-batching engine process: owns the ``ContinuousBatchingManager``.
 
-``python -m backends.hf_cb_engine`` is started by backends/hf_cb.py. The manager schedules and
+``python -m backends.hf.cb_engine`` is started by backends/hf/cb.py. The manager schedules and
 runs the model in a Python thread of its own; in the measuring process that thread would compete
 with the client's event loop for the GIL (a forward pass of the model holds it for most of a step),
 so it gets a process of its own (backends/engine_process.py: the frames, the process set-up, the

@@ -1,39 +1,28 @@
-"""``vllm-server``: vLLM's real OpenAI API server as a subprocess, driven over HTTP.
+"""A server subprocess we launch (an engine's HTTP server): its own process group under a guard,
+its log in a file, health-polled until ready, the whole group stopped at the end.
 
-Same spec -> same engine config as the in-process ``vllm`` backend (adapters.vllm builds both:
-``vllm_engine_args`` for AsyncLLM, ``vllm_server_argv`` for the server), so
-``compare run --backends vllm,vllm-server`` isolates the API-server + HTTP overhead.
-
-Lifecycle: binds 127.0.0.1 on a free port, its own process group (``start_new_session``), stdout
-and stderr captured to ``<results>/logs/vllm-server.log`` (or a temp file when no results directory
-is attached), health polled until ready or the process dies. On exit, Ctrl-C or a crash of the
-benchmark, the whole group gets SIGTERM, then SIGKILL after a grace period. The server runs under a small guard process
-(``python -m backends.vllm_server --guard CMD...``) that kills the group when this process
-disappears, even by SIGKILL (a dying parent cannot clean up; PR_SET_PDEATHSIG alone is not
-enough: vLLM's SIGTERM handler can hang while the engine is still starting).
+The server runs under a small guard process (``python -m backends.server_process --guard CMD...``)
+that kills the group when this process disappears, even by SIGKILL (a dying parent cannot clean
+up; PR_SET_PDEATHSIG alone is not enough: vLLM's SIGTERM handler can hang while the engine is
+still starting). On exit, Ctrl-C or a crash of the benchmark, the whole group gets SIGTERM, then
+SIGKILL after a grace period.
 """
 from __future__ import annotations
 
 import asyncio
 import atexit
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from adapters.spec import ServingSpec
-from adapters.vllm import VllmPlan, server_argv, vllm_plan
-from core.errors import BackendStartError
-from backends.http_backends import HttpStreamBackend
 from core.engine_guard import check_start
+from core.errors import BackendStartError
 
 HOST = "127.0.0.1"
 # vLLM on a loaded 2-core CPU machine has been seen to need 8 minutes to become healthy
@@ -46,26 +35,6 @@ def free_port(host: str = HOST) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
-
-
-def server_command(spec: ServingSpec, port: int, host: str = HOST,
-                   engine_args: dict[str, Any] | None = None) -> list[str]:
-    """``engine_args``: the run's resolved (and placed) engine args; default: resolved here."""
-    if engine_args is None:
-        from backends.models.dummy import engine_args as placed
-        from backends.models.probe import probe
-
-        engine_args = placed(vllm_plan(spec, probe(spec.model)))
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *server_argv(engine_args, host, port)]
-
-
-def server_plan(spec: ServingSpec, native: VllmPlan) -> dict[str, Any]:
-    """What would run (port chosen at start); names a dummy copy without writing it."""
-    from backends.models.dummy import engine_args
-
-    args = engine_args(native, write=False)
-    return {"command": server_command(spec, 0, engine_args=args)[1:], "engine_args": args,
-            "protocol": "openai (/v1/completions, token-id prompts, return_token_ids)"}
 
 
 def kill_group(pgid: int, grace_s: float = STOP_GRACE_S, leader: subprocess.Popen | None = None) -> None:
@@ -113,7 +82,7 @@ class ServerProcess:
         log = open(self.log_path, "ab")
         try:
             # the guard leads a new process group holding the server and all its children
-            self.proc = subprocess.Popen([sys.executable, "-m", "backends.vllm_server", "--guard", *self.argv],
+            self.proc = subprocess.Popen([sys.executable, "-m", "backends.server_process", "--guard", *self.argv],
                                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True, env={**os.environ, **(self.env or {})},
                                          cwd=str(Path(__file__).resolve().parent.parent))
@@ -159,65 +128,6 @@ class ServerProcess:
         return self.proc.returncode
 
 
-class VllmServerBackend(HttpStreamBackend):
-    framework = "vllm"
-
-    def __init__(self, spec: ServingSpec, name: str = "vllm-server", native: VllmPlan | None = None,
-                 **kw: Any) -> None:
-        from backends.models.dummy import engine_args
-        from backends.models.probe import probe
-
-        # the run's plan (backends/registry.py), else resolved here; UnsupportedSpecError before any I/O
-        self.engine_args = engine_args(native or vllm_plan(spec, probe(spec.model)))
-        super().__init__(spec, name, protocol="openai", model=spec.model, metrics="prometheus", **kw)
-        self.results_dir: Path | None = None
-        self._server: ServerProcess | None = None
-        self._argv: list[str] = []
-        self._health_s: float | None = None
-        self._tmp: str | None = None  # the server's TMPDIR while it runs
-
-    def attach_results_dir(self, path: Path) -> None:
-        """Called by the runner: the server log goes next to the results."""
-        self.results_dir = Path(path)
-
-    async def _start_server(self) -> None:
-        from core.lazy import require
-
-        vllm = require("vllm", "vllm")
-        self._version = getattr(vllm, "__version__", "unknown")
-        port = free_port()
-        self._argv = server_command(self.spec, port, engine_args=self.engine_args)
-        safe = self.name.replace("/", "_").replace(":", "_").replace("@", "_")
-        log_dir = self.results_dir or Path(tempfile.mkdtemp(prefix="llm-compare-server-"))
-        # the server's own temp dir, removed at stop: vLLM leaves files there (its file-store
-        # rendezvous, /tmp/vllm_dist_*, one per start)
-        # a short name: vLLM puts ZMQ IPC sockets in TMPDIR, whose paths must stay under 107 bytes
-        self._tmp = tempfile.mkdtemp(prefix="lc-vs-")
-        self._server = ServerProcess(self._argv, log_dir / f"{safe}.log", env={"TMPDIR": self._tmp})
-        self._server.start()
-        self.base_url = f"http://{HOST}:{port}"
-        self._health_s = await self._server.wait_healthy(self.base_url + "/health", START_TIMEOUT_S)
-
-    async def _stop_server(self) -> None:
-        try:
-            if self._server is not None:
-                await asyncio.get_running_loop().run_in_executor(None, self._server.stop)
-        finally:
-            if self._tmp is not None:
-                shutil.rmtree(self._tmp, ignore_errors=True)
-                self._tmp = None
-
-    def describe(self):  # type: ignore[no-untyped-def]
-        d = super().describe()
-        d.native_config.update({"engine_args": self.engine_args, "server_argv": self._argv[1:]})
-        d.extra.update({"server_log": str(self._server.log_path) if self._server else None,
-                        "health_after_s": self._health_s})
-        if self._server is not None and self.results_dir is None:
-            # no results directory attached: keep the log's tail in the results themselves
-            d.extra["server_log_tail"] = self._server.log_tail(40).split(" | ")
-        return d
-
-
 def _guard(argv: list[str]) -> int:
     """Run ``argv`` in this process group; kill the group when our parent dies or we are told to."""
     parent = os.getppid()
@@ -248,4 +158,4 @@ def _guard(argv: list[str]) -> int:
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--guard":
         sys.exit(_guard(sys.argv[2:]))
-    sys.exit("usage: python -m backends.vllm_server --guard CMD [ARGS...]")
+    sys.exit("usage: python -m backends.server_process --guard CMD [ARGS...]")

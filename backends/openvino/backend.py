@@ -2,8 +2,8 @@
 
 A second, independent serving engine (paged KV cache, continuous batching, prefix caching, chunked
 prefill as "dynamic split-fuse", its own tokenizer conversion and NNCF weight compression). The
-checkpoint is exported to OpenVINO IR once (backends/models/openvino_export.py, cached). The
-pipeline runs in backends/openvino_engine.py's process (its ``step()`` holds the GIL, so stepping it
+checkpoint is exported to OpenVINO IR once (backends/openvino/export.py, cached). The
+pipeline runs in backends/openvino/engine.py's process (its ``step()`` holds the GIL, so stepping it
 in this process would stall the measuring event loop); that process stamps every token with
 ``perf_counter_ns()`` when ``step()`` hands it over (the engine-side stamp) and the stream stamps
 it again when it takes it (the delivery stamp, as for every backend). The engine process dies with
@@ -16,19 +16,16 @@ from typing import Any
 from adapters.openvino import OpenVINOPlan, openvino_plan
 from adapters.spec import ServingSpec
 from backends.engine_process import EngineProcessBackend
-from backends.registry import BackendEntry, register
+from backends.openvino import CAPS
 from core.lazy import require
 from core.records import BackendDescription, Capabilities, GenerationRequest
 from core.engine_guard import check_start
 
-CAPS = Capabilities(forced_output_length=True, token_id_prompts=True, logprobs=False, continuous_batching=True,
-                    notes=("model exported to OpenVINO IR by optimum-intel (cached); weights compressed by "
-                           "NNCF at export for int8/int4",))
 
 
 class OpenVINOBackend(EngineProcessBackend):
     name = "openvino"
-    engine_module = "backends.openvino_engine"
+    engine_module = "backends.openvino.engine"
     engine_label = "the OpenVINO engine"
 
     def __init__(self, spec: ServingSpec, name: str = "openvino", native: OpenVINOPlan | None = None) -> None:
@@ -46,7 +43,7 @@ class OpenVINOBackend(EngineProcessBackend):
     async def __aenter__(self) -> "OpenVINOBackend":
         import asyncio
 
-        from backends.models.openvino_export import MODEL_XML, export_model, weight_types
+        from backends.openvino.export import MODEL_XML, export_model, weight_types
 
         require("openvino_genai", "openvino")
         check_start("the OpenVINO GenAI engine")
@@ -102,17 +99,9 @@ def plan(spec: ServingSpec, native: OpenVINOPlan) -> dict[str, Any]:
 
 
 def check() -> tuple[bool, str]:
-    from backends.models.openvino_export import exporter_path
+    from backends.openvino.export import exporter_path
 
     cli = exporter_path()
     if not cli.is_file():
         return False, f"exporter missing ({cli}): bash scripts/setup.d/45-openvino.sh"
     return True, "ready"
-
-
-register(BackendEntry(
-    name="openvino", summary="OpenVINO GenAI (ContinuousBatchingPipeline in its own engine process, CPU), model exported once",
-    factory="backends.openvino:OpenVINOBackend", plan="backends.openvino:plan", resolve="adapters.openvino:openvino_plan",
-    requires=("openvino_genai",), extra="pip install 'llm-compare[openvino]' and bash scripts/setup.d/45-openvino.sh",
-    check="backends.openvino:check", capabilities=CAPS,
-))

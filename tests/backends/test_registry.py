@@ -1,0 +1,51 @@
+"""Backends are found by a scan of the ``backends`` packages: a package registers its entries in its
+``__init__``, which imports nothing of its engine."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from backends import registry
+
+ROOT = Path(__file__).resolve().parents[2]
+FRAMEWORKS = ("vllm", "torch", "transformers", "openvino", "openvino_genai", "tensorrt_llm", "docker", "yaml")
+
+
+def test_registration_imports_only_the_package_inits():
+    # a fresh interpreter: this one may already hold engine modules another test imported
+    code = ("import json, sys\n"
+            "from backends import registry\n"
+            "names = [e.name for e in registry.entries()]\n"
+            "print(json.dumps({'names': names, 'modules': sorted(sys.modules)}))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                       check=True)
+    out = json.loads(p.stdout)
+    packages = {e.factory.split(":")[0].split(".")[1] for e in registry.entries()} - {"http_backends"}
+    engine_modules = [m for m in out["modules"] if m.count(".") >= 2 and m.split(".")[1] in packages]
+    assert engine_modules == [], "a package __init__ imported its engine modules at registration"
+    assert [m for m in FRAMEWORKS if m in out["modules"]] == []
+    # every package that registers was found, in the documented order (by name)
+    assert out["names"] == sorted(out["names"])
+    assert {"vllm", "vllm-server", "vllm-container", "hf", "hf-cb", "openvino", "tgi", "trtllm", "trtllm-inproc",
+            "llamacpp", "fake", "openai", "openai-chat", "tp", "replicas"} <= set(out["names"])
+
+
+def test_every_reference_of_every_entry_resolves():
+    for e in registry.entries():
+        for ref in (e.factory, e.plan, e.resolve, e.check):
+            if ref:
+                assert callable(registry._load(ref)), f"{e.name}: {ref}"
+
+
+def test_a_name_registered_twice_is_refused():
+    e = registry.entries()[0]
+    registry.register(e)  # the same entry again (a package imported twice) is harmless
+    try:
+        registry.register(registry.BackendEntry(name=e.name, summary="another", factory="x:y", plan="x:y"))
+    except ValueError as err:
+        assert e.name in str(err)
+    else:
+        raise AssertionError("a second entry under one name was accepted")
+    assert registry.entry_for(e.name)[0] is e
