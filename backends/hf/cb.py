@@ -57,6 +57,7 @@ class HFCBBackend(EngineProcessBackend):
             native_config={**self.plan.as_dict(), "resolved": self._info.get("resolved", {})},
             extra={"engine_pid": self._info.get("pid"), "torch": self._info.get("torch"),
                    "engine": "transformers ContinuousBatchingManager",
+                   **({"quantization": self._info["quantization"]} if self._info.get("quantization") else {}),
                    **({"version_notes": self._info["notes"]} if self._info.get("notes") else {})})
 
 

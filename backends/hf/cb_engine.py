@@ -119,7 +119,24 @@ class _Engine:
                     "use_async_batching": bool(cfg.use_async_batching),
                     "use_cuda_graph": list(cfg.cuda_graph_booleans), "torch_num_threads": torch.get_num_threads()}
         return {"version": transformers.__version__, "torch": torch.__version__.split("+")[0],
-                "resolved": resolved, "pid": os.getpid(), **({"notes": self.notes} if self.notes else {})}
+                "resolved": resolved, "pid": os.getpid(), "quantization": self._load_report(),
+                **({"notes": self.notes} if self.notes else {})}
+
+    def _load_report(self) -> dict[str, Any]:
+        """What was loaded, read from the model's own parameters (compare/quality/verify.py checks
+        it): the dtype, the weights' bytes, and the linear layers' bytes against their dense size
+        in that dtype (1.0: nothing quantized)."""
+        import torch
+
+        dtype = self.model.dtype
+        linear = [m.weight for m in self.model.modules() if isinstance(m, torch.nn.Linear)]
+        lin_bytes = sum(w.numel() * w.element_size() for w in linear)
+        dense = sum(w.numel() for w in linear) * torch.empty((), dtype=dtype).element_size()
+        return {"method": None, "dtype": str(dtype).replace("torch.", ""), "kernels": [],
+                "weight_bytes": sum(p.numel() * p.element_size() for p in self.model.parameters()),
+                "linear_weight_bytes": lin_bytes, "linear_dense_bytes": dense,
+                "linear_ratio": round(lin_bytes / dense, 4) if dense else None,
+                "source": "the loaded model's parameters (torch.nn.Linear weights)"}
 
     # ------------------------------------------------------------------ commands (stdin thread)
     def add(self, rid: int, prompt: dict[str, Any], params: dict[str, Any]) -> None:

@@ -48,6 +48,14 @@ def test_streams_concurrent_requests_with_the_reference_greedy_tokens(tiny_model
     assert resolved["kv_cache_tokens"] == 64 << 20 >> 11  # 2 KiB a token in fp32
     assert resolved["max_batch_tokens"] == 256 and resolved["dtype"] == "float32"
     assert resolved["attn_implementation"] == "sdpa"
+    # what was loaded, read back from the model's parameters: fp32, nothing quantized, and valid
+    from compare.quality.verify import verify
+
+    q = desc.extra["quantization"]
+    assert q["dtype"] == "float32" and q["method"] is None and q["linear_ratio"] == 1.0 and q["weight_bytes"] > 0
+    assert verify(ServingSpec(model=str(tiny_model), **SPEC), q, framework="transformers-cb")["status"] == "valid"
+    assert verify(ServingSpec(model=str(tiny_model), **{**SPEC, "dtype": "bfloat16"}), q,
+                  framework="transformers-cb")["status"] == "invalid"
 
 
 def test_cancelling_frees_the_engine_and_bad_requests_fail_alone(tiny_model):
