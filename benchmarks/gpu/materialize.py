@@ -99,13 +99,18 @@ def to_fp8(src: Path, out: Path) -> dict:
     cfg = json.loads((src / "config.json").read_text())
     cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
                                   "ignored_layers": ["lm_head"]}
+    return _finish(src, out, cfg, "w8a8-fp8", "per-tensor FP8 (E4M3) weights, dynamic activations", t0)
+
+
+def _finish(src: Path, out: Path, cfg: dict, scheme: str, method: str, t0: float) -> dict:
+    """config.json, the source's other files (tokenizer, generation config), the provenance the
+    quality reference follows back to the bf16 source; what was written."""
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     for f in src.iterdir():
         if f.is_file() and not f.name.endswith(".safetensors") and f.name not in (
-                "config.json", "model.safetensors.index.json"):
+                "config.json", "model.safetensors.index.json", "materialize.json"):
             shutil.copy(f, out / f.name)
-    prov = {"scheme": "w8a8-fp8", "source": str(src.resolve()),
-            "method": "per-tensor FP8 (E4M3) weights, dynamic activations (benchmarks/gpu/materialize.py)"}
+    prov = {"scheme": scheme, "source": str(src.resolve()), "method": f"{method} (benchmarks/gpu/materialize.py)"}
     (out / "llm_compare_quant.json").write_text(json.dumps(prov, indent=2) + "\n")
     shards = sorted(out.glob("*.safetensors"))
     return {"out": str(out), "wall_s": round(time.time() - t0, 1), "bytes": sum(f.stat().st_size for f in shards)}
@@ -174,16 +179,7 @@ def to_w4a16(src: Path, out: Path, device: str = "cuda") -> dict:
         "quant_method": "compressed-tensors", "quantization_status": "compressed", "sparsity_config": {},
         "transform_config": {}}
     cfg["torch_dtype"] = cfg["dtype"] = "bfloat16"
-    (out / "config.json").write_text(json.dumps(cfg, indent=2))
-    for f in src.iterdir():
-        if f.is_file() and not f.name.endswith(".safetensors") and f.name not in (
-                "config.json", "model.safetensors.index.json", "materialize.json"):
-            shutil.copy(f, out / f.name)
-    prov = {"scheme": "w4a16", "source": str(src.resolve()),
-            "method": "int4 weights, group 128, symmetric, round to nearest (benchmarks/gpu/materialize.py)"}
-    (out / "llm_compare_quant.json").write_text(json.dumps(prov, indent=2) + "\n")
-    shards = sorted(out.glob("*.safetensors"))
-    return {"out": str(out), "wall_s": round(time.time() - t0, 1), "bytes": sum(f.stat().st_size for f in shards)}
+    return _finish(src, out, cfg, "w4a16", "int4 weights, group 128, symmetric, round to nearest", t0)
 
 
 def main() -> int:
