@@ -18,7 +18,8 @@ export PYTHONUNBUFFERED=1
 if [ "$fast" = 1 ]; then
   [ -x .venv/bin/python ] || bash scripts/setup.sh --tier default
   # two workers: the fast tier is many short tests plus a few CPU-bound ones (training steps,
-  # loopback servers); xdist's default load balancing spreads them
+  # loopback servers); tests/scheduling.py hands out whole files (their module fixtures run once),
+  # the longest first
   exec .venv/bin/python -m pytest -p no:cacheprovider -n "${LLM_COMPARE_TEST_WORKERS:-2}" -ra \
     -m "not engine and not docker and not slow" "${args[@]}" tests
 fi

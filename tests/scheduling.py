@@ -14,12 +14,14 @@ from __future__ import annotations
 
 # file -> group. Files sharing an expensive session fixture run on one worker.
 GROUPS = {
-    # real_run (compare run vllm,hf --repeats 2) and slow_run (vllm,hf,vllm-server)
+    # real_run (compare run vllm,hf) and prefix_run (vllm,vllm-server on a shared-prefix workload)
     "test_engines_e2e.py": "shared-runs",
     "test_report_e2e.py": "shared-runs",
-    "test_gate_e2e.py": "shared-runs",
+    "test_console_e2e.py": "shared-runs",
     "test_http_vllm_server.py": "shared-runs",
     "test_telemetry_e2e.py": "shared-runs",
+    "test_breakdown_e2e.py": "shared-runs",
+    "test_http_vllm_server_tmp.py": "shared-runs",
     # tgi_url: the TGI-protocol test double on a real vLLM engine
     "test_tgi_double_protocol.py": "tgi-double",
     "test_length_match_e2e.py": "tgi-double",
@@ -34,6 +36,7 @@ GROUPS = {
 # group (or file) -> seconds with two workers, 2026-11-30 16:37 run (vLLM's worker inside its
 # engine-core process, tests/conftest.py), from --durations; absent: short
 WEIGHTS = {
+    # real_run and prefix_run, the engine-crash run and a vLLM start that fails
     "shared-runs": 205,
     "test_containers_e2e.py": 175,
     # five real runs stopped by signals (vLLM x2, vllm-server, hf, openvino); the policy itself runs
@@ -52,10 +55,9 @@ WEIGHTS = {
     "test_llamacpp.py": 80,
     "test_llamacpp_e2e.py": 75,
     "test_trtllm_pipeline.py": 75,
-    "tgi-double": 250,  # 73 s, the text-generation client (~30 s), served-model runs (~95 s), client-procs runs (~50 s)
+    "tgi-double": 220,  # 73 s, the text-generation client (~30 s), served-model runs (~95 s), client-procs runs (~50 s)
     "test_topology.py": 47,
     "test_trtllm_serve_http.py": 32,
-    "test_http_vllm_server_tmp.py": 44,
     "test_http_fastsse.py": 22,  # every scripted stream twice (C and Python parser) + the loopback server
     "test_results_io.py": 21,
     "test_bundle.py": 21,
@@ -67,23 +69,19 @@ WEIGHTS = {
     "test_train.py": 85,
     # OpenVINO: the three exports (fp32, int8, int4; ~35 s each, cached after) plus short runs
     "test_openvino.py": 90,
-    "test_two_engines_e2e.py": 45,
+    "test_two_engines_e2e.py": 60,  # one vllm,openvino,hf-cb run
     # transformers continuous batching: three engine starts (~20 s each on a loaded box), their streams
     # and a compare run killed with its engine running
     "test_hf_cb.py": 170,
-    "test_hf_cb_openvino_e2e.py": 40,
-    "test_console_e2e.py": 130,  # a vllm+hf run and a vLLM start that fails (--quiet: the fake engine)
     "test_vary_e2e.py": 12,  # compare run --vary max_num_seqs=1,4 on the fake engine, then re-checks
     "test_fake.py": 15,
     "test_containers.py": 12,
     # a 3-node local Ray cluster (6 fake-engine cells, 2 load shards), the run without Ray to match,
-    # and `ray start --head` + one transformers cell + a cell stopped by Ctrl-C + `ray stop`; with
+    # and `ray start --head` + one transformers cell + a fake-engine cell stopped by Ctrl-C + `ray stop`; with
     # transformers cells in the matrix too: 285 s alone at load 6-10 (+10-40 s for the Ctrl-C case)
     "ray": 220,
     # --client-procs: a vLLM server start and two runs; loopback-server levels, a kill, a Ctrl-C
     "test_multiproc.py": 55,
-    # a vLLM start and a vllm-server start, one shared-prefix level each (390 s on a box at load 12)
-    "test_breakdown_e2e.py": 110,
 }
 
 
