@@ -15,14 +15,24 @@ for a in "$@"; do
   if [ "$a" = "--fast" ]; then fast=1; else args+=("$a"); fi
 done
 export PYTHONUNBUFFERED=1
+# The project's own modules, byte-compiled once: every `compare` command a test runs (hundreds) and
+# every engine process imports them, and where PYTHONDONTWRITEBYTECODE is set each of those would
+# compile them from source again (compileall writes .pyc whatever that variable says; the
+# interpreter reads them either way). Idempotent: unchanged files are skipped.
+compile_project() {
+  .venv/bin/python -m compileall -q -q -j 0 core adapters backends compare containers >/dev/null 2>&1 || true
+}
 if [ "$fast" = 1 ]; then
   [ -x .venv/bin/python ] || bash scripts/setup.sh --tier default
+  compile_project
   # two workers: the fast tier is many short tests plus a few CPU-bound ones (training steps,
-  # loopback servers); xdist's default load balancing spreads them
+  # loopback servers); tests/scheduling.py hands out whole files (their module fixtures run once),
+  # the longest first
   exec .venv/bin/python -m pytest -p no:cacheprovider -n "${LLM_COMPARE_TEST_WORKERS:-2}" -ra \
     -m "not engine and not docker and not slow" "${args[@]}" tests
 fi
 bash scripts/setup.sh
+compile_project
 # Two pytest-xdist workers: the suite is real engine starts, mostly single-threaded imports, so a
 # second worker uses the second core (tests/scheduling.py keeps shared engine fixtures on one
 # worker and starts the longest groups first). LLM_COMPARE_TEST_WORKERS=0 runs serially.

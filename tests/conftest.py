@@ -186,9 +186,8 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600,
 # The tiny model's CPU spec, spelled out as a user would (the embedded defaults are the same values)
 TINY_SPEC_ARGS = ("--dtype", "float32", "--max-model-len", "512", "--kv-cache-memory-bytes", str(64 << 20),
                   "--enforce-eager", "true")
-# Workload and levels of the shared run. A gate run compared against its baseline must repeat them
-# exactly (tests/compare/analysis/test_gate_e2e.py). 48 output tokens: a request queued behind another under
-# --max-num-seqs 1 then waits ~10x the unqueued TTFT, a regression no load noise hides.
+# Workload and levels of the shared run. 48 output tokens: long enough that every request's decode
+# is timed over many tokens.
 REAL_RUN_OUTPUT_LEN = 48
 REAL_RUN_WORKLOAD = ("--num-requests", "6", "--input-len", "24", "--output-len", str(REAL_RUN_OUTPUT_LEN),
                      "--prompt-format", "chat", "--concurrency", "2", "--rate", "20", "--warmup", "1",
@@ -205,32 +204,73 @@ class RealRun:
 
 @pytest.fixture(scope="session")
 def real_run(tmp_path_factory, tiny_model) -> RealRun:
-    """``compare run --backends vllm,hf --repeats 2`` on the tiny model (levels c2 and r20), ONCE per
-    session: results, report and gate end-to-end tests all read it (test_engines_e2e,
-    test_report_e2e, test_gate_e2e). Engine starts are the expensive part on 2 cores."""
+    """``compare run --backends vllm,hf --format json`` on the tiny model (levels c2 and r20), ONCE per
+    session: results, report and console end-to-end tests read it (test_engines_e2e,
+    test_report_e2e, test_telemetry_e2e, test_console_e2e). One repeat: each repeat restarts every
+    engine, and what repeats add (interleaving, intervals, the gate's noise) is the runner's and the
+    statistics' logic, tested on the fake engine (test_repeats_fake.py, test_gate_fake.py)."""
     out = tmp_path_factory.mktemp("real-run")
     p = run_cli("run", "--backends", "vllm,hf", "--model", str(tiny_model), *TINY_SPEC_ARGS, *REAL_RUN_WORKLOAD,
-                "--repeats", "2", "--gpu-hour-price", "2.5", "--out", str(out), "--run-id", "real",
-                "--format", "json", timeout=900)
+                "--gpu-hour-price", "2.5", "--out", str(out), "--run-id", "real", "--format", "json", timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     d = out / "real"
     return RealRun(d, p, json.loads((d / "run.json").read_text()),
                    [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines()])
 
 
+# The shared-prefix run: 12 requests of 16 tokens after one of 2 shared 128-token documents, 24
+# output tokens, both engines limited to 2 sequences and driven at concurrency 4
+PREFIX_N, PREFIX_OUT, PREFIX_SEQS, PREFIX_C = 12, 24, 2, 4
+
+
+@dataclass(frozen=True)
+class PrefixRun:
+    dir: Path  # the results directory
+    run: dict  # run.json
+    results: object  # run.json as core.results.RunResults
+    records: list  # requests.jsonl as core.records.RequestRecord
+    temp_left: tuple[str, ...]  # what the run left in its own temp directory
+
+
 @pytest.fixture(scope="session")
-def slow_run(tmp_path_factory, tiny_model) -> RealRun:
-    """The shared run's workload, levels and spec again with vLLM limited to ONE sequence at a time
-    (``--max-num-seqs 1``), once per session, with the vLLM OpenAI server as a second backend. Read
-    by test_gate_e2e (the genuinely slower config a gate must flag, checked with ``--backends vllm``)
-    and test_http_vllm_server (server vs in-process engine from one spec, in one command). One
-    start each of vLLM and the server, where the two tests' own runs took two vLLM starts, a server
-    and transformers."""
-    out = tmp_path_factory.mktemp("slow")
-    p = run_cli("run", "--backends", "vllm,vllm-server", "--model", str(tiny_model), *TINY_SPEC_ARGS,
-                *REAL_RUN_WORKLOAD, "--max-num-seqs", "1", "--out", str(out), "--run-id", "slow",
-                "--format", "html", timeout=1400)
-    assert p.returncode == 0, p.stderr[-3000:]
-    d = out / "slow"
-    return RealRun(d, p, json.loads((d / "run.json").read_text()),
-                   [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines()])
+def prefix_run(tiny_model, tmp_path_factory) -> PrefixRun:
+    """The in-process vLLM engine with prefix caching on and the vLLM OpenAI server with it off, from
+    one spec otherwise (max_num_seqs 2), in ONE run on a shared-prefix workload at concurrency 4,
+    ONCE per session, in a temp directory of its own. Read by test_breakdown_e2e (where the time
+    goes, prefix-cache hits, gauges), test_http_vllm_server (server vs in-process engine from one
+    spec), test_telemetry_e2e and test_http_vllm_server_tmp (nothing left in the temp directory)."""
+    import asyncio
+    import shutil
+    import tempfile
+
+    from adapters.spec import ServingSpec
+    from compare.running.runner import RunConfig, run
+    from compare.workload.build import LengthDist, SharedPrefix, WorkloadSpec, build_requests
+    from compare.workload.schedule import LoadLevel
+    from core.results import iter_records, load_results
+
+    spec = ServingSpec(model=str(tiny_model), dtype="float32", max_model_len=512, kv_cache_memory_bytes=64 << 20,
+                       enforce_eager=True, max_num_seqs=PREFIX_SEQS, prefix_caching=True)
+    wl = WorkloadSpec(name="shared", seed=3, num_requests=PREFIX_N, input=LengthDist(dist="fixed", value=16),
+                      output=LengthDist(dist="fixed", value=PREFIX_OUT),
+                      shared_prefix=SharedPrefix(num_documents=2, document_tokens=128))
+    out = tmp_path_factory.mktemp("prefix")
+    cfg = RunConfig(backends=["vllm", "vllm-server"], spec=spec, workload=wl, requests=build_requests(wl),
+                    levels=[LoadLevel("concurrency", PREFIX_C)], warmup=1, out_root=out, run_id="p",
+                    backend_specs={"vllm-server": spec.model_copy(update={"prefix_caching": False})})
+    # short, as a real TMPDIR is: vLLM's IPC socket paths under it must stay below 107 bytes
+    tmp = Path(tempfile.mkdtemp(prefix="lc-t-"))
+    mp = pytest.MonkeyPatch()
+    mp.setenv("LLM_COMPARE_METRICS_INTERVAL_S", "0.1")  # a ~1 s level still gets its gauge samples
+    mp.setenv("TMPDIR", str(tmp))
+    mp.setattr(tempfile, "tempdir", None)  # read TMPDIR again: this process and the engines' use it
+    try:
+        asyncio.run(run(cfg))
+        left = tuple(sorted(p.name for p in tmp.iterdir()))
+    finally:
+        mp.undo()
+        shutil.rmtree(tmp, ignore_errors=True)
+    d = out / "p"
+    results, _ = load_results(d)
+    assert results.status == "complete", results.error
+    return PrefixRun(d, json.loads((d / "run.json").read_text()), results, list(iter_records(d)), left)

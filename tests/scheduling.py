@@ -5,8 +5,9 @@ imports in 2-3 processes), so two workers roughly halve it, provided that
 
 - the session fixtures that start engines run ONCE, not once per worker: every file using one
   goes to the same worker (GROUPS), and
-- the longest groups start first (WEIGHTS, seconds measured on 2026-11-30, see
-  docs/benchmarks.md), so the two workers finish close together (longest-processing-time-first).
+- the longest groups start first (WEIGHTS, seconds measured on 2026-12-02, see
+  docs/benchmarks.md), so the two workers finish close together (longest-processing-time-first),
+- and files of independent tests (SPREAD) are split between the workers test by test.
 
 Without xdist (``-p no:xdist`` or a plain ``pytest tests/x.py``) none of this does anything.
 """
@@ -14,12 +15,14 @@ from __future__ import annotations
 
 # file -> group. Files sharing an expensive session fixture run on one worker.
 GROUPS = {
-    # real_run (compare run vllm,hf --repeats 2) and slow_run (vllm,hf,vllm-server)
+    # real_run (compare run vllm,hf) and prefix_run (vllm,vllm-server on a shared-prefix workload)
     "test_engines_e2e.py": "shared-runs",
     "test_report_e2e.py": "shared-runs",
-    "test_gate_e2e.py": "shared-runs",
+    "test_console_e2e.py": "shared-runs",
     "test_http_vllm_server.py": "shared-runs",
     "test_telemetry_e2e.py": "shared-runs",
+    "test_breakdown_e2e.py": "shared-runs",
+    "test_http_vllm_server_tmp.py": "shared-runs",
     # tgi_url: the TGI-protocol test double on a real vLLM engine
     "test_tgi_double_protocol.py": "tgi-double",
     "test_length_match_e2e.py": "tgi-double",
@@ -31,65 +34,78 @@ GROUPS = {
     "test_ray_start_e2e.py": "ray",
 }
 
-# group (or file) -> seconds with two workers, 2026-11-30 16:37 run (vLLM's worker inside its
-# engine-core process, tests/conftest.py), from --durations; absent: short
+# group (or file) -> seconds with two workers, from --durations of the 2026-12-02 05:33 run (another
+# test run beside it: load 4-7, so about 1.5x an idle machine's); absent: short
 WEIGHTS = {
+    # real_run (vllm,hf) and prefix_run (vllm,vllm-server), the engine-crash run, a vLLM start
+    # that fails, the report in Chromium
     "shared-runs": 205,
-    "test_containers_e2e.py": 175,
+    # vllm-container end to end, the TGI double's image, a server exiting during start, a kill
+    "test_containers_e2e.py": 150,
     # five real runs stopped by signals (vLLM x2, vllm-server, hf, openvino); the policy itself runs
     # on the fake engine (test_signals_fake.py: four short runs)
-    "test_signals_e2e.py": 350,
-    "test_signals_fake.py": 30,
+    "test_signals_e2e.py": 135,
+    "test_signals_fake.py": 23,
+    # `compare` commands refused before anything starts; plans that import vLLM or transformers
+    "test_cli_edges.py": 97,
+    "test_cli_bad_input.py": 24,
     # fake-engine orchestration tests (a few short `compare run`s each, no engine start)
-    "test_gate_fake.py": 25,
-    "test_failures_fake.py": 12,
-    "test_tune_live.py": 40,  # compare tune on the fake engine: two tunes + a resume (was 127 on vLLM)
-    # --find-max-rate on the fake engine: three short runs (was three vLLM starts, 94-330 s)
-    "test_max_rate.py": 20,
-    "test_quant_engine.py": 85,
-    # llama.cpp (built by setup): one shared server start and four signalled runs; and a
-    # vllm,openvino,llamacpp run plus two GGUF runs (2026-12-02, one worker, load ~5)
-    "test_llamacpp.py": 80,
-    "test_llamacpp_e2e.py": 75,
-    "test_trtllm_pipeline.py": 75,
-    "tgi-double": 250,  # 73 s, the text-generation client (~30 s), served-model runs (~95 s), client-procs runs (~50 s)
-    "test_topology.py": 47,
-    "test_trtllm_serve_http.py": 32,
-    "test_http_vllm_server_tmp.py": 44,
-    "test_http_fastsse.py": 22,  # every scripted stream twice (C and Python parser) + the loopback server
-    "test_results_io.py": 21,
-    "test_bundle.py": 21,
-    "test_engine_cache.py": 15,
-    "test_quality.py": 12,
+    "test_gate_fake.py": 20,
+    "test_failures_fake.py": 7,
+    "test_tune_live.py": 30,  # compare tune on the fake engine: two tunes + a resume
+    "test_tune_space.py": 17,
+    "test_max_rate.py": 18,  # --find-max-rate on the fake engine: three short runs
+    # compare quant run: fp32, W8A8-int8 and (with AVX-512) W4A16 on vLLM, quality vs the reference
+    "test_quant_engine.py": 99,
     # compare quant quality: 2 vLLM starts, 2 OpenVINO exports + compiles, one llmcompressor run
-    "test_heldout.py": 150,
-    # two 3-step trainings (tokenizer + corpus each); the full trained model is cached by setup
-    "test_train.py": 85,
-    # OpenVINO: the three exports (fp32, int8, int4; ~35 s each, cached after) plus short runs
-    "test_openvino.py": 90,
-    "test_two_engines_e2e.py": 45,
-    # transformers continuous batching: three engine starts (~20 s each on a loaded box), their streams
-    # and a compare run killed with its engine running
-    "test_hf_cb.py": 170,
-    "test_hf_cb_openvino_e2e.py": 40,
-    "test_console_e2e.py": 130,  # a vllm+hf run and a vLLM start that fails (--quiet: the fake engine)
-    "test_vary_e2e.py": 12,  # compare run --vary max_num_seqs=1,4 on the fake engine, then re-checks
-    "test_fake.py": 15,
-    "test_containers.py": 12,
+    "test_heldout.py": 88,
+    # llama.cpp (built by setup): one shared server start and four signalled runs; and a
+    # vllm,openvino,llamacpp run plus two GGUF runs
+    "test_llamacpp.py": 57,
+    "test_llamacpp_e2e.py": 80,
+    "test_trtllm_pipeline.py": 77,
+    "test_trtllm_serve_http.py": 29,
+    "test_trtllm_cli.py": 19,
+    # the TGI double (a vLLM), `vllm serve`, the text-generation client, served-model and
+    # client-procs runs, length matching (the fake engine against the double)
+    "tgi-double": 75,
+    "test_topology.py": 65,  # two vLLM replicas, one killed mid-level
     # a 3-node local Ray cluster (6 fake-engine cells, 2 load shards), the run without Ray to match,
-    # and `ray start --head` + one transformers cell + a cell stopped by Ctrl-C + `ray stop`; with
-    # transformers cells in the matrix too: 285 s alone at load 6-10 (+10-40 s for the Ctrl-C case)
-    "ray": 220,
-    # --client-procs: a vLLM server start and two runs; loopback-server levels, a kill, a Ctrl-C
-    "test_multiproc.py": 55,
-    # a vLLM start and a vllm-server start, one shared-prefix level each (390 s on a box at load 12)
-    "test_breakdown_e2e.py": 110,
+    # and `ray start --head` + one transformers cell + a fake-engine cell stopped by Ctrl-C + `ray stop`
+    "ray": 64,
+    "test_two_engines_e2e.py": 62,  # one vllm,openvino,hf-cb run
+    # OpenVINO: streams, cancels, a crash, timeouts, int8/int4 runs (exports cached by setup)
+    "test_openvino.py": 39,
+    "test_http_fastsse.py": 35,  # every scripted stream twice (C and Python parser) + the loopback server
+    "test_bundle.py": 32,
+    "test_hf_cb.py": 28,  # transformers continuous batching: three engine starts, a killed run
+    "test_results_io.py": 25,
+    "test_killed_runs.py": 24,
+    "test_quality_e2e.py": 22,
+    "test_containers.py": 22,
+    "test_multiproc.py": 16,  # --client-procs: loopback-server levels, a kill, a Ctrl-C
+    "test_train.py": 15,  # two 3-step trainings; the full trained model is cached by setup
+    "test_served_model.py": 11,
 }
 
 
+# Files of many independent `compare` commands and no fixture of their own to share: each test is
+# its own unit, so the two workers split the file (test_cli_edges.py alone is ~95 s of one worker)
+SPREAD = {"test_cli_edges.py", "test_cli_bad_input.py", "test_signals_fake.py"}
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+
+
 def group_of(nodeid: str) -> str:
-    file = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
-    return GROUPS.get(file, file)
+    file = _file(nodeid)
+    return nodeid if file in SPREAD else GROUPS.get(file, file)
+
+
+def _weight(nodeid: str) -> float:
+    file = _file(nodeid)
+    return WEIGHTS.get(file if file in SPREAD else group_of(nodeid), 1)
 
 
 def order_heaviest_first(items: list) -> None:
@@ -98,7 +114,7 @@ def order_heaviest_first(items: list) -> None:
     first_seen: dict[str, int] = {}
     for i, it in enumerate(items):
         first_seen.setdefault(group_of(it.nodeid), i)
-    items.sort(key=lambda it: (-WEIGHTS.get(group_of(it.nodeid), 1), first_seen[group_of(it.nodeid)]))
+    items.sort(key=lambda it: (-_weight(it.nodeid), first_seen[group_of(it.nodeid)]))
 
 
 def make_scheduler(config, log):

@@ -1,6 +1,5 @@
-"""The vLLM OpenAI server as a subprocess vs the in-process engine, in ONE command (the session's
-shared slow_run, which the gate test reads too), and the process-group guarantees (no server is
-ever left behind)."""
+"""The vLLM OpenAI server as a subprocess vs the in-process engine, in ONE run (the session's shared
+prefix_run, tests/conftest.py), and the process-group guarantees (no server is ever left behind)."""
 from __future__ import annotations
 
 import os
@@ -12,11 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from core.results import iter_records
-from tests.conftest import REAL_RUN_OUTPUT_LEN as OUT
-from tests.conftest import ROOT
-
-N = 6  # requests per level in the shared runs
+from tests.conftest import PREFIX_C, PREFIX_SEQS, ROOT
+from tests.conftest import PREFIX_N as N
+from tests.conftest import PREFIX_OUT as OUT
 
 
 def _alive(pid: int) -> bool:
@@ -59,28 +56,29 @@ def test_guard_kills_the_group_when_the_benchmark_is_killed(tmp_path):
 
 
 @pytest.mark.engine
-def test_inprocess_vs_server_one_command(slow_run):
-    """``compare run --backends vllm,vllm-server`` (the session's slow_run, tests/conftest.py:
-    6 requests per level, levels c2 and r20, 48 output tokens, --max-num-seqs 1 for both engines)."""
-    run, d = slow_run.run, slow_run.dir
+def test_inprocess_vs_server_one_command(prefix_run):
+    """``vllm`` and ``vllm-server`` in one run (the session's prefix_run, tests/conftest.py: 12
+    requests at concurrency 4, 24 output tokens, max_num_seqs 2 for both engines; prefix caching on
+    in-process and off on the server, the one setting apart)."""
+    run = prefix_run.run
     srv = run["backends"]["vllm-server"]
     assert srv["status"] == "complete" and run["backends"]["vllm"]["status"] == "complete"
-    # the same engine config reached both
-    assert srv["describe"]["native_config"]["engine_args"] == run["backends"]["vllm"]["describe"]["native_config"]["engine_args"]
-    assert srv["describe"]["native_config"]["engine_args"]["max_num_seqs"] == 1
+    # the same engine config reached both, but for the setting the run set apart
+    args = {n: dict(run["backends"][n]["describe"]["native_config"]["engine_args"]) for n in ("vllm", "vllm-server")}
+    assert (args["vllm"].pop("enable_prefix_caching"), args["vllm-server"].pop("enable_prefix_caching")) == (True, False)
+    assert args["vllm"] == args["vllm-server"] and args["vllm"]["max_num_seqs"] == PREFIX_SEQS
     # what the engine itself resolved (the knob that --vary and compare tune set; those run on the
     # fake engine, so this is where max_num_seqs reaching vLLM is checked)
-    assert run["backends"]["vllm"]["describe"]["native_config"]["resolved"]["max_num_seqs"] == 1
-    for label in ("c2", "r20"):
-        lvl = srv["levels"][label]
-        assert lvl["ok"] == N and lvl["server_metrics"]["available"]
-        assert lvl["server_metrics"]["server_ttft_ms"]["count"] == N  # the engine saw exactly this level's requests
-        assert lvl["server_metrics"]["counters"]["vllm:generation_tokens_total"] == N * OUT
+    assert run["backends"]["vllm"]["describe"]["native_config"]["resolved"]["max_num_seqs"] == PREFIX_SEQS
+    lvl = srv["levels"][f"c{PREFIX_C}"]
+    assert lvl["ok"] == N and lvl["server_metrics"]["available"]
+    assert lvl["server_metrics"]["server_ttft_ms"]["count"] == N  # the engine saw exactly this level's requests
+    assert lvl["server_metrics"]["counters"]["vllm:generation_tokens_total"] == N * OUT
     # greedy fp32: the server and the in-process engine produce the same tokens for each request
     recs = {}
-    for r in iter_records(d):
+    for r in prefix_run.records:
         recs.setdefault(r.backend, {})[(r.level, r.request_id)] = r.token_ids
-    assert len(recs["vllm"]) == 2 * N
+    assert len(recs["vllm"]) == N
     assert recs["vllm"] == recs["vllm-server"] and all(len(v) == OUT for v in recs["vllm"].values())
     log = srv["describe"]["extra"]["server_log"]
     assert log and Path(log).exists() and "Application startup complete" in Path(log).read_text()

@@ -1,8 +1,8 @@
 """The regression gate end to end on the fake engine (backends/fake/, a test instrument): a baseline
 saved from one run, `compare check` passes the same config run again (exit 0) and flags a genuinely
 slower one (exit 1) naming the spec change next to the slower metric. The fake's timings are its
-schedule, so the repeats agree almost exactly: the gate must handle near-zero repeat noise. The same
-flow on real engines, with their noise: test_gate_e2e.py."""
+schedule, so the repeats agree almost exactly: the gate must handle near-zero repeat noise. The shared
+real runs (tests/conftest.py) hold one repeat each: a baseline needs two or more."""
 from __future__ import annotations
 
 import pytest
@@ -18,9 +18,11 @@ WORKLOAD = ("--num-requests", "6", "--input-len", "24", "--output-len", "48", "-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_model):
     out = tmp_path_factory.mktemp("gate")
-    for run_id, extra in (("base", ()), ("again", ()), ("slow", ("--max-num-seqs", "1"))):
+    # the rerun also writes its report as `compare run --format html` does
+    for run_id, extra in (("base", ("--format", "json")), ("again", ("--format", "html")),
+                          ("slow", ("--max-num-seqs", "1", "--format", "json"))):
         p = run_cli("run", *FAKE, "--model", str(tiny_model), *WORKLOAD, *extra, "--out", str(out),
-                    "--run-id", run_id, "--format", "json", timeout=300)
+                    "--run-id", run_id, timeout=300)
         assert p.returncode == 0, p.stderr[-3000:]
     return out
 
@@ -35,3 +37,8 @@ def test_baseline_passes_the_same_config_and_flags_a_slower_one(runs, tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     assert "REGRESSION fake c2 TTFT" in r.stdout
     assert "backends.fake.spec.max_num_seqs: None -> 1" in r.stdout
+
+
+def test_run_format_html_writes_the_report_with_its_plots(runs):
+    html = (runs / "again" / "report.html").read_text()
+    assert "<img" in html and "Verdict" in html

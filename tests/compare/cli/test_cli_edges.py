@@ -234,15 +234,14 @@ def test_list_options_with_empty_items_or_duplicates(tmp_path, args, needles):
 def test_native_keys_the_engine_does_not_have(tmp_path):
     """Checked against the installed frameworks (vLLM's engine arguments; transformers' loading
     keywords and the model's config) in `compare plan`, which starts nothing."""
-    p = run_cli("plan", "--backends", "hf", "--native", "hf.no_such_option=1")
+    # each command gives a key the framework has beside one it lacks: the unknown keys are named in
+    # sorted order, so a known key sorting first (attn_... < no_..., block_... < max_...) that were
+    # refused would be the one named (each check imports its framework: seconds per command)
+    p = run_cli("plan", "--backends", "hf", "--native", "hf.no_such_option=1", "--native", "hf.attn_implementation=eager")
     assert_one_line_error(p, "--native hf.no_such_option", "not a transformers")
-    p = run_cli("plan", "--backends", "hf", "--native", "hf.attn_implementation=eager")
-    assert p.returncode == 0, p.stderr
     pytest.importorskip("vllm")
-    p = run_cli("plan", "--backends", "vllm", "--native", "vllm.max_num_seqz=4")
+    p = run_cli("plan", "--backends", "vllm", "--native", "vllm.max_num_seqz=4", "--native", "vllm.block_size=16")
     assert_one_line_error(p, "--native vllm.max_num_seqz", "not a vLLM engine argument", "nearest: max_num_seqs")
-    p = run_cli("plan", "--backends", "vllm", "--native", "vllm.scheduling_policy=priority")
-    assert p.returncode == 0, p.stderr
 
 
 def test_native_vllm_keys_of_a_container_are_the_image_s_to_judge(tmp_path):

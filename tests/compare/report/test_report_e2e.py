@@ -1,5 +1,7 @@
-"""End to end: a real run of the real engines with --repeats, then `compare report --html`
-rendered in headless Chromium, with a pixel check that the plots are there and not blank."""
+"""End to end: a real run of the real engines (the session's shared run), its JSON output and verdict,
+then `compare report --html` rendered in headless Chromium, with a pixel check that the plots are
+there and not blank. Repeats (interleaving, per-repeat results, intervals) are the runner's logic:
+test_repeats_fake.py."""
 from __future__ import annotations
 
 import base64
@@ -26,29 +28,27 @@ SCREENSHOT = ROOT / "docs" / "img" / "report.png"
 
 @pytest.fixture(scope="module")
 def results(real_run):
-    """The session's shared real run (tests/conftest.py): vllm,hf, 2 repeats, levels c2 and r20."""
+    """The session's shared real run (tests/conftest.py): vllm,hf, levels c2 and r20, --format json."""
     return real_run.dir, real_run.proc
 
 
-def test_repeats_are_interleaved_and_stored_per_repeat(results):
+def test_json_output_carries_the_run_and_its_verdict(results):
     d, proc = results
-    out = json.loads(proc.stdout)
-    assert out["repeats"] == 2
+    out = json.loads(proc.stdout)  # stdout is pure JSON: no engine wrote to it
+    assert out == {**json.loads((d / "run.json").read_text()), "verdict": out["verdict"]}
     for name in ("vllm", "hf"):
-        reps = out["backends"][name]["repeats"]
-        assert [r["repeat"] for r in reps] == [0, 1] and all(r["status"] == "complete" for r in reps)
-        assert all(r["levels"]["c2"]["ok"] == 6 and r["levels"]["r20"]["ok"] == 6 for r in reps)
-        assert out["backends"][name]["levels"]["c2"]["requests"] == 12  # pooled over both repeats
+        b = out["backends"][name]
+        assert b["status"] == "complete" and "repeats" not in b
+        assert b["levels"]["c2"]["ok"] == 6 and b["levels"]["r20"]["ok"] == 6
     order = []
     for line in (d / "requests.jsonl").read_text().splitlines():
         rec = json.loads(line)
-        key = (rec["backend"], rec["repeat"])
-        if not order or order[-1] != key:
-            order.append(key)
-    assert order == [("vllm", 0), ("hf", 0), ("vllm", 1), ("hf", 1)]  # A B A B
+        if not order or order[-1] != rec["backend"]:
+            order.append(rec["backend"])
+    assert order == ["vllm", "hf"]  # each backend's levels in one block
     v = out["verdict"]
     assert v["reference"] == "vllm" and v["comparisons"]
-    assert all(c["ci"] is not None for c in v["comparisons"])  # 2 repeats: intervals exist
+    assert all(c["ci"] is None for c in v["comparisons"])  # one repeat: point estimates
     assert v["cost_per_million_output_tokens"]["vllm"]["c2"] > 0
 
 

@@ -40,10 +40,13 @@ def _engine_started(since: float) -> bool:
 
 def _ctrl_c_mid_cell(tiny_model, tmp_path, port: int) -> None:
     """Ctrl-C while a cell runs on the cluster: the cell is interrupted in its worker (its engine
-    torn down there), what it measured comes back, the run ends interrupted with exit 130."""
+    torn down there), what it measured comes back, the run ends interrupted with exit 130. The
+    signal's way into the cell is orchestration: the cell runs the fake engine (backends/fake/, a
+    test instrument; 400 requests of 64 tokens at 5 ms a token, two at a time: ~65 s); a real
+    engine's start and stop in a cell is the run above."""
     started = time.time()
-    proc = subprocess.Popen([str(VENV_BIN / "compare"), "run", "--backends", "hf", "--model", str(tiny_model),
-                             *TINY_SPEC_ARGS, "--num-requests", "400", "--input-len", "8", "--output-len", "64",
+    proc = subprocess.Popen([str(VENV_BIN / "compare"), "run", "--backends", "fake", "--native", "fake.itl=5ms",
+                             "--model", str(tiny_model), "--num-requests", "400", "--input-len", "8", "--output-len", "64",
                              "--prompt-format", "token_ids", "--concurrency", "2", "--warmup", "1",
                              "--ray", f"127.0.0.1:{port}", "--out", str(tmp_path), "--run-id", "stopped"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -61,7 +64,7 @@ def _ctrl_c_mid_cell(tiny_model, tmp_path, port: int) -> None:
     assert proc.returncode == 130, err[-2000:]
     run = json.loads((tmp_path / "stopped" / "run.json").read_text())
     assert run["status"] == "interrupted"
-    entry = run["backends"]["hf"]
+    entry = run["backends"]["fake"]
     assert entry["status"] == "interrupted" and "stopped by SIGINT" in entry["error"]
     recs = (tmp_path / "stopped" / "requests.jsonl").read_text().splitlines()
     assert len(recs) < 400  # the level was cut short; what finished (and what was cancelled) is kept

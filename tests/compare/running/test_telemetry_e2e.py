@@ -1,6 +1,6 @@
 """CPU telemetry per level from real engines, read from the suite's shared runs (tests/conftest.py):
 in-process vLLM (its engine-core process beside our client) and transformers in real_run, vLLM's
-OpenAI server (API server + engine core, our client apart) in slow_run; no GPU here, so each level
+OpenAI server (API server + engine core, our client apart) in prefix_run; no GPU here, so each level
 records why there is no GPU record, and the report shows the CPU table (and says why there are no
 GPU numbers only where NVIDIA software is installed, i.e. a GPU was expected)."""
 from __future__ import annotations
@@ -55,8 +55,8 @@ def test_in_process_vllm_and_hf_levels_record_client_and_engine_cpu(real_run):
     assert note is None if NO_NVIDIA_HERE else note.startswith("no GPU telemetry"), note
 
 
-def test_vllm_server_levels_record_its_api_server_and_engine_core(slow_run):
-    for label, s in _levels(slow_run.run, "vllm-server"):
+def test_vllm_server_levels_record_its_api_server_and_engine_core(prefix_run):
+    for label, s in _levels(prefix_run.run, "vllm-server"):
         by_role = _plausible(s.telemetry, {"client", "API server", "engine core", "server guard"})
         assert by_role["API server"] > 0 and by_role["server guard"] < 5, (label, by_role)
 
