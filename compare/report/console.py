@@ -153,16 +153,16 @@ def _server_ttft(s: LevelSummary) -> dict[str, Any] | None:
 
 
 def latency_columns(run: RunResults) -> list[tuple[str, str, str, str, bool]]:
-    """(column key, metric, stat, header, kept on a narrow terminal) of every latency column, from
-    the metric registry (core/metrics.py): each metric's table statistics, and the statistic each
-    SLO term limits; an SLO's columns are never dropped for width."""
+    """(column key, metric, stat, header, limited by the SLO) of every latency column, from the
+    metric registry (core/metrics.py): each metric's table statistics, and the statistic each SLO
+    term limits."""
     limited = {(t.metric, t.stat) for t in run.slo}
     out = []
     for m in latency():
         stats = [*m.table_stats, *(st for st in SLO_STATS if (m.key, st) in limited and st not in m.table_stats)]
         for st in stats:
             out.append((f"{m.key}{st[1:] if st.startswith('p') else st}", m.key, st, f"{m.label}\n{st}",
-                        st in m.narrow_stats or (m.key, st) in limited))
+                        (m.key, st) in limited))
     return out
 
 
@@ -172,10 +172,12 @@ def _latency_cells(s: LevelSummary | MatchedSummary, run: RunResults) -> dict[st
 
 
 def _columns(run: RunResults) -> list[tuple[str, str, bool]]:
-    """(key, header, always shown): optional columns are added while the table still fits."""
+    """(key, header, always shown): optional columns are added while the table still fits, those
+    the SLO limits first (_fit)."""
+    narrow = {(m.key, st) for m in latency() for st in m.narrow_stats}
     return [("backend", "backend", True), ("load", "load", True), ("ok", "ok", True),
             ("tok_s", "out\ntok/s", True), ("req_s", "req/s", False),
-            *((k, head, narrow) for k, _, _, head, narrow in latency_columns(run)),
+            *((k, head, (metric, st) in narrow) for k, metric, st, head, _ in latency_columns(run)),
             ("srv", "TTFT mean\nclnt/srv", False), ("queue", "engine\nqueue", False),
             ("outside", "outside\nengine", False), ("pfx", "prefix\nhit", False), ("goodput", "goodput\nreq/s", True),
             ("slo", "SLO", True)]
@@ -227,7 +229,8 @@ def comparison_table(run: RunResults | dict[str, Any], width: int | None = None,
     if width is not None:  # optional columns only while everything fits (3 characters between columns)
         always = [k for k in keys if dict((c[0], c[2]) for c in columns)[k]]
         used = sum(col_w(k) + 3 for k in always) - 3
-        for k in keys:
+        limited = {k for k, *_, lim in latency_columns(run) if lim}
+        for k in sorted(keys, key=lambda k: k not in limited):  # stable: the SLO's columns first
             if k not in always and used + col_w(k) + 3 <= width:
                 always.append(k)
                 used += col_w(k) + 3
