@@ -77,6 +77,7 @@ class Metric:
     narrow_stats: tuple[str, ...] = ()  # the columns kept on a narrow terminal
     plotted: bool = False  # an axis of latency vs throughput / a bar of the per-backend bars
     cut_by_length_match: bool = True  # changes when outputs are cut at k tokens (TTFT does not)
+    headline: str = ""  # a plotted latency metric's line of the answer without an SLO: "First token"
 
     @property
     def summary_key(self) -> str:
@@ -100,10 +101,10 @@ class Metric:
 REGISTRY: tuple[Metric, ...] = (
     Metric("ttft", "TTFT", "ms", False, REQUEST, ttft_ns, compare_stats=("p50", "p95"),
            default_stats=("p50", "p95"), slo_stats=SLO_STATS, table_stats=("p50", "p95"),
-           narrow_stats=("p50", "p95"), plotted=True, cut_by_length_match=False),
+           narrow_stats=("p50", "p95"), plotted=True, cut_by_length_match=False, headline="First token"),
     Metric("tpot", "TPOT", "ms", False, REQUEST, tpot_ns, compare_stats=("p50", "p95"),
            default_stats=("p50", "p95"), slo_stats=SLO_STATS, table_stats=("p50", "p95"),
-           narrow_stats=("p50",), plotted=True),
+           narrow_stats=("p50",), plotted=True, headline="Per output token"),
     # ITL is compared only where the SLO limits it: TPOT is already each request's mean gap, and
     # every further metric widens the multiple-testing correction of the others
     Metric("itl", "ITL", "ms", False, TOKEN, itls_ns, compare_stats=("p50", "p95", "p99"),
