@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from backends.logs import error_tail, tail
-from core.metrics import SLO_STATS, latency
+from core.metrics import SLO_STATS, get, latency
 from core.records import RequestRecord
 from core.results import Dist, LengthMatched, LevelSummary, MatchedSummary, RunResults, as_run
 from compare.report.labels import legend, short_labels
@@ -168,12 +168,12 @@ def latency_columns(run: RunResults) -> list[tuple[str, str, str, str, bool]]:
 
 def _latency_cells(s: LevelSummary | MatchedSummary, run: RunResults) -> dict[str, str]:
     """{column key: value} of every latency column (latency_columns)."""
-    return {k: fmt_stat(getattr(s, f"{metric}_ms"), st) for k, metric, st, _, _ in latency_columns(run)}
+    return {k: fmt_stat(getattr(s, get(metric).summary_key), st) for k, metric, st, _, _ in latency_columns(run)}
 
 
 def _columns(run: RunResults) -> list[tuple[str, str, bool]]:
     """(key, header, always shown): optional columns are added while the table still fits, those
-    the SLO limits first (_fit)."""
+    the SLO limits first (comparison_table)."""
     narrow = {(m.key, st) for m in latency() for st in m.narrow_stats}
     return [("backend", "backend", True), ("load", "load", True), ("ok", "ok", True),
             ("tok_s", "out\ntok/s", True), ("req_s", "req/s", False),

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from compare.analysis import length_match
 from compare.analysis.headline import headlines
+from core.metrics import get
 from compare.report.console import fmt_stat, latency_columns, matched_note, matched_row
 from compare.report.data import ReportData
 from compare.report.labels import legend
@@ -57,7 +58,7 @@ def sections(d: ReportData) -> list[Section]:
         for label, s in run.backends[n].levels.items():
             cost = v.costs.get(n, {}).get(label)
             rows.append([name(n), label, f"{s.ok}/{s.requests}", f"{s.output_tok_s:.1f}",
-                         *(fmt_stat(getattr(s, f"{metric}_ms"), st) for _, metric, st, _, _ in lat),
+                         *(fmt_stat(getattr(s, get(metric).summary_key), st) for _, metric, st, _, _ in lat),
                          _num(s.goodput_req_s), "-" if cost is None or lm else f"${cost:.3g}"])
             m = matched_row(lm_run, n, label) if lm else None
             if m is not None and lm is not None:

@@ -40,6 +40,7 @@ def test_registry_is_consistent():
         assert m.kind in (reg.REQUEST, reg.TOKEN, reg.LEVEL)
         assert m.compared in (reg.ALWAYS, reg.WHEN_LIMITED, reg.WITH_SLO, reg.NEVER)
         assert set(m.default_stats) <= set(m.compare_stats), m.key
+        assert all(st.startswith("p") for st in m.compare_stats), m.key  # the tests resample percentiles
         assert set(m.narrow_stats) <= set(m.table_stats), m.key
         assert set(m.slo_stats) <= set(reg.SLO_STATS), m.key
         assert (m.extract_ns is None) == (m.kind == reg.LEVEL), m.key  # per-request metrics have an extractor
