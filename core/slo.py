@@ -7,8 +7,9 @@ One value, written one way everywhere: parsed from the CLI form, stored in run.j
 against a level (each term's statistic over the level's requests) and per request (goodput counts
 the requests whose own values meet every limit).
 
-Metric values are in milliseconds. Computing them from request records is the analysis layer's
-job (compare/analysis/metrics.py); this module only knows the limits and how to compare.
+Metric values are in milliseconds. Which metrics and statistics a term may name comes from the
+metric registry (core/metrics.py); computing the values from request records is the analysis
+layer's job (compare/analysis/metrics.py); this module only knows the limits and how to compare.
 """
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 from core.errors import UserError
+from core.metrics import BY_KEY, SLO_STATS, slo_metrics
 
-METRICS = ("ttft", "tpot", "itl", "e2e")
-STATS = ("p50", "p90", "p95", "p99", "mean", "max")
+METRICS = slo_metrics()  # ttft, tpot, itl, e2e
+STATS = SLO_STATS
 _UNIT_MS = {"s": 1e3, "ms": 1.0, "us": 1e-3, "ns": 1e-6}  # largest first: the written form prefers it
 _EXAMPLE = "e.g. --slo ttft_p95=2s,tpot_p95=100ms"
 _TERM = re.compile(r"\s*([a-z][a-z0-9]*)_([a-z0-9]+)\s*=\s*([0-9]*\.?[0-9]+)\s*(ns|us|ms|s)\s*")
@@ -32,6 +34,10 @@ class SLOError(UserError, ValueError):
 
 class _Summary(Protocol):
     def get(self, stat: str) -> Any: ...
+
+
+def _allowed(metric: str, stat: str) -> bool:
+    return metric in METRICS and stat in BY_KEY[metric].slo_stats
 
 
 def _format_ms(limit_ms: float) -> str:
@@ -60,12 +66,12 @@ def _statistic(values: Sequence[float], stat: str) -> float:
 class SLOTerm:
     """One limit: ``metric``'s ``stat`` (a percentile, mean or max) <= ``limit_ms``."""
 
-    metric: str  # ttft | tpot | itl | e2e
+    metric: str  # a registry metric with slo_stats: ttft | tpot | itl | e2e
     stat: str  # p50 | p90 | p95 | p99 | mean | max
     limit_ms: float
 
     def __post_init__(self) -> None:
-        if self.metric not in METRICS or self.stat not in STATS:
+        if not _allowed(self.metric, self.stat):
             raise SLOError(f"SLO term {self.metric}_{self.stat} is not METRIC_STAT=NUMBERUNIT; metrics "
                            f"{list(METRICS)}, stats {list(STATS)} ({_EXAMPLE})")
         if not (isinstance(self.limit_ms, (int, float)) and math.isfinite(self.limit_ms) and self.limit_ms >= 0):
@@ -129,7 +135,7 @@ class SLO:
         terms = []
         for part in text.split(","):
             m = _TERM.fullmatch(part)
-            if not m or m.group(1) not in METRICS or m.group(2) not in STATS:
+            if not m or not _allowed(m.group(1), m.group(2)):
                 raise SLOError(f"SLO term {part.strip()!r} is not METRIC_STAT=NUMBERUNIT; metrics "
                                f"{list(METRICS)}, stats {list(STATS)}, units ns/us/ms/s ({_EXAMPLE})")
             terms.append(SLOTerm(m.group(1), m.group(2), float(m.group(3)) * _UNIT_MS[m.group(4)]))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from core.metrics import get, latency
 from core.results import LevelSummary, RunResults
 from core.slo import SLO, SLOTerm
 from compare.analysis.verdict import Verdict
@@ -75,7 +76,7 @@ def _slo_line(run: RunResults, v: Verdict, term: SLOTerm, label: Label) -> str:
             if check.value_ms is not None and math.isfinite(check.value_ms) and (
                     closest is None or check.value_ms < closest[0]):
                 closest = (check.value_ms, n, lb)
-    head = f"{term.metric.upper()} {term.stat} <= {_ms(term.limit_ms)}:"
+    head = f"{get(term.metric).label} {term.stat} <= {_ms(term.limit_ms)}:"
     if not best:
         return f"{head} no backend meets it at any load" + (_closest_ranked(run, v, term, label) if closest else "")
     ranked = sorted(best.items(), key=lambda kv: -kv[1][0])
@@ -89,7 +90,7 @@ def _slo_line(run: RunResults, v: Verdict, term: SLOTerm, label: Label) -> str:
                 lo, hi = (w, o) if a < b else (o, w)
                 text = (f"{head} {label(w)} and {label(o)} both hold it up to {lb} at the same throughput "
                         f"({tps:.1f} vs {otps:.1f} out tok/s); {label(lo)} has the lower "
-                        f"{term.metric.upper()} {term.stat} there, {_ms(min(a, b))} vs {_ms(max(a, b))} "
+                        f"{get(term.metric).label} {term.stat} there, {_ms(min(a, b))} vs {_ms(max(a, b))} "
                         f"({_sure(v, w, o, lb, term.key)})")
             else:
                 text += f", level with {label(o)} ({otps:.1f})"
@@ -163,7 +164,7 @@ def _latency_line(run: RunResults, v: Verdict, label: Label, metric: str, what: 
         return None
     ranked = sorted(vals.items(), key=lambda kv: kv[1])
     w, best = ranked[0]
-    text = f"{what} at {lb}: {label(w)}{' fastest,' if len(ranked) > 1 else ''} {metric.upper()} p50 {_ms(best)}"
+    text = f"{what} at {lb}: {label(w)}{' fastest,' if len(ranked) > 1 else ''} {get(metric).label} p50 {_ms(best)}"
     others = []
     for o, val in ranked[1:]:
         r = val / best if best > 0 else math.inf
@@ -181,6 +182,6 @@ def headlines(run: RunResults, v: Verdict, label: Label = str) -> list[str]:
     if slo:
         lines = [_slo_line(run, v, t, label) for t in slo.terms]
     else:
-        lines = [x for x in (_peak_line(run, v, label), _latency_line(run, v, label, "ttft", "First token"),
-                             _latency_line(run, v, label, "tpot", "Per output token")) if x]
+        lines = [x for x in (_peak_line(run, v, label), *(_latency_line(run, v, label, m.key, m.headline)
+                                                          for m in latency() if m.plotted)) if x]
     return lines

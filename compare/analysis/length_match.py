@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from compare.analysis.metrics import summarize
+from core.metrics import REGISTRY
 from core.records import RequestRecord
 from core.results import LengthMatched, LevelSummary, RunResults, as_run
 from core.slo import SLO
@@ -39,8 +40,8 @@ DEFINITION = ("per request only the first k tokens, k = fewest any backend strea
               "unchanged, E2E/TPOT/ITL end at token k, tok/s = matched tokens / (first send .. last "
               "k-th token); docs/length-matching.md")
 # summary keys that stay meaningful after the cut (send delays, errors, engine-side stamps do not)
-_KEEP = ("requests", "ok", "wall_s", "output_tokens", "input_tokens", "output_tok_s", "req_s", "ttft_ms",
-         "tpot_ms", "itl_ms", "e2e_ms", "goodput_req_s", "slo_attainment", "slo_checks", "slo_met")
+_KEEP = ("requests", "ok", "wall_s", "output_tokens", "input_tokens", "req_s",
+         *(m.summary_key for m in REGISTRY), "slo_attainment", "slo_checks", "slo_met")
 
 
 def stream_tokens(r: RequestRecord) -> int:

@@ -1,13 +1,7 @@
 """Latency/throughput metrics from immutable RequestRecords.
 
-Definitions (all client-side, from perf_counter_ns stamps):
-- TTFT: first event carrying a token - send time.
-- ITL: gap between consecutive events, attributed to the first token of the later event; the
-  other tokens of a multi-token event get an ITL of 0 (they arrived together). So
-  sum(ITL) == last token time - first token time, and an engine that batches tokens into one
-  event is not credited with impossibly small per-token gaps on average.
-- TPOT: (last token time - first token time) / (output tokens - 1), per request.
-- E2E: end of stream - send time.
+Definitions (all client-side, from perf_counter_ns stamps): TTFT, ITL, TPOT and E2E are defined,
+with their extractors, in the metric registry (core/metrics.py; re-exported here).
 - Throughput: output tokens of successful requests / level wall time (first send to last end).
 - Goodput: requests/s that met every per-request SLO threshold (the SLO's percentiles are
   checked separately as ``slo_met``).
@@ -18,38 +12,13 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from core.metrics import LEVEL, REGISTRY, TOKEN, Metric, latency
+from core.metrics import e2e_ns, itls_ns, tpot_ns, ttft_ns  # noqa: F401  (the extractors' usual import)
 from core.records import RequestRecord
 from core.results import Dist
 from core.slo import SLO
 
 PERCENTILES = (50, 90, 95, 99)
-
-
-def ttft_ns(r: RequestRecord) -> int | None:
-    return r.event_times_ns[0] - r.t_sent_ns if r.event_times_ns else None
-
-
-def e2e_ns(r: RequestRecord) -> int | None:
-    return (r.t_end_ns - r.t_sent_ns) if r.t_end_ns is not None and r.ok else None
-
-
-def itls_ns(r: RequestRecord) -> list[int]:
-    out: list[int] = []
-    times, counts = r.event_times_ns, r.event_token_counts
-    # tokens after the very first one of the stream
-    if counts and counts[0] > 1:
-        out.extend([0] * (counts[0] - 1))
-    for i in range(1, len(times)):
-        out.append(times[i] - times[i - 1])
-        out.extend([0] * (counts[i] - 1))
-    return out
-
-
-def tpot_ns(r: RequestRecord) -> float | None:
-    n = sum(r.event_token_counts)
-    if n < 2 or not r.event_times_ns:
-        return None
-    return (r.event_times_ns[-1] - r.event_times_ns[0]) / (n - 1)
 
 
 def queue_delay_ns(r: RequestRecord) -> int | None:
@@ -77,18 +46,13 @@ def dist(values_ns: Iterable[float], scale: float = 1e-6) -> Dist | None:
 
 # ---------------------------------------------------------------- SLO (core/slo.py)
 
-# a request's own value of each SLO metric, in ms (ITL: the series; the term reduces it)
-_REQUEST_MS = {
-    "ttft": lambda r: None if (v := ttft_ns(r)) is None else v / 1e6,
-    "tpot": lambda r: None if (v := tpot_ns(r)) is None else v / 1e6,
-    "e2e": lambda r: None if (v := e2e_ns(r)) is None else v / 1e6,
-    "itl": lambda r: [v / 1e6 for v in itls_ns(r)],
-}
+_BY_KEY = {m.key: m for m in REGISTRY}
 
 
 def request_meets_slo(r: RequestRecord, slo: SLO) -> bool:
-    """Per-request check: each term's limit applied to this request's own value."""
-    return r.ok and slo.request_met({m: _REQUEST_MS[m](r) for m in slo.metrics})
+    """Per-request check: each term's limit applied to this request's own value (ms; a token
+    metric's series, which the term reduces)."""
+    return r.ok and slo.request_met({m: _BY_KEY[m].request_ms(r) for m in slo.metrics})
 
 
 # ---------------------------------------------------------------- level summary
@@ -99,10 +63,7 @@ def summarize(records: Sequence[RequestRecord], wall_ns: int,
     ok = [r for r in records if r.ok]
     out_tokens = sum(r.output_tokens for r in ok)
     wall_s = max(wall_ns, 1) / 1e9
-    ttft = dist(ttft_ns(r) for r in ok)
-    tpot = dist(tpot_ns(r) for r in ok)
-    itl = dist(x for r in ok for x in itls_ns(r))
-    e2e = dist(e2e_ns(r) for r in ok)
+    dists = {m.summary_key: _latency_dist(m, ok) for m in latency()}
     qd = dist(queue_delay_ns(r) for r in records)
     summary: dict[str, object] = {
         "requests": len(records),
@@ -114,10 +75,7 @@ def summarize(records: Sequence[RequestRecord], wall_ns: int,
         "input_tokens": sum(r.prompt_tokens or 0 for r in ok),
         "output_tok_s": out_tokens / wall_s,
         "req_s": len(ok) / wall_s,
-        "ttft_ms": ttft.model_dump() if ttft else None,
-        "tpot_ms": tpot.model_dump() if tpot else None,
-        "itl_ms": itl.model_dump() if itl else None,
-        "e2e_ms": e2e.model_dump() if e2e else None,
+        **{k: d.model_dump() if d else None for k, d in dists.items()},
         "send_delay_ms": qd.model_dump() if qd else None,
         "coordinated_omission": bool(qd and qd.p99 > COORDINATED_OMISSION_MS),
         "short_outputs": sum(1 for r in ok if r.requested_tokens and r.output_tokens < r.requested_tokens),
@@ -125,12 +83,19 @@ def summarize(records: Sequence[RequestRecord], wall_ns: int,
     summary.update(engine_side(records))
     if slo:
         good = sum(1 for r in records if request_meets_slo(r, slo))
-        checks = slo.check_level({m: summary[f"{m}_ms"] for m in ("ttft", "tpot", "itl", "e2e")})
+        checks = slo.check_level({m.key: summary[m.summary_key] for m in REGISTRY
+                                  if m.slo_stats and m.kind != LEVEL})
         summary["goodput_req_s"] = good / wall_s
         summary["slo_attainment"] = good / len(records) if records else 0.0
         summary["slo_checks"] = checks
         summary["slo_met"] = all(c["met"] for c in checks.values()) and len(ok) == len(records)
     return summary
+
+
+def _latency_dist(m: Metric, ok: Sequence[RequestRecord]) -> Dist | None:
+    if m.kind == TOKEN:
+        return dist(x for r in ok for x in m.extract_ns(r))  # type: ignore[misc]
+    return dist(m.extract_ns(r) for r in ok)  # type: ignore[misc]
 
 
 def engine_side(records: Sequence[RequestRecord]) -> dict[str, object]:

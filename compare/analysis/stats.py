@@ -30,8 +30,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from compare.analysis.metrics import e2e_ns, itls_ns, tpot_ns, ttft_ns
 from compare.analysis.token_stats import TokenValues, boot_ratios
+from core.metrics import ALWAYS, LEVEL, REGISTRY, REQUEST, TOKEN, WHEN_LIMITED, WITH_SLO, Metric
 from core.records import RequestRecord
 from core.results import BackendResult, LevelSummary, RunResults, as_run
 
@@ -42,42 +42,46 @@ DEFAULT_BOOT = 2000
 
 @dataclass(frozen=True)
 class MetricDef:
+    """One tested quantity: a registry metric (core/metrics.py) at one statistic."""
+
     key: str
     label: str
     kind: str  # "request": percentile of per-request values | "token": of every token's | "level": one per repeat
-    source: str  # per-request extractor name, or the level summary key
-    q: float | None  # percentile (request metrics)
+    source: str  # the registry metric: per-request extractor, or the level summary key
+    q: float | None  # percentile (request and token metrics)
     higher_is_better: bool
     unit: str
 
 
-METRICS: dict[str, MetricDef] = {m.key: m for m in (
-    MetricDef("ttft_p50", "TTFT p50", "request", "ttft", 50, False, "ms"),
-    MetricDef("ttft_p95", "TTFT p95", "request", "ttft", 95, False, "ms"),
-    MetricDef("tpot_p50", "TPOT p50", "request", "tpot", 50, False, "ms"),
-    MetricDef("tpot_p95", "TPOT p95", "request", "tpot", 95, False, "ms"),
-    MetricDef("itl_p50", "ITL p50", "token", "itl", 50, False, "ms"),
-    MetricDef("itl_p95", "ITL p95", "token", "itl", 95, False, "ms"),
-    MetricDef("itl_p99", "ITL p99", "token", "itl", 99, False, "ms"),
-    MetricDef("e2e_p95", "E2E p95", "request", "e2e", 95, False, "ms"),
-    MetricDef("output_tok_s", "output tok/s", "level", "output_tok_s", None, True, "tok/s"),
-    MetricDef("goodput_req_s", "goodput req/s", "level", "goodput_req_s", None, True, "req/s"),
-)}
-DEFAULT_METRICS = ("ttft_p50", "ttft_p95", "tpot_p50", "tpot_p95", "output_tok_s")
-_EXTRACT = {"ttft": ttft_ns, "tpot": tpot_ns, "e2e": e2e_ns}
+def _defs(m: Metric) -> list[MetricDef]:
+    if m.kind == LEVEL:
+        return [MetricDef(m.key, m.label, m.kind, m.key, None, m.higher_is_better, m.unit)]
+    return [MetricDef(m.stat_key(st), f"{m.label} {st}", m.kind, m.key, int(st[1:]), m.higher_is_better, m.unit)
+            for st in m.compare_stats]
 
 
-ITL_METRICS = ("itl_p50", "itl_p95")
+METRICS: dict[str, MetricDef] = {d.key: d for m in REGISTRY for d in _defs(m)}
+
+
+def _default_keys(m: Metric) -> tuple[str, ...]:
+    return (m.key,) if m.kind == LEVEL else tuple(m.stat_key(st) for st in m.default_stats)
+
+
+DEFAULT_METRICS = tuple(k for m in REGISTRY if m.compared == ALWAYS for k in _default_keys(m))
+_EXTRACT = {m.key: m.extract_ns for m in REGISTRY if m.kind == REQUEST}
 
 
 def default_metrics(run: RunResults | dict[str, Any]) -> tuple[str, ...]:
-    """TTFT, TPOT, throughput; goodput with an SLO; ITL where the SLO limits it (p50, p95 and the
-    SLO's own percentile). ITL is left out otherwise: TPOT is already each request's mean gap, and
-    every further metric widens the multiple-testing correction of the others."""
+    """Those the registry compares always (TTFT, TPOT, throughput); those it compares where the SLO
+    limits them (ITL, E2E: their default statistics and the SLO's own); goodput with an SLO. Every
+    further metric widens the multiple-testing correction of the others."""
     slo = as_run(run).slo
-    itl = [f"itl_{t.stat}" for t in slo if t.metric == "itl"]
-    itl = [m for m in dict.fromkeys([*ITL_METRICS, *itl]) if m in METRICS] if itl else []
-    return DEFAULT_METRICS + tuple(itl) + (("goodput_req_s",) if slo else ())
+    limited = [m for m in REGISTRY if m.compared == WHEN_LIMITED and any(t.metric == m.key for t in slo)]
+    extra = [k for m in limited
+             for k in dict.fromkeys([*_default_keys(m), *(m.stat_key(t.stat) for t in slo if t.metric == m.key)])
+             if k in METRICS]
+    with_slo = [k for m in REGISTRY if m.compared == WITH_SLO for k in _default_keys(m)] if slo else []
+    return DEFAULT_METRICS + tuple(extra) + tuple(with_slo)
 
 
 # ---------------------------------------------------------------- samples from results
@@ -146,10 +150,13 @@ def collect(run: RunResults | dict[str, Any], records: Iterable[RequestRecord]
                         if v is not None:
                             arr[i, col[rid]] = v / 1e6
                 s.per_request[src] = arr
-            s.per_token["itl"] = TokenValues.of([
-                {col[rid]: [v / 1e6 for v in itls_ns(rec)] for rid, rec in by_cell.get((name, label, k), {}).items()
-                 if rec.ok} for k, _ in usable])
-            for key in ("output_tok_s", "goodput_req_s", "req_s"):
+            for m in REGISTRY:
+                if m.kind == TOKEN and m.extract_ns is not None:
+                    fn_ = m.extract_ns
+                    s.per_token[m.key] = TokenValues.of([
+                        {col[rid]: [v / 1e6 for v in fn_(rec)] for rid, rec in by_cell.get((name, label, k), {}).items()
+                         if rec.ok} for k, _ in usable])
+            for key in (*(m.key for m in REGISTRY if m.kind == LEVEL), "req_s"):
                 vals = [getattr(summ, key) for _, summ in usable]
                 if all(isinstance(v, (int, float)) for v in vals):
                     s.per_repeat[key] = np.asarray(vals, dtype=float)

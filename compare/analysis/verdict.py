@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from compare.analysis.length_match import match_run, matched_inputs, section
+from core import metrics as metric_registry
 from core.records import RequestRecord
 from core.results import RunResults, as_run
 from core.slo import SLO
@@ -48,7 +49,8 @@ class Verdict:
 
 
 # metrics that change when outputs are cut at k (TTFT does not)
-_CUT_METRICS = {k for k, m in METRICS.items() if m.source != "ttft"}
+_CUT_METRICS = {k for k, m in METRICS.items() if metric_registry.get(m.source).cut_by_length_match}
+_CUT_LABELS = ", ".join(m.label for m in metric_registry.REGISTRY if m.cut_by_length_match)
 
 
 def build_verdict(run: RunResults | dict[str, Any], records: Iterable[RequestRecord], *,
@@ -87,7 +89,7 @@ def build_verdict(run: RunResults | dict[str, Any], records: Iterable[RequestRec
         for c in comps:
             if c.metric in _CUT_METRICS:
                 c.label += " @k"
-        v.caveats.insert(0, f"{run.length_matched.reason if run.length_matched else ''}: TPOT, E2E, output tok/s, goodput and "
+        v.caveats.insert(0, f"{run.length_matched.reason if run.length_matched else ''}: {_CUT_LABELS} and "
                             f"cost in this verdict are length-matched ('@k': each request's first k tokens, "
                             f"k = fewest any backend streamed; docs/length-matching.md)")
     return v

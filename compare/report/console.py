@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from backends.logs import error_tail, tail
+from core.metrics import SLO_STATS, get, latency
 from core.records import RequestRecord
 from core.results import Dist, LengthMatched, LevelSummary, MatchedSummary, RunResults, as_run
 from compare.report.labels import legend, short_labels
@@ -151,27 +152,41 @@ def _server_ttft(s: LevelSummary) -> dict[str, Any] | None:
     return (s.server_metrics or {}).get("server_ttft_ms")
 
 
-def _latency_cells(s: LevelSummary | MatchedSummary) -> list[str]:
-    """TTFT p50/p95, TPOT p50/p95, ITL p99, E2E p95."""
-    return [fmt_stat(s.ttft_ms, "p50"), fmt_stat(s.ttft_ms, "p95"), fmt_stat(s.tpot_ms, "p50"),
-            fmt_stat(s.tpot_ms, "p95"), fmt_stat(s.itl_ms, "p99"), fmt_stat(s.e2e_ms, "p95")]
+def latency_columns(run: RunResults) -> list[tuple[str, str, str, str, bool]]:
+    """(column key, metric, stat, header, limited by the SLO) of every latency column, from the
+    metric registry (core/metrics.py): each metric's table statistics, and the statistic each SLO
+    term limits."""
+    limited = {(t.metric, t.stat) for t in run.slo}
+    out = []
+    for m in latency():
+        stats = [*m.table_stats, *(st for st in SLO_STATS if (m.key, st) in limited and st not in m.table_stats)]
+        for st in stats:
+            out.append((f"{m.key}{st[1:] if st.startswith('p') else st}", m.key, st, f"{m.label}\n{st}",
+                        (m.key, st) in limited))
+    return out
 
 
-# (key, header, always shown): optional columns are added while the table still fits
-_COLUMNS = [("backend", "backend", True), ("load", "load", True), ("ok", "ok", True),
+def _latency_cells(s: LevelSummary | MatchedSummary, run: RunResults) -> dict[str, str]:
+    """{column key: value} of every latency column (latency_columns)."""
+    return {k: fmt_stat(getattr(s, get(metric).summary_key), st) for k, metric, st, _, _ in latency_columns(run)}
+
+
+def _columns(run: RunResults) -> list[tuple[str, str, bool]]:
+    """(key, header, always shown): optional columns are added while the table still fits, those
+    the SLO limits first (comparison_table)."""
+    narrow = {(m.key, st) for m in latency() for st in m.narrow_stats}
+    return [("backend", "backend", True), ("load", "load", True), ("ok", "ok", True),
             ("tok_s", "out\ntok/s", True), ("req_s", "req/s", False),
-            ("ttft50", "TTFT\np50", True), ("ttft95", "TTFT\np95", True), ("tpot50", "TPOT\np50", True),
-            ("tpot95", "TPOT\np95", False), ("itl99", "ITL\np99", False), ("e2e95", "E2E\np95", True),
+            *((k, head, (metric, st) in narrow) for k, metric, st, head, _ in latency_columns(run)),
             ("srv", "TTFT mean\nclnt/srv", False), ("queue", "engine\nqueue", False),
-            ("outside", "outside\nengine", False), ("pfx", "prefix\nhit", False), ("goodput", "goodput\nreq/s", True), ("slo", "SLO", True)]
+            ("outside", "outside\nengine", False), ("pfx", "prefix\nhit", False), ("goodput", "goodput\nreq/s", True),
+            ("slo", "SLO", True)]
 
 
-def _cells(name: str, label: str, s: LevelSummary | MatchedSummary, requests: int,
+def _cells(run: RunResults, name: str, label: str, s: LevelSummary | MatchedSummary, requests: int,
            matched: MatchedSummary | None = None) -> dict[str, str]:
-    lat = _latency_cells(s)
     row = {"backend": name, "load": label, "ok": f"{s.ok}/{requests}", "tok_s": f"{s.output_tok_s:.1f}",
-           "req_s": f"{s.req_s:.2f}", "ttft50": lat[0], "ttft95": lat[1], "tpot50": lat[2], "tpot95": lat[3],
-           "itl99": lat[4], "e2e95": lat[5], "srv": "-"}
+           "req_s": f"{s.req_s:.2f}", **_latency_cells(s, run), "srv": "-"}
     if isinstance(s, LevelSummary):
         srv = _server_ttft(s)
         mean = srv.get("mean") if isinstance(srv, dict) else None
@@ -198,28 +213,30 @@ def comparison_table(run: RunResults | dict[str, Any], width: int | None = None,
         if not b.levels:
             rows.append({"backend": labels[name], "load": "-", "ok": b.status})
         for label, s in b.levels.items():
-            rows.append(_cells(labels[name], label, s, s.requests))
+            rows.append(_cells(run, labels[name], label, s, s.requests))
             ms = _matched(run.length_matched, name, label)  # length-matched numbers under the raw ones
             if ms is not None and run.length_matched is not None:
-                rows.append(_cells(labels[name], f"{label} @k", ms, run.length_matched.levels[label].requests, ms))
+                rows.append(_cells(run, labels[name], f"{label} @k", ms, run.length_matched.levels[label].requests, ms))
     has = {k: any(r.get(k, "-") != "-" for r in rows) for k in ("queue", "outside", "pfx")}
-    keys = [k for k, _, _ in _COLUMNS if (k not in ("goodput", "slo") or run.slo) and (k != "srv" or has_srv)
+    columns = _columns(run)
+    keys = [k for k, _, _ in columns if (k not in ("goodput", "slo") or run.slo) and (k != "srv" or has_srv)
             and has.get(k, True)]
 
     def col_w(k: str) -> int:
-        head = max(len(x) for x in dict((c[0], c[1]) for c in _COLUMNS)[k].split("\n"))
+        head = max(len(x) for x in dict((c[0], c[1]) for c in columns)[k].split("\n"))
         return max([head] + [len(r.get(k, "-")) for r in rows])
 
     if width is not None:  # optional columns only while everything fits (3 characters between columns)
-        always = [k for k in keys if dict((c[0], c[2]) for c in _COLUMNS)[k]]
+        always = [k for k in keys if dict((c[0], c[2]) for c in columns)[k]]
         used = sum(col_w(k) + 3 for k in always) - 3
-        for k in keys:
+        limited = {k for k, *_, lim in latency_columns(run) if lim}
+        for k in sorted(keys, key=lambda k: k not in limited):  # stable: the SLO's columns first
             if k not in always and used + col_w(k) + 3 <= width:
                 always.append(k)
                 used += col_w(k) + 3
         keys = [k for k in keys if k in always]
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), pad_edge=False)
-    heads = dict((c[0], c[1]) for c in _COLUMNS)
+    heads = dict((c[0], c[1]) for c in columns)
     for k in keys:
         t.add_column(heads[k], justify="left" if k in ("backend", "load") else "right", no_wrap=True)
     for r in rows:
@@ -244,13 +261,13 @@ def matched_note(section: LengthMatched) -> str:
 
 
 def matched_row(run: RunResults, name: str, label: str) -> list[str] | None:
-    """backend, 'LEVEL @k', ok, tok/s, req/s, TTFT p50/p95, TPOT p50/p95, ITL p99, E2E p95."""
+    """backend, 'LEVEL @k', ok, tok/s, req/s, then the latency columns (latency_columns)."""
     s = _matched(run.length_matched, name, label)
     if s is None or run.length_matched is None:
         return None
     lv = run.length_matched.levels[label]
     return [name, f"{label} @k", f"{s.ok}/{lv.requests}", f"{s.output_tok_s:.1f}", f"{s.req_s:.2f}",
-            *_latency_cells(s)]
+            *_latency_cells(s, run).values()]
 
 
 # ---------------------------------------------------------------- the end of `compare run`

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from compare.analysis import length_match
 from compare.analysis.headline import headlines
-from compare.report.console import fmt_stat, matched_note, matched_row
+from core.metrics import get
+from compare.report.console import fmt_stat, latency_columns, matched_note, matched_row
 from compare.report.data import ReportData
 from compare.report.labels import legend
 from compare.report.plots import server_client_rows
@@ -52,12 +53,12 @@ def sections(d: ReportData) -> list[Section]:
     # lengths not forced: '@k' rows (length-matched) under the raw ones; the verdict's cost is theirs
     lm = run.length_matched or length_match.section(run, d.records)
     lm_run = run.model_copy(update={"length_matched": lm})
+    lat = latency_columns(run)  # from the metric registry, with the SLO's statistics
     for n in d.backends:
         for label, s in run.backends[n].levels.items():
             cost = v.costs.get(n, {}).get(label)
             rows.append([name(n), label, f"{s.ok}/{s.requests}", f"{s.output_tok_s:.1f}",
-                         fmt_stat(s.ttft_ms, "p50"), fmt_stat(s.ttft_ms, "p95"), fmt_stat(s.tpot_ms, "p50"),
-                         fmt_stat(s.tpot_ms, "p95"), fmt_stat(s.itl_ms, "p99"), fmt_stat(s.e2e_ms, "p95"),
+                         *(fmt_stat(getattr(s, get(metric).summary_key), st) for _, metric, st, _, _ in lat),
                          _num(s.goodput_req_s), "-" if cost is None or lm else f"${cost:.3g}"])
             m = matched_row(lm_run, n, label) if lm else None
             if m is not None and lm is not None:
@@ -66,8 +67,8 @@ def sections(d: ReportData) -> list[Section]:
                                                           "-" if cost is None else f"${cost:.3g}"])
     out.append(Section("Measurements (all repeats pooled; latencies in ms, client-side)",
                        paragraphs=[matched_note(lm)] if lm else [],
-                       headers=["backend", "load", "ok", "out tok/s", "TTFT p50", "TTFT p95", "TPOT p50",
-                                "TPOT p95", "ITL p99", "E2E p95", "goodput req/s", "$/M out tok"], rows=rows))
+                       headers=["backend", "load", "ok", "out tok/s", *(head.replace("\n", " ") for *_, head, _ in lat),
+                                "goodput req/s", "$/M out tok"], rows=rows))
     out.append(Section("Verdict per metric", paragraphs=[header_line(v, name)], bullets=summary_lines(v, name),
                        headers=DECISION_HEADERS if v.comparisons else [], rows=decision_rows(v, name)))
     if max_rate.probe_rows(run, name):

@@ -14,8 +14,10 @@ import numpy as np
 from compare.analysis.metrics import itls_ns
 from compare.report.data import ReportData, server_ttft_ms
 from compare.analysis.stats import METRICS, single_ci
+from core.metrics import REGISTRY, latency
 
-BAR_METRICS = ("ttft_p50", "tpot_p50", "output_tok_s")
+# the registry's plotted metrics, each at its first default statistic: TTFT p50, TPOT p50, output tok/s
+BAR_METRICS = tuple(m.stat_key(m.default_stats[0] if m.default_stats else None) for m in REGISTRY if m.plotted)
 
 
 def _plt():
@@ -35,20 +37,22 @@ def _png(fig: Any) -> bytes:
 
 
 def latency_vs_throughput(d: ReportData) -> bytes | None:
-    """One line per backend through its load levels: what latency each throughput costs. With an
-    SLO on TTFT or TPOT, that axis shows the SLO's statistic and the limit as a red line, so the
-    answer (the most throughput under the line) is read off the plot."""
+    """One line per backend through its load levels: what latency each throughput costs. One axis
+    per plotted latency metric of the registry (TTFT, TPOT) and per further metric the SLO limits
+    (ITL, E2E); a limited metric's axis shows the SLO's statistic and the limit as a red line, so
+    the answer (the most throughput under the line) is read off the plot."""
     from core.slo import SLO
 
     plt = _plt()
     terms = {t.metric: t for t in SLO.from_json([t.model_dump() for t in d.run.slo]).terms}
-    axes_def = [(m, terms[m].stat if m in terms else "p50") for m in ("ttft", "tpot")]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    axes_def = [(m.key, terms[m.key].stat if m.key in terms else "p50") for m in latency()
+                if m.plotted or m.key in terms]
+    fig, axes = plt.subplots(1, len(axes_def), figsize=(5 * len(axes_def), 4))
     drawn = False
     for name in d.backends:
         pts = []
         for lb, s in d.run.backends[name].levels.items():
-            if s.ttft_ms is None:
+            if getattr(s, f"{axes_def[0][0]}_ms") is None:
                 continue
             ys = [getattr(s, f"{m}_ms").stat(stat) if getattr(s, f"{m}_ms") else math.nan for m, stat in axes_def]
             pts.append((lb, s.output_tok_s, ys))
@@ -66,20 +70,21 @@ def latency_vs_throughput(d: ReportData) -> bytes | None:
         return None
     for ax, (m, stat) in zip(axes, axes_def):
         if m in terms:
-            limit, what = terms[m].limit_ms, f"SLO {m.upper()} {stat} <= {terms[m].limit_ms:g} ms"
+            limit, what = terms[m].limit_ms, f"SLO {_LABEL[m]} {stat} <= {terms[m].limit_ms:g} ms"
             top = max((y for ln in ax.get_lines() for y in ln.get_ydata() if math.isfinite(y)), default=0.0)
             if limit <= 1.5 * top:
                 ax.axhline(limit, color="red", linestyle="--", linewidth=1.2, label=what)
             else:  # a line far above every point would squash them flat: the legend says where it is
                 ax.plot([], [], color="red", linestyle="--", linewidth=1.2, label=f"{what} (above every point)")
         ax.set_xlabel("output tokens/s")
-        ax.set_ylabel(f"{m.upper()} {stat} (ms)")
+        ax.set_ylabel(f"{_LABEL[m]} {stat} (ms)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, framealpha=0.85)
     fig.suptitle("latency vs throughput across load levels" + (" (red: the SLO limit)" if terms else ""))
     return _png(fig)
 
 
+_LABEL = {m.key: m.label for m in REGISTRY}
 _STYLES = ("-", "--", ":", "-.")
 
 
