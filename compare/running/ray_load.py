@@ -136,6 +136,7 @@ async def run_level_shards(cfg: Any, backend: Backend, level: LoadLevel, writer:
                 for node, (off, err), (idx, lv, _) in zip(nodes, clocks, parts)]
         entry = {"backend": backend.name, "level": level.label, "shards": info}
         section = writer.results.ray
+        at = len(section.load_shards)  # this level's entry; its start skews are put in after the level
         writer.update(ray=evolve(section, load_shards=[*section.load_shards, entry]))
         bad = [s for s in info if s["error_ms"] > so.max_clock_error_ms]
         if bad:
@@ -163,6 +164,9 @@ async def run_level_shards(cfg: Any, backend: Backend, level: LoadLevel, writer:
         lags.append(outcome.loop_lag_ms)
         if outcome.aborted:
             aborted.append(f"shard on {s['ip']}: {outcome.aborted}")
+    section = writer.results.ray
+    writer.update(ray=evolve(section, load_shards=[*section.load_shards[:at], {**entry, "shards": info},
+                                                   *section.load_shards[at + 1:]]))
     records.sort(key=lambda r: r.t_end_ns)  # the order one client would have written them
     for r in records:
         on_record(r)

@@ -72,8 +72,8 @@ class Merger:
                 # what the runner's pooled row takes from the latest repeat (server-side samples, ...):
                 # the cell's own pooled row holds exactly those keys beside the pooled numbers
                 own = ce.get("levels", {}).get(label, {})
-                levels[label] = evolve(pooled, **{k: v for k, v in own.items() if k not in pooled.model_fields_set},
-                                       repeats=rep + 1)
+                latest = {k: v for k, v in own.items() if k not in pooled.model_fields_set}
+                levels[label] = evolve(pooled, **{**latest, "repeats": rep + 1})
             entry = evolve(entry, repeats=[*(entry.repeats or []), this], levels=levels)
         else:
             shown = {k: LevelSummary.model_validate(v) for k, v in (ce.get("levels") or {}).items()}

@@ -48,6 +48,8 @@ class LoadShard(_Open):
     error_ms: float | None = None
     requests: int | None = None
     concurrency: int | None = None
+    start_skew_ms: float | None = None  # when it started vs the common start, on the driver's clock
+    late_call_ms: float | None = None  # the start order reached it after the start
 
 
 class LevelShards(_Open):
