@@ -59,7 +59,7 @@ class Trial(_Open):
     reason: str | None = None
     feasible: bool | None = None
     goodput: float | None = None  # the highest load that held the SLO
-    bracket: list[float] | None = None
+    bracket: list[float | None] | None = None  # [held, missed]; missed None: held up to the top
     goodput_req_s: GoodputCI | None = None
     slo_held_repeats: str | None = None
     at_goodput: ProbeRow | None = None
