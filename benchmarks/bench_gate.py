@@ -39,6 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 from compare.analysis.gate import DEFAULT_ALPHA, DEFAULT_FLOOR, check_cells, repeat_values  # noqa: E402
 from core.results import iter_records, load_run  # noqa: E402
+from core.results.evolve import evolve  # noqa: E402
+from core.results.models import RepeatRun  # noqa: E402
 from compare.analysis.stats import METRICS, collect, default_metrics  # noqa: E402
 
 
@@ -89,9 +91,9 @@ def record(args: argparse.Namespace) -> Path:
         writer = asyncio.run(run(cfg, backend_factory=factory, extra_header=header))
     else:
         writer = asyncio.run(_record_same_engine(cfg, factory, header, args.settle_s))
-    writer.run["bench"]["load_after"] = os.getloadavg()
-    writer.run["bench"]["machine_noise_after"] = machine_noise()
-    writer.run["bench"]["wall_s"] = round(time.time() - t0, 1)
+    bench = writer.run["bench"]
+    writer.update(bench={**bench, "load_after": os.getloadavg(), "machine_noise_after": machine_noise(),
+                         "wall_s": round(time.time() - t0, 1)})
     writer.flush()
     print(f"recorded {writer.dir} in {time.time() - t0:.0f} s; load before {load_before}, after {os.getloadavg()}")
     return writer.dir
@@ -144,8 +146,8 @@ async def _record_same_engine(cfg, factory, header, settle_s: float = 2.0):
         for e in engines:
             await e.__aenter__()
             await _warmup(cfg, e)
-            entry = writer.backend(e.name)
-            entry.update(status="running", capabilities=e.capabilities.as_dict(), describe=e.describe().as_dict())
+            writer.update_backend(e.name, status="running", capabilities=e.capabilities.as_dict(),
+                                  describe=e.describe().as_dict())
         for rep in range(cfg.repeats):
             for e in engines:
                 # vLLM's idle worker keeps spinning (sched_yield) for ~1 s after its last step
@@ -158,19 +160,18 @@ async def _record_same_engine(cfg, factory, header, settle_s: float = 2.0):
                 for r in recs:
                     writer.add_record(r)
                 wall = out.t_end_ns - out.t_start_ns
-                summ = summarize(recs, wall)
-                summ["loop_lag_ms"] = out.loop_lag_ms
-                summ["client_lagged"] = out.loop_lag_ms.get("max", 0.0) > cfg.lag_threshold_ms
+                summ = evolve(summarize(recs, wall), loop_lag_ms=out.loop_lag_ms,
+                              client_lagged=out.loop_lag_ms.get("max", 0.0) > cfg.lag_threshold_ms)
                 entry = writer.backend(e.name)
-                entry.setdefault("repeats", []).append({"repeat": rep, "status": "complete",
-                                                        "levels": {level.label: summ}})
                 pooled.setdefault(e.name, []).extend(recs)
                 walls[e.name] = walls.get(e.name, 0) + wall
-                entry["levels"][level.label] = summarize(pooled[e.name], walls[e.name])
+                writer.update_backend(e.name, repeats=[*(entry.repeats or []), RepeatRun(
+                    repeat=rep, status="complete", levels={level.label: summ})], levels={
+                    **entry.levels, level.label: summarize(pooled[e.name], walls[e.name])})
                 writer.flush()
             print(f"round {rep + 1}/{cfg.repeats} done, load {os.getloadavg()[0]:.1f}", file=sys.stderr)
         for e in engines:
-            writer.backend(e.name)["status"] = "complete"
+            writer.update_backend(e.name, status="complete")
     finally:
         for e in engines:
             await e.__aexit__(None, None, None)

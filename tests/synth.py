@@ -54,12 +54,12 @@ def make_run(cells: dict[str, list[list[RequestRecord]]], level: str = "c1",
                  "levels": {}, "repeats": []}
         for k, recs in enumerate(reps):
             wall = max(r.t_end_ns for r in recs) - min(r.t_sent_ns for r in recs)
-            s = summarize(recs, wall)
+            s = summarize(recs, wall).model_dump(exclude_unset=True)
             s["client_lagged"] = False
             entry["repeats"].append({"repeat": k, "status": "complete", "levels": {level: s}})
             everything += recs
         entry["levels"][level] = summarize([r for recs in reps for r in recs],
-                                           sum(max(r.t_end_ns for r in x) for x in reps))
+                                           sum(max(r.t_end_ns for r in x) for x in reps)).model_dump(exclude_unset=True)
         if len(reps) == 1:
             del entry["repeats"]
         run["backends"][name] = entry

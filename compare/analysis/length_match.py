@@ -112,7 +112,7 @@ def _window_ns(cut: list[RequestRecord]) -> int:
 
 def _summary(cut: list[RequestRecord], raw: list[RequestRecord], window_ns: int,
              slo: SLO) -> dict[str, Any]:
-    s = {k: v for k, v in summarize(cut, window_ns, slo).items() if k in _KEEP}
+    s = summarize(cut, window_ns, slo).model_dump(include=set(_KEEP), exclude_unset=True)
     streamed = sum(stream_tokens(r) for r in raw if r.ok)
     s["streamed_tokens"] = streamed
     s["matched_fraction"] = s["output_tokens"] / streamed if streamed else None
@@ -175,13 +175,14 @@ def section(run: RunResults | dict[str, Any], records: Iterable[RequestRecord],
                                          "levels": {lb: m.as_dict() for lb, m in levels.items()}})
 
 
-def attach(run: dict[str, Any], results_dir: str | os.PathLike[str]) -> None:
-    """Runner hook, after every backend finished: post-processes requests.jsonl into ``run``."""
+def attach(writer: Any, results_dir: str | os.PathLike[str]) -> None:
+    """Runner hook, after every backend finished: post-processes requests.jsonl into the
+    writer's run (a ``ResultsWriter``)."""
     from core.results import iter_records
 
-    s = section(run, iter_records(results_dir))
+    s = section(writer.results, iter_records(results_dir))
     if s is not None:
-        run["length_matched"] = s.model_dump(mode="json", exclude_unset=True)
+        writer.update(length_matched=s)
 
 
 def _merged(s: LevelSummary, matched: dict[str, Any] | None) -> LevelSummary:

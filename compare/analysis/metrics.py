@@ -8,14 +8,14 @@ with their extractors, in the metric registry (core/metrics.py; re-exported here
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from core.metrics import LEVEL, REGISTRY, TOKEN, Metric, latency
 from core.metrics import e2e_ns, itls_ns, tpot_ns, ttft_ns  # noqa: F401  (the extractors' usual import)
 from core.records import RequestRecord
-from core.results import Dist
+from core.results import Dist, LevelSummary
 from core.slo import SLO
 
 PERCENTILES = (50, 90, 95, 99)
@@ -59,13 +59,15 @@ def request_meets_slo(r: RequestRecord, slo: SLO) -> bool:
 
 
 def summarize(records: Sequence[RequestRecord], wall_ns: int,
-              slo: SLO = SLO()) -> dict[str, object]:
+              slo: SLO = SLO()) -> LevelSummary:
+    """One level's summary. Every key written here is set on the model (a metric without values is
+    an explicit null), the engine-side and SLO ones only where they apply: run.json's layout."""
     ok = [r for r in records if r.ok]
     out_tokens = sum(r.output_tokens for r in ok)
     wall_s = max(wall_ns, 1) / 1e9
     dists = {m.summary_key: _latency_dist(m, ok) for m in latency()}
     qd = dist(queue_delay_ns(r) for r in records)
-    summary: dict[str, object] = {
+    summary: dict[str, Any] = {
         "requests": len(records),
         "ok": len(ok),
         "failed": len(records) - len(ok),
@@ -75,21 +77,22 @@ def summarize(records: Sequence[RequestRecord], wall_ns: int,
         "input_tokens": sum(r.prompt_tokens or 0 for r in ok),
         "output_tok_s": out_tokens / wall_s,
         "req_s": len(ok) / wall_s,
-        **{k: d.model_dump() if d else None for k, d in dists.items()},
-        "send_delay_ms": qd.model_dump() if qd else None,
+        **dists,
+        "send_delay_ms": qd,
         "coordinated_omission": bool(qd and qd.p99 > COORDINATED_OMISSION_MS),
         "short_outputs": sum(1 for r in ok if r.requested_tokens and r.output_tokens < r.requested_tokens),
     }
     summary.update(engine_side(records))
     if slo:
         good = sum(1 for r in records if request_meets_slo(r, slo))
-        checks = slo.check_level({m.key: summary[m.summary_key] for m in REGISTRY
-                                  if m.slo_stats and m.kind != LEVEL})
+        limited = (m for m in REGISTRY if m.slo_stats and m.kind != LEVEL)
+        checks = slo.check_level({m.key: d.model_dump() if (d := dists.get(m.summary_key)) else None
+                                  for m in limited})
         summary["goodput_req_s"] = good / wall_s
         summary["slo_attainment"] = good / len(records) if records else 0.0
         summary["slo_checks"] = checks
         summary["slo_met"] = all(c["met"] for c in checks.values()) and len(ok) == len(records)
-    return summary
+    return LevelSummary.model_validate(summary)
 
 
 def _latency_dist(m: Metric, ok: Sequence[RequestRecord]) -> Dist | None:
@@ -98,7 +101,7 @@ def _latency_dist(m: Metric, ok: Sequence[RequestRecord]) -> Dist | None:
     return dist(m.extract_ns(r) for r in ok)  # type: ignore[misc]
 
 
-def engine_side(records: Sequence[RequestRecord]) -> dict[str, object]:
+def engine_side(records: Sequence[RequestRecord]) -> dict[str, Any]:
     """Throughput from the engine's own token stamps, and how late the client saw the tokens.
 
     Only for backends that report engine-core stamps on the same clock as ours (the in-process
@@ -112,13 +115,13 @@ def engine_side(records: Sequence[RequestRecord]) -> dict[str, object]:
     if not ok or any(e is None for e in ends):
         return {}
     span_s = max(ends) - min(r.t_sent_ns for r in records) / 1e9
-    out: dict[str, object] = {}
+    out: dict[str, Any] = {}
     if span_s > 0:
         out["engine_output_tok_s"] = sum(r.output_tokens for r in ok) / span_s
     lag = dist((r.engine_metrics["last_token_delivery_s"] * 1e9 for r in ok
                 if "last_token_delivery_s" in r.engine_metrics))
     if lag:
-        out["delivery_lag_ms"] = lag.model_dump()
+        out["delivery_lag_ms"] = lag
     return out
 
 

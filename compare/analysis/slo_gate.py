@@ -74,11 +74,11 @@ def slo_misses(run: RunResults, records: Iterable[RequestRecord], slo: SLO) -> l
                 out.append(Miss(name, level))
                 continue
             s = summarize(recs, 1, slo)  # the limits only need the latencies, not the wall time
-            for key, c in (s.get("slo_checks") or {}).items():  # type: ignore[union-attr]
-                if not c["met"]:
-                    out.append(Miss(name, level, key, c["value_ms"], c["limit_ms"]))
-            if s["failed"]:
-                out.append(Miss(name, level, failed=int(s["failed"]), requests=len(recs)))  # type: ignore[arg-type]
+            for key, c in (s.slo_checks or {}).items():
+                if not c.met:
+                    out.append(Miss(name, level, key, math.nan if c.value_ms is None else c.value_ms, c.limit_ms))
+            if s.failed:
+                out.append(Miss(name, level, failed=s.failed, requests=len(recs)))
     return out
 
 

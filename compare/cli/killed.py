@@ -42,6 +42,7 @@ def _summarise_cut_level(doc: dict[str, Any], name: str, section: dict[str, Any]
                          records: list[RequestRecord]) -> str | None:
     """The level ``name`` had begun when the run was killed, from its finished requests."""
     from compare.analysis.metrics import summarize
+    from core.results.evolve import evolve
     from core.slo import SLO
 
     labels = [lv.get("label") for lv in doc.get("levels") or [] if isinstance(lv, dict)]
@@ -53,12 +54,12 @@ def _summarise_cut_level(doc: dict[str, Any], name: str, section: dict[str, Any]
             return None
         start = min(min(r.t_sent_ns, r.t_scheduled_ns or r.t_sent_ns) for r in mine)
         end = max(r.t_end_ns or r.t_sent_ns for r in mine)
-        summary = summarize(mine, end - start, SLO.from_run(doc))
         planned = (doc.get("workload") or {}).get("num_requests")
         of = f" of {planned}" if isinstance(planned, int) else ""
-        summary["aborted"] = (f"killed: {len(mine)}{of} requests finished before the run was killed; "
-                              f"summarised from their first send to their last end")
-        section["levels"][label] = summary
+        summary = evolve(summarize(mine, end - start, SLO.from_run(doc)),
+                         aborted=f"killed: {len(mine)}{of} requests finished before the run was killed; "
+                                 f"summarised from their first send to their last end")
+        section["levels"][label] = summary.model_dump(exclude_unset=True)
         return label
     return None
 

@@ -222,7 +222,7 @@ async def score_quality(cfg: Any, writer: Any, pending: list[Probed], progress: 
     with capture(log, on_line):
         results = await score(pending, cfg.quality, lambda what: progress.phase("quality", what, log))
     for name, q in results.items():
-        writer.backend(name)["quality"] = q
+        writer.update_backend(name, quality=q)
         said = (f"token agreement {q.get('token_agreement')} vs the float32 reference on "
                 f"{q['reference']['device']}" if q.get("status") == "measured" else f"{q['status']}: {q.get('reason')}")
         progress.note(name, f"  {name} quality: {said}")
@@ -233,5 +233,5 @@ async def score_quality(cfg: Any, writer: Any, pending: list[Probed], progress: 
 def unscored(writer: Any, pending: list[Probed], why: str) -> None:
     """A run that ends before the reference scored its probes says so per backend."""
     for p in pending:
-        writer.backend(p.backend)["quality"] = {"status": "skipped", "reason": why}
+        writer.update_backend(p.backend, quality={"status": "skipped", "reason": why})
     pending.clear()

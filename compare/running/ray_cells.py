@@ -94,7 +94,7 @@ async def run_cells(cfg: Any, writer: ResultsWriter, progress: Any) -> str:
     so: ScaleOut = cfg.scaleout
     ray = connect(so.address)
     cluster = {k: float(v) for k, v in ray.cluster_resources().items()}
-    writer.run["ray"] = cluster_section(ray, so.address)
+    writer.update(ray=cluster_section(ray, so.address))
     # every cell builds a fresh engine, as every repeat of a local run does; a GPU cell also gets a
     # fresh worker process (CUDA fixes its visible devices at first use), a CPU cell may reuse one
     cell = ray.remote(max_retries=0)(run_cell)
@@ -186,8 +186,7 @@ def run_cell(cfg: Any, target: Any, rep: int, submitted: float) -> CellResult:
         except (KeyboardInterrupt, asyncio.CancelledError):
             ok, interrupted = False, True
         except UserError as e:  # e.g. a spec this node's engine cannot honour
-            entry = writer.backend(name)
-            entry.update(status="failed", error=str(e))
+            writer.update_backend(name, status="failed", error=str(e))
             ok = False
         logs = {p.name: p.read_bytes() for p in sorted((writer.dir / LOG_DIR).glob("*")) if p.is_file()}
         import ray

@@ -33,6 +33,7 @@ from typing import Any, Callable
 from backends.base import Backend
 from backends.http.urls import redact_url
 from core.records import GenerationRequest, RequestRecord
+from core.results.evolve import evolve
 from compare.running.executor import LevelOutcome, RunAborted, run_level
 from compare.running.partition import partition
 from compare.workload.schedule import LoadLevel
@@ -120,7 +121,8 @@ async def run_level_shards(cfg: Any, backend: Backend, level: LoadLevel, writer:
 
     so = cfg.scaleout
     connect(so.address)
-    section = writer.run.setdefault("ray", cluster_section(ray, so.address))
+    if writer.results.ray is None:
+        writer.update(ray=cluster_section(ray, so.address))
     target = next(t for t in cfg.backends if redact_url(str(t)) == backend.name)
     planned = len(level.take(cfg.requests))  # --requests-per-stream: the level's prefix of the workload
     parts, offsets = split(level, planned, so.load_shards, cfg.workload.seed)
@@ -133,7 +135,9 @@ async def run_level_shards(cfg: Any, backend: Backend, level: LoadLevel, writer:
                  "requests": len(idx), **({"concurrency": int(lv.value)} if lv.kind == "concurrency" else {})}
                 for node, (off, err), (idx, lv, _) in zip(nodes, clocks, parts)]
         entry = {"backend": backend.name, "level": level.label, "shards": info}
-        section.setdefault("load_shards", []).append(entry)
+        section = writer.results.ray
+        at = len(section.load_shards)  # this level's entry; its start skews are put in after the level
+        writer.update(ray=evolve(section, load_shards=[*section.load_shards, entry]))
         bad = [s for s in info if s["error_ms"] > so.max_clock_error_ms]
         if bad:
             raise RunAborted(
@@ -160,6 +164,9 @@ async def run_level_shards(cfg: Any, backend: Backend, level: LoadLevel, writer:
         lags.append(outcome.loop_lag_ms)
         if outcome.aborted:
             aborted.append(f"shard on {s['ip']}: {outcome.aborted}")
+    section = writer.results.ray
+    writer.update(ray=evolve(section, load_shards=[*section.load_shards[:at], {**entry, "shards": info},
+                                                   *section.load_shards[at + 1:]]))
     records.sort(key=lambda r: r.t_end_ns)  # the order one client would have written them
     for r in records:
         on_record(r)

@@ -16,6 +16,8 @@ from typing import Any
 from backends.logs import LOG_DIR, log_file
 from core.records import RequestRecord
 from core.results import LevelSummary, ResultsWriter
+from core.results.evolve import evolve
+from core.results.models import RepeatRun
 
 _PER_REPEAT = ("levels", "repeats", "status", "error", "start_s")
 
@@ -48,18 +50,19 @@ class Merger:
         self.merged.add((name, rep))
         self.progress.backend_start(name if cfg.repeats == 1 else f"{name} (repeat {rep + 1}/{cfg.repeats})")
         entry = writer.backend(name)
-        ce = res.entry
-        for k, v in ce.items():
-            if k not in _PER_REPEAT:
-                entry[k] = v  # capabilities, describe (latest), quality (repeat 0), ...
-        if ce.get("start_s") is not None:
-            entry.setdefault("start_s", ce["start_s"])
+        ce = res.entry  # the cell's section, as run.json's JSON
+        # capabilities, describe (latest), quality (repeat 0), ...
+        upd: dict[str, Any] = {k: v for k, v in ce.items() if k not in _PER_REPEAT}
+        if ce.get("start_s") is not None and "start_s" not in entry.model_fields_set:
+            upd["start_s"] = ce["start_s"]
+        entry = evolve(entry, **upd)
         for rec in res.records:
             writer.add_record(rec)
         if cfg.repeats > 1:
-            this = (ce.get("repeats") or [{"repeat": rep, "status": ce.get("status", "failed"), "levels": {}}])[0]
-            entry.setdefault("repeats", []).append(this)
-            shown = this["levels"]
+            this = RepeatRun.model_validate(
+                (ce.get("repeats") or [{"repeat": rep, "status": ce.get("status", "failed"), "levels": {}}])[0])
+            shown = this.levels
+            levels = dict(entry.levels)
             for label in res.wall_ns:  # levels that ran to their end, pooled in repeat order
                 key = f"{name}\0{label}"
                 self.pool.setdefault(key, []).extend(r for r in res.records if r.level == label)
@@ -69,31 +72,33 @@ class Merger:
                 # what the runner's pooled row takes from the latest repeat (server-side samples, ...):
                 # the cell's own pooled row holds exactly those keys beside the pooled numbers
                 own = ce.get("levels", {}).get(label, {})
-                pooled.update({k: v for k, v in own.items() if k not in pooled})
-                pooled["repeats"] = rep + 1
-                entry["levels"][label] = pooled
+                latest = {k: v for k, v in own.items() if k not in pooled.model_fields_set}
+                levels[label] = evolve(pooled, **{**latest, "repeats": rep + 1})
+            entry = evolve(entry, repeats=[*(entry.repeats or []), this], levels=levels)
         else:
-            shown = ce.get("levels", {})
-            entry["levels"].update(shown)
+            shown = {k: LevelSummary.model_validate(v) for k, v in (ce.get("levels") or {}).items()}
+            entry = evolve(entry, levels={**entry.levels, **shown})
         for label, summary in shown.items():
             if label in self.levels:
-                self.progress.level_done(name, self.levels[label], LevelSummary.model_validate(summary))
+                self.progress.level_done(name, self.levels[label], summary)
         log = self._logs(name, rep, res)
         if res.ok:
-            entry["status"] = "complete" if rep == cfg.repeats - 1 else "running"
+            entry = evolve(entry, status="complete" if rep == cfg.repeats - 1 else "running")
         else:
             self.failed.add(name)
             error = ce.get("error") or "the cell ended without a result"
             if cfg.repeats > 1 and not error.startswith("repeat "):
                 error = f"repeat {rep + 1}: {error}"
-            entry["status"] = "interrupted" if res.interrupted else ce.get("status") or "failed"
-            if entry["status"] in ("running", "pending", "complete"):
-                entry["status"] = "failed"
-            entry["error"] = error
+            status = "interrupted" if res.interrupted else ce.get("status") or "failed"
+            if status in ("running", "pending", "complete"):
+                status = "failed"
+            entry = evolve(entry, status=status, error=error)
             if not res.interrupted:
                 self.progress.backend_failed(name, error.removeprefix(f"repeat {rep + 1}: "), log)
-        writer.run["ray"]["cells"].append({"backend": name, "repeat": rep, "ok": res.ok, "resources": opts,
-                                           **res.node})
+        writer.set_backend(name, entry)
+        ray = writer.results.ray
+        writer.update(ray=evolve(ray, cells=[*ray.cells, {"backend": name, "repeat": rep, "ok": res.ok,
+                                                          "resources": opts, **res.node}]))
         writer.flush()
 
     def _logs(self, name: str, rep: int, res: Any) -> Path:

@@ -5,7 +5,7 @@ warm up, run every load level, stop. Backends run one after another, never at th
 
 With ``repeats`` > 1 the whole start/warm-up/measure/stop cycle is repeated with a fresh engine,
 in interleaved order (A B A B ...) so slow drift of the machine hits every backend alike. Each
-repeat's level summaries are kept (``backends[name]["repeats"]``) for the statistics
+repeat's level summaries are kept (``backends[name].repeats``) for the statistics
 (compare/analysis/stats.py); ``levels`` then holds the summary of all repeats' requests pooled.
 """
 from __future__ import annotations
@@ -38,6 +38,8 @@ from compare.quality.parity import QualityOptions
 from core.slo import SLO
 from core.records import RequestRecord
 from core.results import LevelSummary, ResultsWriter, new_run_id
+from core.results.evolve import evolve
+from compare.running.entry import BackendEntry
 from compare.workload.schedule import LoadLevel
 from compare.workload.build import WorkloadSpec, request_to_dict
 
@@ -150,7 +152,7 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
         raise
     from compare.analysis.length_match import attach  # '@k' rows when some backend could not force lengths
 
-    attach(writer.run, writer.dir)
+    attach(writer, writer.dir)
     if aio.stop_signal() is not None:  # arrived during the last teardown, which was finished
         error = (f"{signal.Signals(aio.stop_signal()).name} arrived during the final teardown; "
                  f"the results are complete")
@@ -186,11 +188,8 @@ async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resul
     """One engine start of one backend; its quality probes go to ``pending`` (scored by the caller
     once every engine has stopped: compare/quality/deferred.py)."""
     pool = pool or RepeatPool()
-    entry = writer.backend(name)
-    entry["capabilities"] = backend.capabilities.as_dict()
-    this: dict[str, Any] = {"repeat": rep, "status": "running", "levels": {}}
-    if cfg.repeats > 1:
-        entry.setdefault("repeats", []).append(this)
+    be = BackendEntry(writer, name, rep, cfg.repeats)
+    be.update(capabilities=backend.capabilities.as_dict())
     progress.backend_start(name if cfg.repeats == 1 else f"{name} (repeat {rep + 1}/{cfg.repeats})")
     log = log_file(writer.dir, name)  # everything the engine prints goes there (backends/logs.py)
     if hasattr(backend, "attach_results_dir"):
@@ -202,18 +201,19 @@ async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resul
     stopped_in: list[str] = []  # where a stop signal found the backend
     try:
         async with _engine(cfg, name, backend, log, progress):
-            this["start_s"] = round(time.perf_counter() - t0, 3)
-            entry.setdefault("start_s", this["start_s"])
-            entry["describe"] = backend.describe().as_dict()
-            entry["status"] = "running"
+            start_s = round(time.perf_counter() - t0, 3)
+            be.update_repeat(start_s=start_s)
+            be.update(describe=backend.describe().as_dict(), status="running",
+                      **({} if "start_s" in be.entry.model_fields_set else {"start_s": start_s}))
             writer.flush()
             if rep == 0:  # loaded vs requested quantization; quality probes answered now, scored later
                 from compare.quality.deferred import collect
                 from compare.quality.parity import verification
 
-                entry["quant_verification"] = verification(cfg.spec_for(name), backend)
-                entry["quality"], probed = await collect(name, backend, cfg.spec_for(name), cfg.requests,
-                                                         cfg.quality, cfg.timeout_s)
+                be.update(quant_verification=verification(cfg.spec_for(name), backend))
+                quality, probed = await collect(name, backend, cfg.spec_for(name), cfg.requests,
+                                                cfg.quality, cfg.timeout_s)
+                be.update(quality=quality)
                 if probed is not None and pending is not None:
                     pending.append(probed)
             progress.phase(name, "warm-up", log)
@@ -227,79 +227,76 @@ async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resul
                     with LevelTelemetry(backend) as tel:
                         outcome = await _run_level(cfg, backend, level, writer, progress, rep)
                 except LevelInterrupted as stopped:
-                    summary = _keep_interrupted_level(cfg, stopped.outcome, this, entry, rep)
-                    stopped_in.append(f"in level {level.label} ({summary['aborted']})")
+                    summary = _keep_interrupted_level(cfg, stopped.outcome, be, rep)
+                    stopped_in.append(f"in level {level.label} ({summary.aborted})")
                     raise
                 records = [replace(r, repeat=rep) for r in outcome.records]
                 summary = level_summary(cfg, records, outcome.t_end_ns - outcome.t_start_ns, outcome.loop_lag_ms)
-                summary.update(_client_health(cfg, outcome))
+                add: dict[str, Any] = _client_health(cfg, outcome)
                 if outcome.client_procs is not None:
-                    summary["client_procs"] = outcome.client_procs
-                summary["telemetry"] = tel.summary(summary["output_tokens"])
+                    add["client_procs"] = outcome.client_procs
+                add["telemetry"] = tel.summary(summary.output_tokens)
                 if hasattr(backend, "on_level_end"):
-                    summary["server_metrics"] = await backend.on_level_end(level.label)
+                    add["server_metrics"] = await backend.on_level_end(level.label)
                 # queue/prefill/decode vs outside the engine, prefix-cache hits, gauges at the target load
                 from compare.analysis.breakdown import level_extras
-                summary.update(level_extras(records, summary.get("server_metrics"),
-                                            int(level.value) if level.kind == "concurrency" else None,
-                                            backend.describe().framework))
+                add.update(level_extras(records, add.get("server_metrics"),
+                                        int(level.value) if level.kind == "concurrency" else None,
+                                        backend.describe().framework))
                 if outcome.schedule_offsets_ns is not None:
-                    summary["schedule_offsets_ns"] = outcome.schedule_offsets_ns
+                    add["schedule_offsets_ns"] = outcome.schedule_offsets_ns
                 if outcome.aborted:
-                    summary["aborted"] = outcome.aborted
-                this["levels"][level.label] = summary
-                entry["levels"][level.label] = summary
+                    add["aborted"] = outcome.aborted
+                summary = evolve(summary, **add)
+                shown = summary
                 if cfg.repeats > 1:
                     key = (name, level.label)
-                    pool.add(key, outcome, records, summary["client_lagged"])
+                    pool.add(key, outcome, records, summary.client_lagged)
                     pooled = level_summary(cfg, pool.records[key], pool.wall_ns[key], pool.lag[key])
-                    pooled["client_lagged"] = pool.lagged[key]  # some repeat's client fell behind
                     # server-side samples are per level run; the pooled row shows the latest one
-                    pooled.update({k: summary[k] for k in ("server_metrics", "server_gauges", "prefix_cache",
-                                                           "time_breakdown", "telemetry", "aborted") if k in summary})
-                    pooled["repeats"] = rep + 1
-                    entry["levels"][level.label] = pooled
-                entry["describe"] = backend.describe().as_dict()  # may have learned more (e.g. /metrics)
+                    latest = {k: getattr(summary, k) for k in ("server_metrics", "server_gauges", "prefix_cache",
+                                                               "time_breakdown", "telemetry", "aborted")
+                              if k in summary.model_fields_set}
+                    # (client_lagged: some repeat's client fell behind)
+                    shown = evolve(pooled, client_lagged=pool.lagged[key], **latest, repeats=rep + 1)
+                be.put_level(level.label, summary, shown)
+                be.update(describe=backend.describe().as_dict())  # may have learned more (e.g. /metrics)
                 writer.flush()
-                progress.level_done(name, level, LevelSummary.model_validate(summary))
+                progress.level_done(name, level, summary)
                 if outcome.aborted:
                     raise RunAborted(outcome.aborted)
             if cfg.after_levels is not None:
-                await cfg.after_levels(cfg, name, backend, entry, rep, progress)
+                await cfg.after_levels(cfg, name, backend, be, rep, progress)
                 writer.flush()
-        this["status"] = "complete"
-        entry["status"] = "complete" if rep == cfg.repeats - 1 else "running"
+        be.update_repeat(status="complete")
+        be.update(status="complete" if rep == cfg.repeats - 1 else "running")
         return True
     except (BackendStartError, RunAborted) as e:
-        this["status"] = entry["status"] = "failed"
-        entry["error"] = str(e) if cfg.repeats == 1 else f"repeat {rep + 1}: {e}"
+        be.set_status("failed", str(e) if cfg.repeats == 1 else f"repeat {rep + 1}: {e}")
         progress.backend_failed(name, str(e), log)
         return False
     except (KeyboardInterrupt, asyncio.CancelledError):
-        this["status"] = entry["status"] = "interrupted"
         sig = aio.stop_signal()
         by = f"stopped by {signal.Signals(sig).name}" if sig else "interrupted"
         where = stopped_in.pop() if stopped_in else "before its levels ran"
-        entry["error"] = f"{by} {where}" if cfg.repeats == 1 else f"repeat {rep + 1}: {by} {where}"
+        be.set_status("interrupted", f"{by} {where}" if cfg.repeats == 1 else f"repeat {rep + 1}: {by} {where}")
         raise
     finally:
         writer.flush()
 
 
-def _keep_interrupted_level(cfg: RunConfig, o: LevelOutcome, this: dict[str, Any], entry: dict[str, Any],
-                            rep: int) -> dict[str, Any]:
+def _keep_interrupted_level(cfg: RunConfig, o: LevelOutcome, be: BackendEntry, rep: int) -> LevelSummary:
     """A level a stop signal cut short: its completed part is summarised, marked as aborted."""
     summary = level_summary(cfg, [replace(r, repeat=rep) for r in o.records], o.t_end_ns - o.t_start_ns,
                              o.loop_lag_ms)
-    summary.update(_client_health(cfg, o))
+    add: dict[str, Any] = _client_health(cfg, o)
     done = sum(1 for r in o.records if r.error_kind != "cancelled")
     if o.client_procs is not None:
-        summary["client_procs"] = o.client_procs
-    summary["aborted"] = (f"interrupted: {done} of {o.planned} requests finished, "
-                          f"{len(o.records) - done} cancelled in flight")
-    this["levels"][o.level.label] = summary
-    if cfg.repeats == 1:  # pooled rows only pool whole levels
-        entry["levels"][o.level.label] = summary
+        add["client_procs"] = o.client_procs
+    add["aborted"] = (f"interrupted: {done} of {o.planned} requests finished, "
+                      f"{len(o.records) - done} cancelled in flight")
+    summary = evolve(summary, **add)
+    be.put_level(o.level.label, summary, show=cfg.repeats == 1)  # pooled rows only pool whole levels
     return summary
 
 
@@ -319,14 +316,12 @@ async def _engine(cfg: RunConfig, name: str, backend: Backend, log: Path, progre
 
 
 def level_summary(cfg: RunConfig, records: list[RequestRecord], wall_ns: int,
-                   lag: dict[str, float] | float) -> dict[str, Any]:
+                   lag: dict[str, float] | float) -> LevelSummary:
     from compare.analysis.client_health import judge_summary
 
     lag = {"max": lag} if isinstance(lag, (int, float)) else lag
-    summary = summarize(records, wall_ns, cfg.slo)
-    summary["loop_lag_ms"] = dict(lag) if lag else {"max": 0.0}
-    summary["client_lagged"] = judge_summary(lag, cfg.lag_threshold_ms)
-    return summary
+    return evolve(summarize(records, wall_ns, cfg.slo), loop_lag_ms=dict(lag) if lag else {"max": 0.0},
+                  client_lagged=judge_summary(lag, cfg.lag_threshold_ms))
 
 
 def _client_health(cfg: RunConfig, o: LevelOutcome) -> dict[str, Any]:

@@ -20,6 +20,7 @@ summary}.
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import replace
 from typing import Any, Awaitable, Callable
@@ -88,18 +89,26 @@ def make_hook(slo: SLO, search: LoadSearch) -> Hook:
     happens (an interrupted search keeps what it probed), then update the summary."""
     search = replace(search, kind="rate", repeats=1, warmup=0)  # the run warmed the engine up
 
-    async def after_levels(cfg: Any, name: str, backend: Backend, entry: dict[str, Any], rep: int,
+    async def after_levels(cfg: Any, name: str, backend: Backend, entry: Any, rep: int,
                            progress: Any) -> None:
-        section = entry.setdefault("max_rate", {"slo": slo.to_json(), "search": search.as_dict(), "repeats": []})
+        """``entry``: the backend's section in the writer (compare/running/entry.py BackendEntry)."""
+        old = entry.entry.max_rate
+        section: dict[str, Any] = (copy.deepcopy(old) if old is not None else
+                                   {"slo": slo.to_json(), "search": search.as_dict(), "repeats": []})
         this: dict[str, Any] = {"repeat": rep, "status": "running", "probes": []}
         section["repeats"].append(this)
         probes: list[dict[str, Any]] = []
 
+        def keep() -> None:  # the writer holds a copy: what an interrupted search probed stays in run.json
+            entry.update(max_rate=copy.deepcopy(section))
+
         def on_probe(p: dict[str, Any]) -> None:
             probes.append(p)
             this["probes"].append(_probe_row(p))
+            keep()
             progress.note(name, probe_line(name, _probe_row(p)))
 
+        keep()
         hooks = ProbeHooks(level_start=lambda lv, n: progress.level_start(name, lv, n),
                            record=progress.request_done, probe=on_probe)
         progress.phase(name, "max-rate search")
@@ -108,10 +117,12 @@ def make_hook(slo: SLO, search: LoadSearch) -> Hook:
                                               replace(search, seed=cfg.workload.seed), hooks)
         except BaseException:
             this["status"] = "interrupted"
+            keep()
             raise
         this.clear()
         this.update({"repeat": rep, **one_start(result, probes)})
         section["summary"] = summarize_starts(section["repeats"])
+        keep()
 
     return after_levels
 

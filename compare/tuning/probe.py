@@ -24,6 +24,7 @@ from core.records import GenerationRequest
 from backends.base import Backend
 from compare.running.executor import run_level, run_one
 from compare.analysis.metrics import summarize
+from core.results import LevelSummary
 from core.slo import SLO
 from compare.workload.schedule import LoadLevel
 from core.records import RequestRecord
@@ -51,17 +52,15 @@ class LoadSearch:
         return asdict(self)
 
 
-def compact(level: LoadLevel, s: dict[str, Any]) -> dict[str, Any]:
+def compact(level: LoadLevel, s: LevelSummary) -> dict[str, Any]:
     """The few numbers of a probe the tuner and the Pareto plot need."""
-    def p95(key: str) -> float | None:
-        d = s.get(key)
-        return None if not d else d["p95"]
-
-    return {"load": level.value, "slo_met": bool(s.get("slo_met")), "ok": s["ok"],
-            "requests": s["requests"], "failed": s["failed"], "output_tok_s": s["output_tok_s"],
-            "req_s": s["req_s"], "goodput_req_s": s.get("goodput_req_s", 0.0),
-            "slo_attainment": s.get("slo_attainment", 0.0), "ttft_p95_ms": p95("ttft_ms"),
-            "tpot_p95_ms": p95("tpot_ms"), "slo_checks": s.get("slo_checks", {})}
+    checks = {k: c.model_dump() for k, c in (s.slo_checks or {}).items()}
+    return {"load": level.value, "slo_met": bool(s.slo_met), "ok": s.ok,
+            "requests": s.requests, "failed": s.failed, "output_tok_s": s.output_tok_s,
+            "req_s": s.req_s, "goodput_req_s": s.goodput_req_s if s.goodput_req_s is not None else 0.0,
+            "slo_attainment": s.slo_attainment if s.slo_attainment is not None else 0.0,
+            "ttft_p95_ms": s.ttft_ms.p95 if s.ttft_ms else None,
+            "tpot_p95_ms": s.tpot_ms.p95 if s.tpot_ms else None, "slo_checks": checks}
 
 
 @dataclass(frozen=True)

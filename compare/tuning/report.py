@@ -87,10 +87,17 @@ def tuned_specs(tune_dir: str, backends: list[str | Topology], base: ServingSpec
 
     fix = "pass a directory written by `compare tune`"
     data = read_user_json(path, "--tuned file", fix)
+    from pydantic import ValidationError
+
+    from core.results.migrate import first_problem
+    from core.results.tune import TuneResults
+
     try:
-        best = {r["backend"]: r.get("best") for r in data.get("backends", [])}
-    except (AttributeError, KeyError, TypeError):
-        raise UserError(f"--tuned file {path} is not a tune.json written by `compare tune`; {fix}") from None
+        tune = TuneResults.model_validate(data)
+    except ValidationError as e:
+        raise UserError(f"--tuned file {path} is not a tune.json written by `compare tune` ({first_problem(e)}); "
+                        f"{fix}") from None
+    best = {r.backend: r.best for r in tune.backends}
     out = {}
     for target in backends:
         full = str(target)
@@ -101,7 +108,7 @@ def tuned_specs(tune_dir: str, backends: list[str | Topology], base: ServingSpec
         if best[name] is None:
             raise UserError(f"--tuned {tune_dir}: no config of {name} met the SLO in that tune; "
                             f"relax the SLO and tune again")
-        out[full] = apply_config(space_for(name), base, best[name]["config"])
+        out[full] = apply_config(space_for(name), base, best[name].config)
     return out
 
 

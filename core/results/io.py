@@ -1,10 +1,10 @@
 """The results directory: run.json (summary + provenance) and requests.jsonl (raw stamps).
 
 run.json is rewritten atomically after every load level, so a run that fails or is interrupted
-keeps everything it measured, with ``status`` saying how it ended. The writer keeps the run as
-JSON-shaped dicts while measuring (callers add to a backend's section in place) and writes it
-through ``RunResults`` (core/results/models.py), so what lands on disk is what the models
-declare. requests.jsonl gets one complete line per finished request (one append each; a torn
+keeps everything it measured, with ``status`` saying how it ended. The writer holds the run as
+the typed ``RunResults`` (core/results/models.py) from the start: callers replace a backend's
+section or a field through ``update``/``update_backend`` (validated there, so a wrong field fails
+where it is made), and a flush only serialises the model, never re-validates the whole run. requests.jsonl gets one complete line per finished request (one append each; a torn
 last line is cut off or skipped by readers); workload.jsonl holds the exact request list so a
 run can be replayed. The directory is created atomically and probed before any engine starts;
 a write that fails mid-run (full disk) stops the run with status "failed" naming the problem.
@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from core.errors import RunFailed, UserError
-from core.fsutil import open_user_file, read_user_json, write_atomic, write_json_atomic
+from core.fsutil import open_user_file, read_user_json, write_atomic
 from core.records import RequestRecord
 from core.results.migrate import to_current
-from core.results.models import SCHEMA_VERSION, RunResults
+from core.results.evolve import evolve
+from core.results.models import SCHEMA_VERSION, BackendResult, RunResults
 from core.results.owner import current_owner, owner_alive
 
 try:  # records are written on the measuring event loop: msgspec encodes them ~5x faster than json
@@ -78,6 +79,11 @@ def dump(run: RunResults) -> dict[str, Any]:
     null (a metric without a value, e.g. an SLO check when no request succeeded) so the file
     is strict JSON for readers outside Python."""
     return json.loads(run.model_dump_json(exclude_unset=True))
+
+
+def run_json_bytes(run: RunResults) -> bytes:
+    """run.json's text: the fields that were given, NaN as null, indented as it always was."""
+    return run.model_dump_json(indent=2, exclude_unset=True).encode() + b"\n"
 
 
 class ResultsWriteError(RunFailed):
@@ -192,9 +198,10 @@ class ResultsWriter:
 
     def __init__(self, root: Path, run_id: str, header: dict[str, Any]) -> None:
         self.dir = create_results_dir(root, run_id)
-        self.run: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "run_id": run_id,
-                                    "status": "running", "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                                    "owner": current_owner(), **header, "backends": {}}
+        self._run = RunResults.model_validate({
+            "schema_version": SCHEMA_VERSION, "run_id": run_id, "status": "running",
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "owner": current_owner(), **header,
+            "backends": {}})
         self.error: ResultsWriteError | None = None
         self._req = -1
         try:
@@ -210,8 +217,31 @@ class ResultsWriter:
 
     @property
     def results(self) -> RunResults:
-        """The run so far, typed."""
-        return RunResults.model_validate(self.run)
+        """The run so far, typed (frozen: change it through ``update``/``update_backend``)."""
+        return self._run
+
+    @property
+    def run(self) -> dict[str, Any]:
+        """The run so far as run.json's JSON (a copy, for printing; changes go through ``update``)."""
+        return dump(self._run)
+
+    def update(self, **fields: Any) -> RunResults:
+        """Set top-level fields of run.json (validated now; written at the next flush)."""
+        self._run = evolve(self._run, **fields)
+        return self._run
+
+    def backend(self, name: str) -> BackendResult:
+        """A backend's section so far (a pending, empty one before anything was recorded)."""
+        entry = self._run.backends.get(name)
+        return entry if entry is not None else BackendResult(status="pending", levels={})
+
+    def set_backend(self, name: str, entry: BackendResult) -> BackendResult:
+        self._run = evolve(self._run, backends={**self._run.backends, name: entry})
+        return entry
+
+    def update_backend(self, name: str, **fields: Any) -> BackendResult:
+        """Set fields of a backend's section (validated now; written at the next flush)."""
+        return self.set_backend(name, evolve(self.backend(name), **fields))
 
     def _reserve(self) -> None:
         fd = os.open(self.dir / RESERVE_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -244,10 +274,11 @@ class ResultsWriter:
             except OSError:
                 pass  # readers skip a torn last line
         self._release()
-        self.run.update(status="failed", finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=str(err))
-        for entry in self.run["backends"].values():
-            if entry.get("status") == "running":  # the one measuring when the disk failed
-                entry.update(status="failed", error=str(err))
+        # the one measuring when the disk failed
+        backends = {name: evolve(entry, status="failed", error=str(err)) if entry.status == "running" else entry
+                    for name, entry in self._run.backends.items()}
+        self.update(status="failed", finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=str(err),
+                    backends=backends)
         try:
             self._write_run()
         except OSError:
@@ -269,9 +300,6 @@ class ResultsWriter:
             raise self._fail(REQUESTS, e) from None
         self._req_size += len(line)
 
-    def backend(self, name: str) -> dict[str, Any]:
-        return self.run["backends"].setdefault(name, {"status": "pending", "levels": {}})
-
     def write_text(self, relpath: str, text: str) -> None:
         if self.error is not None:
             return
@@ -281,7 +309,7 @@ class ResultsWriter:
             raise self._fail(relpath, e) from None
 
     def _write_run(self) -> None:
-        write_json_atomic(self.dir / "run.json", dump(self.results))
+        write_atomic(self.dir / "run.json", run_json_bytes(self._run))
 
     def flush(self) -> None:
         if self.error is not None:
@@ -295,10 +323,7 @@ class ResultsWriter:
         if self.error is not None:  # a failed write ended the run, whatever the caller saw
             status, error = "failed", error or str(self.error)
         self._release()  # (after a failure: already given back)
-        self.run["status"] = status
-        self.run["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        if error:
-            self.run["error"] = error
+        self.update(status=status, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **({"error": error} if error else {}))
         try:
             self._write_run()
         except OSError as e:

@@ -1,8 +1,9 @@
 """Typed run.json: what a results directory's summary holds, field by field.
 
-The runner builds run.json as plain JSON while it measures (compare/running/runner.py); every
-write goes through ``RunResults`` (so a field nobody declared fails at once, not in a report
-months later) and every read comes back as these frozen models. The JSON Schema generated from
+The runner builds these models while it measures (summarize -> LevelSummary, backend sections
+replaced through core/results/evolve.py), the writer holds a ``RunResults`` (so a field nobody
+declared fails where it is made, not in a report months later) and every read comes back as
+these frozen models. The JSON Schema generated from
 them is checked in next to this file (run.schema.json; ``python -m core.results.schema``).
 
 ``extra`` is allowed only where a section is open by design: engine-specific configuration and
@@ -16,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.results.client_health import ClientHealth
+from core.results.sections import LevelShards, QuantVerification, RayCell, RayNode
 from core.results.telemetry import Telemetry
 
 SCHEMA_VERSION = 2
@@ -65,7 +67,8 @@ class ClientProcess(_Closed):
     loop_lag_ms: LoopLag | None = None
     cpu_s: float | None = None  # user + system CPU over the level
     cpu_util: float | None = None  # cpu_s / the level's wall time in that process (1.0 = one core)
-    event_clock: dict[str, Any] | None = None  # which clock stamped its events (as describe's)
+    # which clock stamped its events: the backend's describe().extra["event_clock"], engine-specific
+    event_clock: dict[str, Any] | None = None
 
 
 class ClientProcs(_Closed):
@@ -182,7 +185,9 @@ class LevelSummary(_Measured):
     client_lagged: bool = False
     client_health: ClientHealth | None = None  # absent in runs recorded before it (and multi-process levels)
     client_procs: ClientProcs | None = None  # the level was sent by several client processes
-    server_metrics: dict[str, Any] | None = None  # scraped around the level; layout per engine
+    # scraped around the level; open by design: each engine exports its own metric names and
+    # layout (typed views: server_histogram() and the derived server_gauges/time_breakdown below)
+    server_metrics: dict[str, Any] | None = None
     # derived from server_metrics and the records (compare/analysis/breakdown.py)
     server_gauges: dict[str, GaugeSummary] | None = None
     prefix_cache: PrefixCacheStats | None = None
@@ -238,8 +243,9 @@ class BackendResult(_Closed):
     describe: Description | None = None
     levels: dict[str, LevelSummary] = Field(default_factory=dict)
     repeats: list[RepeatRun] | None = None
-    quant_verification: dict[str, Any] | None = None  # compare/quality: loaded vs requested
-    quality: dict[str, Any] | None = None  # compare/quality: parity measurements
+    quant_verification: QuantVerification | None = None  # compare/quality/verify.py: loaded vs requested
+    # plain JSON while their readers (compare/report/, compare/analysis/verdict.py) index them as dicts
+    quality: dict[str, Any] | None = None  # compare/quality/: parity measurements
     max_rate: dict[str, Any] | None = None  # --find-max-rate: probes and answer (compare/tuning/max_rate.py)
 
     @property
@@ -326,6 +332,8 @@ class HardwareInfo(_Closed):
     cpu_count: int | None = None
     cpu_affinity: int | None = None
     memory_bytes: int | None = None
+    # as nvidia-smi names them (name, driver, memory, compute_cap); plain JSON because report
+    # readers (compare/report/content.py, compare/analysis/bottleneck.py) read them as dicts
     gpus: list[dict[str, Any]] = Field(default_factory=list)
     packages: dict[str, str] = Field(default_factory=dict)
 
@@ -342,9 +350,9 @@ class RayCluster(_Open):
 
     address: str
     ray_version: str | None = None
-    nodes: list[dict[str, Any]] = Field(default_factory=list)
-    cells: list[dict[str, Any]] = Field(default_factory=list)
-    load_shards: list[dict[str, Any]] = Field(default_factory=list)
+    nodes: list[RayNode] = Field(default_factory=list)
+    cells: list[RayCell] = Field(default_factory=list)
+    load_shards: list[LevelShards] = Field(default_factory=list)
 
 
 class RunOwner(_Closed):

@@ -67,7 +67,7 @@ def test_level_summary_and_slo_checks_cover_every_latency_metric():
     recs = records("a", "c1", 0)
     wall = max(r.t_end_ns for r in recs) - min(r.t_sent_ns for r in recs)
     slo = SLO.from_json(_every_term())
-    s = summarize(recs, wall, slo)
+    s = summarize(recs, wall, slo).model_dump()
     for m in LATENCY:
         assert s[m.summary_key] is not None and s[m.summary_key]["n"] > 0, m.key
     assert set(s["slo_checks"]) == {f"{t['metric']}_{t['stat']}" for t in _every_term()}

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from compare.analysis.metrics import summarize
 from core.errors import UserError
 from core.results import SCHEMA_VERSION, LevelSummary, ResultsWriter, RunResults, dump, load_results, load_run
+from core.results.evolve import evolve
 from core.results.schema import SCHEMA_FILE, main as schema_main, schema_text
 from tests.conftest import FIXTURES
 from tests.synth import records
@@ -31,18 +32,16 @@ def test_writer_writes_through_the_models_and_reads_back(tmp_path):
     recs = records("vllm", "c1", 0)
     w = ResultsWriter(tmp_path, "r1", {"spec": {"model": "tiny", "quantization": "none"},
                                        "levels": [{"kind": "concurrency", "value": 1, "label": "c1"}]})
-    entry = w.backend("vllm")
-    s = summarize(recs, max(r.t_end_ns for r in recs))
-    s["loop_lag_ms"] = {"max": 1.5, "p99": 1.0, "samples": 10}
-    s["server_metrics"] = {"vllm:anything": {"open": [1, 2]}}  # open by design
-    entry["levels"]["c1"] = s
+    s = evolve(summarize(recs, max(r.t_end_ns for r in recs)), loop_lag_ms={"max": 1.5, "p99": 1.0, "samples": 10},
+               server_metrics={"vllm:anything": {"open": [1, 2]}})  # open by design
+    w.update_backend("vllm", levels={"c1": s})
     w.finish("complete")
     on_disk = json.loads((tmp_path / "r1" / "run.json").read_text())
     assert on_disk["schema_version"] == SCHEMA_VERSION == 2
     run, got = load_results(tmp_path / "r1")
     assert isinstance(run, RunResults) and len(got) == 0
     lv = run.backends["vllm"].levels["c1"]
-    assert isinstance(lv, LevelSummary) and lv.ok == 16 and lv.ttft_ms.p50 == pytest.approx(s["ttft_ms"]["p50"])
+    assert isinstance(lv, LevelSummary) and lv.ok == 16 and lv.ttft_ms.p50 == pytest.approx(s.ttft_ms.p50)
     assert lv.loop_lag_ms.max == 1.5 and lv.server_metrics["vllm:anything"] == {"open": [1, 2]}
     assert dump(run) == on_disk  # absent stays absent: the file is exactly the model's dump
     with pytest.raises(ValidationError):  # frozen
@@ -54,7 +53,7 @@ def test_a_metric_without_value_is_written_as_null(tmp_path):
 
     w = ResultsWriter(tmp_path, "r1", {})
     failed = [replace(r, error_kind="timeout", error="t") for r in records("x", "c1", 0)]
-    w.backend("x")["levels"]["c1"] = summarize(failed, 10**9, SLO.parse("ttft_p95=1s"))
+    w.update_backend("x", levels={"c1": summarize(failed, 10**9, SLO.parse("ttft_p95=1s"))})
     w.flush()
     text = (tmp_path / "r1" / "run.json").read_text()
     assert "NaN" not in text and json.loads(text)["backends"]["x"]["levels"]["c1"]["slo_checks"]["ttft_p95"]["value_ms"] is None
@@ -63,9 +62,12 @@ def test_a_metric_without_value_is_written_as_null(tmp_path):
 
 def test_writer_refuses_an_undeclared_level_field(tmp_path):
     w = ResultsWriter(tmp_path, "r1", {})
-    w.backend("x")["levels"]["c1"] = {**summarize(records("x", "c1", 0), 10**9), "tpot_p95_ms": 3.0}
+    s = summarize(records("x", "c1", 0), 10**9)
+    with pytest.raises(ValidationError, match="tpot_p95_ms"):  # where it is made, not at a later flush
+        w.update_backend("x", levels={"c1": {**s.model_dump(exclude_unset=True), "tpot_p95_ms": 3.0}})
     with pytest.raises(ValidationError, match="tpot_p95_ms"):
-        w.flush()
+        evolve(s, tpot_p95_ms=3.0)
+    assert "x" not in w.results.backends  # nothing half-applied
 
 
 def test_schema_1_results_load_as_schema_2():

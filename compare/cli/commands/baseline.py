@@ -50,6 +50,9 @@ def _save(args: argparse.Namespace) -> int:
     base = make_baseline(run, records, args.name, workload_digest(args.results), source=str(args.results))
     if not base["metrics"]:
         raise UserError(f"{args.results}: no usable measurements to save")
+    from core.results.baseline import checked_baseline
+
+    checked_baseline(base, f"the baseline made from {args.results}")  # before anything is written
     out = save_baseline(base, args.dir)
     print(f"baseline {args.name} saved to {out} ({base['repeats']} repeat(s), backends "
           f"{', '.join(base['metrics'])}, levels {', '.join(base['levels'])})")

@@ -44,7 +44,9 @@ def _check(args: argparse.Namespace) -> int:
     from core.fsutil import check_dir_option
 
     check_dir_option(args.dir, "--dir")
-    base = load_baseline(args.baseline, args.dir)
+    from core.results.baseline import checked_baseline
+
+    base = checked_baseline(load_baseline(args.baseline, args.dir), f"baseline {args.baseline}")
     if args.backends is not None:
         from adapters.variants import split_names  # variant names hold commas: vllm[block_size=32,max_num_seqs=8]
 

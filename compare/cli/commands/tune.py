@@ -103,10 +103,17 @@ def _tune(args: argparse.Namespace) -> int:
     return _execute(args, backends, grids, spec, workload, requests, slo, out_dir, format_grid)
 
 
+def _write_tune(out_dir: Path, doc: dict) -> None:
+    """tune.json through its model (core/results/tune.py): what lands on disk is what it declares."""
+    from core.fsutil import write_atomic
+    from core.results.tune import TuneResults, tune_json_text
+
+    write_atomic(out_dir / "tune.json", tune_json_text(TuneResults.model_validate(doc)))
+
+
 def _execute(args, backends, grids, spec, workload, requests, slo, out_dir, format_grid) -> int:
     from rich.console import Console
 
-    from core.fsutil import write_json_atomic
     from core.hardware import fingerprint
     from backends.models.tiny import cache_root
     from compare.tuning.search import LiveTrials, closest_of, hardware_key, search
@@ -142,9 +149,9 @@ def _execute(args, backends, grids, spec, workload, requests, slo, out_dir, form
         log = search(grids[b], args.budget, trials, seed=args.search_seed, baseline={},
                      rules=lambda c, s=space: s.rules(c, spec, has_gpu()), on_trial=show)
         doc["backends"].append(backend_report(b, log.trials))
-        write_json_atomic(out_dir / "tune.json", doc)
+        _write_tune(out_dir, doc)
     doc["status"] = "complete"
-    write_json_atomic(out_dir / "tune.json", doc)
+    _write_tune(out_dir, doc)
     plot_pareto(doc["backends"], slo.limits, out_dir / "pareto.png")
     _print_summary(console, doc, args.load)
     console.print(f"results: {out_dir}/tune.json, {out_dir}/pareto.png")

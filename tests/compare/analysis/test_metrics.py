@@ -54,14 +54,14 @@ def test_summary_throughput_and_goodput():
     fast = [rec(0, [10 * MS + i, 20 * MS + i], rid=f"f{i}") for i in range(3)]
     slow = rec(0, [3000 * MS, 3010 * MS], rid="s")
     s = summarize(fast + [slow], wall_ns=4_000 * MS, slo=SLO.parse("ttft_p95=2s"))
-    assert s["ok"] == 4 and s["output_tokens"] == 8
-    assert s["output_tok_s"] == pytest.approx(2.0)
-    assert s["goodput_req_s"] == pytest.approx(0.75)  # 3 of 4 within 2 s, over 4 s
-    assert s["slo_attainment"] == pytest.approx(0.75)
-    assert s["slo_checks"]["ttft_p95"]["met"] is False  # p95 is dominated by the slow one
-    assert s["ttft_ms"]["p50"] == pytest.approx(10, abs=0.01)
+    assert s.ok == 4 and s.output_tokens == 8
+    assert s.output_tok_s == pytest.approx(2.0)
+    assert s.goodput_req_s == pytest.approx(0.75)  # 3 of 4 within 2 s, over 4 s
+    assert s.slo_attainment == pytest.approx(0.75)
+    assert s.slo_checks["ttft_p95"].met is False  # p95 is dominated by the slow one
+    assert s.ttft_ms.p50 == pytest.approx(10, abs=0.01)
 
 
 def test_short_output_counted():
     r = rec(0, [1 * MS, 2 * MS], requested_tokens=5)
-    assert summarize([r], 10 * MS)["short_outputs"] == 1
+    assert summarize([r], 10 * MS).short_outputs == 1

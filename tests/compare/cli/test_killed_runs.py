@@ -25,7 +25,7 @@ from core.results.io import ResultsWriter
 w = ResultsWriter(Path(sys.argv[1]), sys.argv[2], {
     "levels": [{"kind": "concurrency", "value": 1, "label": "c1"}, {"kind": "concurrency", "value": 2, "label": "c2"}],
     "workload": {"num_requests": 4}})
-w.backend("hf")["status"] = "running"
+w.update_backend("hf", status="running")
 w.flush()
 t = 10**9
 for i in range(3):
