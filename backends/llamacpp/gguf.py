@@ -16,7 +16,6 @@ refuses what it does not know).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from backends.llamacpp.build import SOURCE_BUILD, converter_dir
-from backends.models.engine_cache import BuildFailed, EngineCache, Entry, cache_key, checkpoint_digest
+from backends.models.engine_cache import BuildFailed, EngineCache, Entry, cache_key, checkpoint_digest, file_sha256
 from core.errors import UserError
 
 MODEL_FILE = "model.gguf"
@@ -62,14 +61,6 @@ def declared_pre_tokenizer(model_dir: str | os.PathLike[str]) -> str:
     return "-"
 
 
-def _file_sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:16]
-
-
 def _run_logged(argv: list[str], log: Path, env: dict[str, str] | None = None) -> int:
     with open(log, "a") as f:
         f.write(" ".join(argv) + "\n")
@@ -98,7 +89,7 @@ def prepare_gguf(model_dir: str, gguf_type: str, quantize_bin: Path | None = Non
         if base_type not in UNQUANTIZED:
             raise UserError(f"GGUF {gguf_type} is made from an f32, f16 or bf16 GGUF, not {base_type}")
         base, _ = prepare_gguf(model_dir, base_type, cache=cache, log=say)
-        fields["quantize"] = {"binary_sha256": _file_sha(quantize_bin), "from": base.key}
+        fields["quantize"] = {"binary_sha256": file_sha256(quantize_bin)[:16], "from": base.key}
     key = cache_key(fields)
 
     def build(tmp: Path) -> None:

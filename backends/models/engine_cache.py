@@ -66,7 +66,8 @@ def validate_checkpoint(model_dir: str | os.PathLike[str]) -> None:
                                   f"e.g. {missing[0]}; re-copy the checkpoint")
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """A file's sha256, hex (read in 1 MiB blocks)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -97,7 +98,7 @@ def checkpoint_digest(model_dir: str | os.PathLike[str], memo_dir: Path | None =
         st = p.stat()
         sig = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
         old = memo.get(rel)
-        sha = old["sha256"] if old and old.get("sig") == sig else _file_sha256(p)
+        sha = old["sha256"] if old and old.get("sig") == sig else file_sha256(p)
         new_memo[rel] = {"sig": sig, "sha256": sha}
         lines.append(f"{rel}\0{st.st_size}\0{sha}\n")
     if memo_path is not None and new_memo != memo:

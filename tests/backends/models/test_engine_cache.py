@@ -46,8 +46,8 @@ def test_digest_memo_avoids_rehash_but_detects_rewrite(tmp_path, monkeypatch):
     import backends.models.engine_cache as ec
 
     calls = []
-    real = ec._file_sha256
-    monkeypatch.setattr(ec, "_file_sha256", lambda p: calls.append(p.name) or real(p))
+    real = ec.file_sha256
+    monkeypatch.setattr(ec, "file_sha256", lambda p: calls.append(p.name) or real(p))
     checkpoint_digest(a, memo)
     assert calls == []  # nothing re-read
     (a / "tokenizer.json").write_text('{"v": 2}')
