@@ -355,18 +355,27 @@ def load_run(path: str | os.PathLike[str]) -> RunResults:
     return to_current(doc, str(run_json))
 
 
-def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
-    """The records of requests.jsonl (or requests.jsonl.gz when only that is there). A torn last line (no newline, not JSON: the writer died or
-    the disk filled while appending it) is skipped with a one-line warning on stderr; a corrupt
-    line anywhere else raises (load_results makes that a UserError)."""
+def records_file(path: str | os.PathLike[str]) -> Path:
+    """requests.jsonl, or requests.jsonl.gz when only that is there (benchmarks/results keeps
+    archived records gzipped)."""
     p = Path(path) / REQUESTS
     gz = p.with_name(p.name + ".gz")
-    if not p.exists() and gz.is_file():  # archived results (benchmarks/results keeps them gzipped)
-        import gzip
+    return gz if not p.exists() and gz.is_file() else p
 
-        p = gz
+
+def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
+    """The records of requests.jsonl (or requests.jsonl.gz when only that is there). A torn last
+    line (no newline, not JSON: the writer died or the disk filled while appending it) is skipped
+    with a one-line warning on stderr; a corrupt line anywhere else raises (load_results makes that
+    a UserError)."""
+    p = records_file(path)
     with open_user_file(p, "results file", "pass a complete results directory") as raw_f:
-        f = gzip.GzipFile(fileobj=raw_f) if p is gz else raw_f
+        if p.suffix == ".gz":
+            import gzip
+
+            f = gzip.GzipFile(fileobj=raw_f)
+        else:
+            f = raw_f
         for raw in f:
             if not raw.strip():
                 continue
@@ -384,7 +393,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
 def load_results(path: str | os.PathLike[str]) -> tuple[RunResults, list[RequestRecord]]:
     """run.json + records of a results directory, with bad input as one-line UserErrors."""
     run = load_run(path)
-    if not (Path(path) / "requests.jsonl").exists() and not (Path(path) / "requests.jsonl.gz").is_file():
+    if not records_file(path).exists():
         raise UserError(f"{path}: no requests.jsonl; pass a complete results directory")
     try:
         return run, list(iter_records(path))
