@@ -28,7 +28,7 @@ METRICS = (("output_tok_s", "out tok/s", "{:,.0f}"), ("ttft_p50", "TTFT p50 ms",
 
 def _verified(entry: Any) -> str:
     """status: what was loaded (method or dtype, kernel, weight GiB, linear weights vs 16 bits)."""
-    v = entry.quant_verification or {}
+    v = entry.quant_verification.model_dump() if entry.quant_verification is not None else {}
     if not v:
         return "-"
     lo = v.get("loaded") or {}
