@@ -356,8 +356,7 @@ def load_run(path: str | os.PathLike[str]) -> RunResults:
 
 
 def records_file(path: str | os.PathLike[str]) -> Path:
-    """requests.jsonl, or requests.jsonl.gz when only that is there (benchmarks/results keeps
-    archived records gzipped)."""
+    """requests.jsonl, or requests.jsonl.gz when only that is there (archived results)."""
     p = Path(path) / REQUESTS
     gz = p.with_name(p.name + ".gz")
     return gz if not p.exists() and gz.is_file() else p
@@ -370,12 +369,9 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
     a UserError)."""
     p = records_file(path)
     with open_user_file(p, "results file", "pass a complete results directory") as raw_f:
-        if p.suffix == ".gz":
-            import gzip
+        import gzip
 
-            f = gzip.GzipFile(fileobj=raw_f)
-        else:
-            f = raw_f
+        f = gzip.GzipFile(fileobj=raw_f) if p.suffix == ".gz" else raw_f
         for raw in f:
             if not raw.strip():
                 continue
