@@ -67,10 +67,11 @@ typedef struct {
     long long pend_len, rest_t, rest_u; /* rest[:pend_len] began in an earlier read (ev_t/ev_u) */
     int close;         /* the head said "connection: close": nothing may follow on this socket */
     /* the closed loop's next request on this connection (_rxthread.c chain): sent the moment this
-       response ends cleanly; chain_n: bytes it sent (0: not sent; < 0: -errno), chain_ns: when */
+       response ends cleanly; chain_n: bytes it sent (0: not sent; < 0: -errno), chain_ns: right
+       after the send, chain_t0: right before it (connection.send_stamp picks one) */
     Buf next;
     int next_fmt;
-    long long chain_n, chain_ns;
+    long long chain_n, chain_ns, chain_t0;
     long long seq, chain_seq; /* this response's number (RxThread); the chained response's */
     long long end_t;          /* the receive stamp of the read that ended the body (0: not ended) */
 } Fast;

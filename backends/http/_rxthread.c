@@ -101,6 +101,7 @@ static void finish(RxThread *self, int fd, Fast *f) {
     self->fast[fd] = NULL;
     if (f->next.n == 0 || !f->ended || f->bailed || f->close)
         return; /* (not sent: Python sends it the usual way) */
+    f->chain_t0 = now_ns(CLOCK_MONOTONIC);
     ssize_t n = send(fd, f->next.p, f->next.n, MSG_DONTWAIT | MSG_NOSIGNAL);
     f->chain_ns = now_ns(CLOCK_MONOTONIC); /* right after the bytes left, as the Python path stamps */
     f->chain_n = n < 0 ? -errno : (long long)n;
@@ -382,10 +383,11 @@ static PyObject *rx_remove(RxThread *self, PyObject *arg) {
 
 /* a response's records for Python: (status, times, rx, counts, ids, sids, lps, finish, prompt,
    completion, terminal, ended, pend, pend_t, pend_u, rest, rest_t, rest_u, csize, cbuf, chain_n,
-   chain_ns, chain_seq, end_t);
+   chain_ns, chain_seq, end_t, chain_t0);
    status 1: the body ended here; 2: bailed (Python's path continues from pend + rest, then the
    raw chunk-coded cbuf with csize); 3: cut short (EOF, error, take). chain_n/chain_ns: the chained
-   request's bytes sent and when (0: not sent; < 0: -errno, nothing sent), chain_seq its response's
+   request's bytes sent and when (0: not sent; < 0: -errno, nothing sent; chain_t0: just before the
+   send), chain_seq its response's
    number (0: not parsed here); end_t the receive stamp of the read that ended the body (0: it did
    not end here). Arrays as native bytes:
    int64 times/rx/ids/sids, int32 counts, double lps. */
@@ -395,11 +397,11 @@ static PyObject *fast_result(Fast *f) {
 #define B(b) ((b).p ? (b).p : ""), (Py_ssize_t)(b).n
     const char *rp = f->bailed && f->rest.p ? f->rest.p : "";
     size_t rn = f->bailed ? f->rest.n : 0;
-    return Py_BuildValue("(iy#y#y#y#y#y#zLLiiy#LLy#LLLy#LLLL)", status, B(f->times), B(f->rx), B(f->counts), B(f->ids),
+    return Py_BuildValue("(iy#y#y#y#y#y#zLLiiy#LLy#LLLy#LLLLL)", status, B(f->times), B(f->rx), B(f->counts), B(f->ids),
         B(f->sids), B(f->lps), f->finish[0] ? f->finish : NULL, f->prompt, f->completion, f->terminal, f->ended,
         rp, (Py_ssize_t)pl, f->ev_t, f->ev_u, rp + pl, (Py_ssize_t)(rn - (size_t)pl), f->rest_t, f->rest_u,
         f->csize, f->line.p ? f->line.p : "", (Py_ssize_t)(f->bailed ? f->line.n : 0), f->chain_n, f->chain_ns,
-        f->chain_seq, f->end_t);
+        f->chain_seq, f->end_t, f->chain_t0);
 #undef B
 }
 

@@ -29,6 +29,23 @@ _perf = time.perf_counter_ns
 # flush is one more task wake-up per stream and tick (at 0.5 s, 3 extra per 2-s stream).
 FLUSH_S = 1.0
 USER_CLOCK = "user: perf_counter_ns when the event loop handed over the bytes"
+# A write (Python's or the receive thread's send) takes tens of microseconds. Stamps taken around
+# it further apart than this mean the writer lost its CPU in between -- on a loaded host, right
+# after the send woke the server: the stamp after it then lands after the response has begun
+# (a negative TTFT was measured so, 87 ms late on a 2-core machine running two engines).
+SEND_BRACKET_NS = 1_000_000
+
+
+def send_stamp(before_ns: int, after_ns: int, counts: object | None = None) -> int:
+    """When a request's bytes left: right after the write, unless the writer was preempted around
+    it (``SEND_BRACKET_NS``); then right before it, as vLLM's benchmark client stamps every request
+    (the bytes left somewhere in between, so the TTFT is not understated). ``counts``
+    (``rxstamp.ReadCounts``) counts those for run.json."""
+    if after_ns - before_ns <= SEND_BRACKET_NS:
+        return after_ns
+    if counts is not None:
+        counts.sends_preempted += 1  # type: ignore[attr-defined]
+    return before_ns
 
 
 class StampedBytes(bytes):
@@ -45,7 +62,7 @@ class _Conn(asyncio.Protocol):
         self.reset()
 
     def reset(self) -> None:
-        self.sent_ns = 0  # perf_counter_ns right after the request's bytes were written
+        self.sent_ns = 0  # perf_counter_ns when the request's bytes were written (send_stamp)
         self.head_buf = b""
         self.head: asyncio.Future = self.loop.create_future()
         self.in_head = True
@@ -359,7 +376,8 @@ class _Conn(asyncio.Protocol):
         self.fast = False
         status, ended = res[0], res[11]
         if res[20] > 0 and self.chain_rid is not None:  # the next request left (rxstamp holds its reads)
-            self.chained = (self.chain_rid, res[21], res[20], res[22])
+            self.chained = (self.chain_rid, send_stamp(res[24], res[21], getattr(self.tr, "counts", None)),
+                            res[20], res[22])
         if self.sink is not None:
             self.sink.add_fast(res)  # type: ignore[attr-defined]
         else:
@@ -385,13 +403,15 @@ class _Conn(asyncio.Protocol):
         """The reader of the request the thread chained (``chained``) takes the connection: a new
         response whose send stamp is the thread's; the rest of ``wire`` if the thread sent part."""
         _, sent_ns, n, seq = self.chained  # type: ignore[misc]
+        counts = self.tr.counts  # type: ignore[union-attr]
         self.reset()
         self.sent_ns = self.rx_ns = sent_ns
         self.fast_seq = seq
         if n < len(wire):
+            t0 = _perf()
             self.tr.write(wire[n:])  # type: ignore[union-attr]
-            self.sent_ns = self.rx_ns = _perf()
-        self.tr.counts.chained += 1  # type: ignore[union-attr]
+            self.sent_ns = self.rx_ns = send_stamp(t0, _perf(), counts)
+        counts.chained += 1
         self.tr.release()  # type: ignore[union-attr]
 
     def stop_watch(self) -> None:

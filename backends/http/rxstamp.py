@@ -95,12 +95,13 @@ OFFSET_BRACKET_NS = 4000
 class ReadCounts:
     """Kernel-stamped vs user-stamped reads, and the last good realtime - monotonic offset (per pool)."""
 
-    __slots__ = ("kernel", "user", "off", "delay_max", "parsed", "chained")
+    __slots__ = ("kernel", "user", "off", "delay_max", "parsed", "chained", "sends_preempted")
 
     def __init__(self) -> None:
         self.kernel = self.user = 0
         self.parsed = [0, 0, 0, 0]  # responses the receive thread parsed: [-, ended, handed back, cut short]
         self.chained = 0  # requests the receive thread sent as the previous one on their connection ended
+        self.sends_preempted = 0  # sends stamped before the write (connection.send_stamp)
         self.off = _offset()
         # the longest a kernel-stamped read waited in the socket (ns): under one inter-token gap, no two events shared a read
         self.delay_max = 0

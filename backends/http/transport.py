@@ -203,7 +203,9 @@ class StreamingTransport(httpx.AsyncBaseTransport):
                 # responses the receive thread parsed (_fastsse.h): whole, handed back to Python, cut short
                 "thread_parsed": dict(zip(("ended", "handed_back", "cut_short"), self._reads.parsed[1:])),
                 # closed loop: requests the thread sent the moment their stream's previous response ended
-                "thread_sent": self._reads.chained}
+                "thread_sent": self._reads.chained,
+                # sends whose writer lost its CPU around the write: stamped before it (send_stamp)
+                "sends_preempted": self._reads.sends_preempted}
 
     async def _connect(self, key: tuple[str, int], timeout: float | None) -> _Conn:
         loop = asyncio.get_running_loop()
@@ -252,9 +254,11 @@ class StreamingTransport(httpx.AsyncBaseTransport):
                     raise httpx.RemoteProtocolError("server closed the connection before the request was sent")
                 parsed = fast and getattr(conn.tr, "expect", None) is not None and conn.tr.expect(fast)
                 conn.fast_seq = parsed or 0
+                t0 = _perf()
                 conn.tr.write(wire)  # (expect before the write: no byte of the response is missed)
-                # the send stamp: right after the bytes left (a late request's wait is not the server's time)
-                conn.rx_ns = conn.sent_ns = _perf()  # the read timeout counts from the request too
+                # the send stamp: when the bytes left (a late request's wait is not the server's
+                # time); the read timeout counts from the request too
+                conn.rx_ns = conn.sent_ns = connection.send_stamp(t0, _perf(), self._reads)
             if parsed and chain is not None and frame is not None:
                 chain.arm(conn, fast, frame)
             sent = SEND_STAMP.get()

@@ -74,7 +74,7 @@ def test_the_thread_sends_the_chained_request_when_the_response_ends(pair):
     assert b.recv(100) == b"NEXT REQUEST"  # sent by the thread, nobody else wrote
     recs = _drain(rx, 2)
     res = recs[-1][4]
-    assert res[0] == 1 and res[20] == len(b"NEXT REQUEST") and t0 <= res[21] <= time.perf_counter_ns()
+    assert res[0] == 1 and res[20] == len(b"NEXT REQUEST") and t0 <= res[24] <= res[21] <= time.perf_counter_ns()
     assert res[22] > 0  # the chained response's number: Python asks for that one, never the one before
     assert rx.take(fd, key, seq) is None and rx.last(fd, key, seq) == 0  # (seq: the response that ended)
     # the next response is parsed by the thread too (under its own number), and sends nothing further
@@ -146,6 +146,27 @@ def test_closed_loop_level_resent_by_the_thread_same_records(monkeypatch):
     assert late[0] >= 0 and late[len(late) // 2] < 5.0, late
     for r in fast:
         assert r.t_ready_ns <= r.t_sent_ns < r.event_times_ns[0]
+
+
+def test_a_writer_preempted_after_its_send_stamps_before_it(monkeypatch):
+    """A writer that loses its CPU right after the send (the server's wake-up preempting it, on a
+    loaded host) took its "after" stamp once the response had begun: a negative TTFT. Such a send
+    (stamps around it further apart than SEND_BRACKET_NS) is stamped before the write and counted."""
+    from backends.http import rxstamp
+
+    write = rxstamp.StampedSocket.write
+
+    def preempted(self, data: bytes) -> None:
+        write(self, data)
+        time.sleep(0.03)  # the server answers its first token 5 ms after the request
+
+    monkeypatch.setattr(rxstamp.StampedSocket, "write", preempted)
+    with CalibrationServerProcess(CalibrationTiming(5, 4, 1)) as url:
+        recs, clock, _, _ = aio.run(_level(url, 2, 3, 16))  # (a response outlasts the sleep)
+    assert all(r.ok for r in recs) and clock["thread_sent"] == 4
+    assert clock["sends_preempted"] >= 2, clock  # the streams' first requests (and the start-up probes)
+    for r in recs:
+        assert r.t_sent_ns < r.event_times_ns[0] and r.t_sent_ns <= r.t_end_ns, r.request_id
 
 
 def test_a_cancelled_level_leaves_no_connection_open():

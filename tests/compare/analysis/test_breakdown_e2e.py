@@ -52,7 +52,20 @@ def test_server_breakdown_and_honest_histogram_quantiles(prefix_run):
     # write (a late stamp shortens the client's E2E): on a loaded 2-core machine the stamp has
     # been 5-17 ms late on average, and how late is the scheduler's, so the bound is the gross one
     # (a server E2E from other requests or in other units is off by far more than half the client's)
-    assert tb.queued_ms > 0.25 * tb.decode_ms and tb.outside_ms >= -0.5 * tb.client_e2e_ms, tb
+    assert tb.outside_ms >= -0.5 * tb.client_e2e_ms, tb
+    # 4 in flight, 2 running: a request waits about one other's service time -- when the client
+    # held 4 in flight; a client starved of CPU (a loaded 2-core machine) sends late and holds fewer
+    ok = [r for r in prefix_run.records if r.backend == "vllm-server" and r.ok]
+    steps = sorted([(r.t_sent_ns, 1) for r in ok] + [(r.t_end_ns, -1) for r in ok])
+    area = in_flight = 0
+    for (t, d), (t_next, _) in zip(steps, steps[1:]):
+        in_flight += d
+        area += in_flight * (t_next - t)
+    held = area / (steps[-1][0] - steps[0][0])  # the client's mean in flight over the level
+    if held > SEQS + 0.5:  # (3.1-3.7 measured on a 2-core machine, 2.0 once with two engines and a busy loop on it)
+        assert tb.queued_ms > 0.25 * tb.decode_ms, (held, tb)
+    else:
+        assert tb.queued_ms >= 0, (held, tb)
     q = s.server_histogram("server_queue_ms")
     assert q is not None and q.count == N and set(q.quantiles) == {"p50", "p95", "p99"}
     for b in q.quantiles.values():  # bounds are bucket edges, the mean is not one of them
