@@ -67,10 +67,12 @@ case ",$PHASES," in *,pp,*|*,prep,*)
     else
         export PYTHONPATH="/tmp/site:$(pwd)"
     fi
+    # the client's C helpers (receive thread, kernel stamps), as scripts/setup.sh builds them
+    python3 -m backends.http.native_build --dest "${PYTHONPATH%%:*}" > $W/native-build.log 2>&1 || tail -5 $W/native-build.log
 ;; esac
 case ",$PHASES," in *,pp,*)
     say "product path: compare run vs bench_client at 512 streams (3 interleaved rounds)"
-    timeout 200 python3 benchmarks/bench_product_path.py --streams 512 --rounds 3 --tokens 96 --ttft-ms 50 \
+    timeout $(( $(left) < 200 ? $(left) : 200 )) python3 benchmarks/bench_product_path.py --streams 512 --rounds 3 --tokens 96 --ttft-ms 50 \
         --itl-ms 10 --repeat 3 --modes bench,run --json $W/product-path.json > $W/product-path.log 2>&1
     say "product path rc=$?"; tail -25 $W/product-path.log
     pack
