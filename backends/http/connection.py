@@ -3,11 +3,11 @@
 Each read is stamped -- with the kernel's receive time when the connection is a
 ``rxstamp.StampedSocket`` (Linux), else with ``perf_counter_ns()`` in ``data_received``, the first
 moment Python sees the bytes -- and ``rx_ns`` (when Python read them) travels beside it; the
-response head is parsed, the body de-chunked, and, once the reader has
-attached a sink, framed by the shared ``SseFramer`` and parsed into that sink
-(``sse.Sink`` / ``protocol.EventSink``), all before any task wakes up. ``fill`` wakes the reader
-only for a full batch, the end of the body, an error, or a slow flush tick (``FLUSH_S``); the
-connection's one watchdog timer ticks the flush and enforces the read timeout (head and body).
+response head is parsed, the body de-chunked, and, once the reader has attached a sink, framed by
+the shared ``SseFramer`` and parsed into that sink (``sse.Sink`` / ``protocol.EventSink``), all
+before any task wakes up. ``fill`` wakes the reader only for a full batch, the end of the body, an
+error, or a slow flush tick (``FLUSH_S``); the connection's one watchdog timer ticks the flush and
+enforces the read timeout (head and body).
 Used by backends/http/transport.py (pool, requests); faults are httpx's own exceptions.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections import deque
 import httpx
 
 from backends.http.native import frame_chunks as _frame_chunks
+from backends.http.rxstamp import send_stamp
 from backends.http.sse import RawEvent, SseFramer, Sink, one_line, snippet
 from core.errors import BackendRequestError, FailureKind
 
@@ -29,23 +30,6 @@ _perf = time.perf_counter_ns
 # flush is one more task wake-up per stream and tick (at 0.5 s, 3 extra per 2-s stream).
 FLUSH_S = 1.0
 USER_CLOCK = "user: perf_counter_ns when the event loop handed over the bytes"
-# A write (Python's or the receive thread's send) takes tens of microseconds. Stamps taken around
-# it further apart than this mean the writer lost its CPU in between -- on a loaded host, right
-# after the send woke the server: the stamp after it then lands after the response has begun
-# (a negative TTFT was measured so, 87 ms late on a 2-core machine running two engines).
-SEND_BRACKET_NS = 1_000_000
-
-
-def send_stamp(before_ns: int, after_ns: int, counts: object | None = None) -> int:
-    """When a request's bytes left: right after the write, unless the writer was preempted around
-    it (``SEND_BRACKET_NS``); then right before it, as vLLM's benchmark client stamps every request
-    (the bytes left somewhere in between, so the TTFT is not understated). ``counts``
-    (``rxstamp.ReadCounts``) counts those for run.json."""
-    if after_ns - before_ns <= SEND_BRACKET_NS:
-        return after_ns
-    if counts is not None:
-        counts.sends_preempted += 1  # type: ignore[attr-defined]
-    return before_ns
 
 
 class StampedBytes(bytes):
@@ -63,12 +47,11 @@ class _Conn(asyncio.Protocol):
 
     def reset(self) -> None:
         self.sent_ns = 0  # perf_counter_ns when the request's bytes were written (send_stamp)
-        self.head_buf = b""
+        self.head_buf = self.cbuf = b""
         self.head: asyncio.Future = self.loop.create_future()
         self.in_head = True
         self.mode = "close"  # chunked | length | close
         self.remaining = 0
-        self.cbuf = b""
         self.csize = -1  # -1: expecting a size line; -2: expecting the CRLF after chunk data
         self.pieces: deque[StampedBytes] = deque()  # body bytes before a sink is attached
         # set once the reader attaches a sink: body bytes are then framed + parsed as they arrive
@@ -79,8 +62,7 @@ class _Conn(asyncio.Protocol):
         self.rx_ns = _perf()  # last time bytes arrived (the read timeout counts from here)
         self.flush = False  # the slow flush tick asked the reader to take what is buffered
         self.cancel_next = False  # a cancellation was deferred to hand over buffered events
-        self.done = False
-        self.lost = False
+        self.done = self.lost = False
         self.keep_alive = True
         self.broken: BackendRequestError | None = None  # the response failed to parse (protocol)
         self.fast = False  # the receive thread parses this body (rxstamp.StampedSocket.expect)
@@ -173,8 +155,7 @@ class _Conn(asyncio.Protocol):
         err = e if isinstance(e, BackendRequestError) else BackendRequestError(
             FailureKind.PROTOCOL, f"malformed HTTP response ({type(e).__name__}: {one_line(str(e), 120)}): "
             f"{snippet(data)}")
-        self.broken = err
-        self.keep_alive = False
+        self.broken, self.keep_alive = err, False
         if not self.head.done():
             self.head.set_exception(err)
             self.head.exception()  # (an idle connection has no reader to observe it)
@@ -376,8 +357,8 @@ class _Conn(asyncio.Protocol):
         self.fast = False
         status, ended = res[0], res[11]
         if res[20] > 0 and self.chain_rid is not None:  # the next request left (rxstamp holds its reads)
-            self.chained = (self.chain_rid, send_stamp(res[24], res[21], getattr(self.tr, "counts", None)),
-                            res[20], res[22])
+            sent = send_stamp(res[24], res[21], self.tr.counts)  # type: ignore[union-attr]
+            self.chained = (self.chain_rid, sent, res[20], res[22])
         if self.sink is not None:
             self.sink.add_fast(res)  # type: ignore[attr-defined]
         else:
@@ -402,8 +383,7 @@ class _Conn(asyncio.Protocol):
     def claim(self, wire: bytes) -> None:
         """The reader of the request the thread chained (``chained``) takes the connection: a new
         response whose send stamp is the thread's; the rest of ``wire`` if the thread sent part."""
-        _, sent_ns, n, seq = self.chained  # type: ignore[misc]
-        counts = self.tr.counts  # type: ignore[union-attr]
+        (_, sent_ns, n, seq), counts = self.chained, self.tr.counts  # type: ignore[misc,union-attr]
         self.reset()
         self.sent_ns = self.rx_ns = sent_ns
         self.fast_seq = seq

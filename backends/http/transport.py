@@ -258,7 +258,7 @@ class StreamingTransport(httpx.AsyncBaseTransport):
                 conn.tr.write(wire)  # (expect before the write: no byte of the response is missed)
                 # the send stamp: when the bytes left (a late request's wait is not the server's
                 # time); the read timeout counts from the request too
-                conn.rx_ns = conn.sent_ns = connection.send_stamp(t0, _perf(), self._reads)
+                conn.rx_ns = conn.sent_ns = rxstamp.send_stamp(t0, _perf(), self._reads)
             if parsed and chain is not None and frame is not None:
                 chain.arm(conn, fast, frame)
             sent = SEND_STAMP.get()

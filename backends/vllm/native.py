@@ -13,9 +13,44 @@ CPU_KV_CACHE_BYTES = 2**30
 
 
 def known_keys(model: str) -> set[str] | None:
-    """The installed vLLM's engine-argument fields; None when vLLM is not installed here."""
-    if importlib.util.find_spec("vllm") is None:
+    """The installed vLLM's engine-argument fields; None when vLLM is not installed here. Read from
+    its source (20 ms) rather than by importing it (~10 s of torch and platform probing); the
+    import is the fallback where the source is not laid out as expected."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None:
         return None
+    return _keys_from_source(spec) or _keys_from_import()
+
+
+def _keys_from_source(spec: Any) -> set[str] | None:
+    """The annotated fields of ``AsyncEngineArgs`` and the classes of the same file it derives from
+    (dataclass fields: ClassVar annotations are not fields)."""
+    import ast
+    from pathlib import Path
+
+    try:
+        src = Path(list(spec.submodule_search_locations)[0], "engine", "arg_utils.py").read_text()
+        classes = {n.name: n for n in ast.parse(src).body if isinstance(n, ast.ClassDef)}
+    except (OSError, SyntaxError, TypeError, IndexError, ValueError):
+        return None
+
+    def fields(name: str, seen: frozenset[str] = frozenset()) -> set[str]:
+        out: set[str] = set()
+        for base in classes[name].bases:
+            if isinstance(base, ast.Name) and base.id in classes and base.id not in seen:
+                out |= fields(base.id, seen | {name})
+        for st in classes[name].body:
+            if (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                    and "ClassVar" not in ast.unparse(st.annotation)):
+                out.add(st.target.id)
+        return out
+
+    if "AsyncEngineArgs" not in classes:
+        return None
+    return fields("AsyncEngineArgs") or None
+
+
+def _keys_from_import() -> set[str] | None:
     import dataclasses
     import os
     import sys
@@ -32,7 +67,6 @@ def known_keys(model: str) -> set[str] | None:
         os.dup2(saved, 2)
         os.close(saved)
     return {f.name for f in dataclasses.fields(AsyncEngineArgs)}
-
 
 
 def native_defaults(spec: ServingSpec, gpu: bool) -> dict[str, Any]:

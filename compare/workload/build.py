@@ -96,11 +96,13 @@ def _random_ids(rng: np.random.Generator, n: int, id_range: tuple[int, int]) -> 
     return [int(x) for x in rng.integers(id_range[0], id_range[1], size=n)]
 
 
-def build_requests(spec: WorkloadSpec, tokenizer: Any | None = None) -> list[GenerationRequest]:
-    """Deterministic in (spec, tokenizer): the same spec gives the same requests on any machine."""
+def build_requests(spec: WorkloadSpec, tokenizer: Any | None = None,
+                   sharegpt: list[tuple[str, str]] | None = None) -> list[GenerationRequest]:
+    """Deterministic in (spec, tokenizer): the same spec gives the same requests on any machine.
+    ``sharegpt``: the conversations of ``spec.sharegpt`` already read (load_sharegpt)."""
     rng = np.random.default_rng(spec.seed)
     if spec.sharegpt:
-        return _sharegpt_requests(spec, rng, tokenizer)
+        return _sharegpt_requests(spec, rng, tokenizer, sharegpt)
     n = spec.num_requests
     in_lens = spec.input.sample(rng, n)
     out_lens = spec.output.sample(rng, n)
@@ -130,11 +132,12 @@ def _make_request(spec: WorkloadSpec, rid: str, ids: list[int], out_len: int,
     return GenerationRequest(messages=(("user", text),), **common)
 
 
-def _sharegpt_requests(spec: WorkloadSpec, rng: np.random.Generator,
-                       tokenizer: Any | None) -> list[GenerationRequest]:
+def load_sharegpt(path_: str) -> list[tuple[str, str]]:
+    """(prompt, reply) of each conversation of a ShareGPT JSON list or JSONL file: read and checked
+    before anything slow (a tokenizer) is loaded, so a bad file is refused at once."""
     from core.fsutil import read_user_json, read_user_jsonl
 
-    path = Path(spec.sharegpt)  # type: ignore[arg-type]
+    path = Path(path_)
     fix = 'pass a ShareGPT dataset: a JSON list (or JSONL) of {"conversations": [{"value": ...}, ...]}'
     rows = (read_user_jsonl if path.suffix == ".jsonl" else read_user_json)(path, "ShareGPT file", fix)
     convs = []
@@ -145,6 +148,13 @@ def _sharegpt_requests(spec: WorkloadSpec, rng: np.random.Generator,
             convs.append((turns[0]["value"], str(turns[1].get("value", ""))))
     if not convs:
         raise ValueError(f"{path}: no ShareGPT conversations with a prompt and a reply")
+    return convs
+
+
+def _sharegpt_requests(spec: WorkloadSpec, rng: np.random.Generator, tokenizer: Any | None,
+                       convs: list[tuple[str, str]] | None) -> list[GenerationRequest]:
+    if convs is None:
+        convs = load_sharegpt(spec.sharegpt)  # type: ignore[arg-type]
     order = rng.permutation(len(convs))[: spec.num_requests]
     fallback_out = spec.output.sample(rng, len(order))
     reqs = []

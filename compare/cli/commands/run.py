@@ -161,7 +161,7 @@ def _validate_load(args: argparse.Namespace):
 
 
 def _requests(args: argparse.Namespace, spec, workload, served=None):
-    from compare.workload.build import build_requests, request_from_dict
+    from compare.workload.build import build_requests, load_sharegpt, request_from_dict
 
     if args.replay:
         from core.fsutil import read_user_jsonl
@@ -182,6 +182,12 @@ def _requests(args: argparse.Namespace, spec, workload, served=None):
         if not out:
             raise UserError(f"--replay file {path} holds no requests; {fix}")
         return out
+    convs = None
+    if workload.sharegpt:  # read and checked before the (seconds-long) tokenizer load
+        try:
+            convs = load_sharegpt(workload.sharegpt)
+        except ValueError as e:
+            raise UserError(f"workload: {e}") from None
     tokenizer = served.prompt_tokenizer(workload) if served is not None else None
     if (served is None or served.tokenizer) and (workload.prompt_format != "token_ids" or workload.sharegpt):
         try:
@@ -193,7 +199,7 @@ def _requests(args: argparse.Namespace, spec, workload, served=None):
                             f"prompt_format={workload.prompt_format}: {type(e).__name__}; use "
                             f"--prompt-format token_ids or pass --tokenizer DIR") from None
     try:
-        return build_requests(workload, tokenizer)
+        return build_requests(workload, tokenizer, convs)
     except ValueError as e:
         raise UserError(f"workload: {e}") from None
 

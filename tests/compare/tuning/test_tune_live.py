@@ -14,10 +14,10 @@ from compare.tuning.report import tuned_specs
 from adapters.spec import ServingSpec
 from tests.conftest import run_cli
 
-# the fake engine: 20 ms to the first token, 5 ms per token
+# the fake engine: 20 ms to the first token, 5 ms per token (60 ms a request: one slot serves ~16 req/s)
 FAKE = ["--native", "fake.ttft=20ms", "--native", "fake.itl=5ms"]
 COMMON = ["tune", "--backend", "fake", *FAKE, "--knob", "max_num_seqs=1,8", "--num-requests", "12",
-          "--input-len", "32", "--output-len", "8", "--start-load", "4", "--max-probes", "3",
+          "--input-len", "32", "--output-len", "8", "--start-load", "40", "--max-probes", "3",
           "--repeats", "2", "--trial-timeout", "600"]
 
 
@@ -43,7 +43,7 @@ def test_tune_measures_real_trials_and_writes_results(tuned):
     for t in rep["trials"]:
         assert t["status"] == "measured" and t["describe"]["framework"] == "fake (test instrument)"
         loads = [p["load"] for p in t["probes"]]
-        assert len(loads) >= 3 and loads[0] == 4.0  # bracketing started at --start-load
+        assert len(loads) >= 3 and loads[0] == 40.0  # bracketing started at --start-load
         if t["feasible"]:
             ci = t["goodput_req_s"]
             assert ci["n"] == 2 and ci["lo"] <= ci["mean"] <= ci["hi"]
