@@ -40,6 +40,8 @@ def _verified(entry: Any) -> str:
         parts.append(f"linear {lo['linear_bits_per_weight']:.2f} bits/weight")
     elif lo.get("linear_ratio") is not None:
         parts.append(f"linear x{lo['linear_ratio']:.2f}")
+    if not any(parts):  # nothing loaded was reported: the reason is the answer
+        return f"{v.get('status', '?')}: {v.get('reason') or 'nothing reported'}"
     return f"{v.get('status', '?')}: " + ", ".join(str(p) for p in parts if p) + (
         f" ({'; '.join(v['problems'])})" if v.get("problems") else "")
 
