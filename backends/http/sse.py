@@ -30,7 +30,7 @@ import httpx
 
 from core.errors import BackendRequestError, FailureKind
 
-# ERROR KINDS raised here (each failed request records exactly one; docs/benchmarks.md#errors):
+# ERROR KINDS raised here (each failed request records exactly one; docs/http-client.md#errors):
 #   connect       - connection refused / DNS / TLS: the server is not there
 #   timeout       - connect, read (no byte for read_timeout) or pool timeout
 #   validation    - HTTP 422 (TGI: input validation)          | overloaded - HTTP 429
