@@ -72,7 +72,7 @@ def _split_endpoints(backends: str) -> tuple[list[str], list[str]]:
 
 def tiny_defaults(model: str | None, spec_file: str | None, backends: str = "") -> dict[str, str]:
     """No --model and no --spec: the embedded tiny model (built once) and its CPU spec defaults,
-    as spec defaults (``spec_from_args``: used for every flag the user left unset); {} otherwise.
+    as spec defaults (``build_spec``: used for every flag the user left unset); {} otherwise.
     Never for a run that talks to an already running server: that server's model is the run's
     model."""
     if model is not None or spec_file:
@@ -173,7 +173,7 @@ def served_defaults(model: str | None, spec_file: str | None, backends: str, tim
                     tok: str | None) -> tuple[ServedRun | None, dict[str, str]]:
     """No --model, no --spec, and every backend an already running server (``openai@URL``,
     ``tgi@URL``...): ask each what it serves; the first one's name (and the smallest max model
-    length) become the spec's defaults (``spec_from_args``). ``ServedRun.confirm`` says where the
+    length) become the spec's defaults (``build_spec``). ``ServedRun.confirm`` says where the
     model and the prompts come from. (None, {}) for any other run. ``tok``: --tokenizer DIR."""
     if model is not None or spec_file:
         return None, {}

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from compare.cli.commands import common, run as run_cmd
 from compare.cli.main import build_parser
@@ -31,6 +32,10 @@ def test_the_request_is_frozen_and_typed(tiny_model, tmp_path):
     assert isinstance(r, RunRequest)
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.warmup = 3  # type: ignore[misc]
+    with pytest.raises(ValidationError):  # the spec and the workload are frozen models too
+        r.spec.model = "/elsewhere"
+    with pytest.raises(ValidationError):
+        r.workload.num_requests = 8
     assert r.targets == ("fake",) and isinstance(r.targets, tuple)
     assert [lv.label for lv in r.levels] == ["c1", "c4"]
     assert [(t.metric, t.stat, t.limit_ms) for t in r.slo.terms] == [("ttft", "p95", 2000.0)]
