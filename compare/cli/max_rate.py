@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from core.errors import UserError
 from core.slo import SLO
@@ -22,21 +23,36 @@ def add_options(p: argparse.ArgumentParser) -> None:
                    help="stop bisecting when missed/met <= 1+F (default 0.15)")
 
 
-def hook(args: argparse.Namespace, slo: SLO, timeout_s: float):
-    """The runner's after-levels step, or None without --find-max-rate; bad options: UserError."""
-    if not getattr(args, "find_max_rate", False):
+@dataclass(frozen=True)
+class MaxRateOptions:
+    """``--find-max-rate``'s search, checked: the first rate, probes per engine start, tolerance."""
+
+    start: float = 1.0
+    probes: int = 8
+    tol: float = 0.15
+
+
+def options(find: bool, slo: SLO, start: float, probes: int, tol: float) -> MaxRateOptions | None:
+    """The search options, or None without --find-max-rate; bad options: UserError."""
+    if not find:
         return None
     if not slo:
         raise UserError("--find-max-rate needs an SLO to meet; add e.g. --slo ttft_p95=2s,tpot_p95=50ms")
-    if not args.max_rate_start > 0 or args.max_rate_start == float("inf"):
-        raise UserError(f"--max-rate-start must be a finite rate > 0 req/s, got {args.max_rate_start:g}")
-    if args.max_rate_probes < 1:
-        raise UserError(f"--max-rate-probes must be >= 1, got {args.max_rate_probes}")
-    if not args.max_rate_tol > 0:
-        raise UserError(f"--max-rate-tol must be > 0, got {args.max_rate_tol:g}")
+    if not start > 0 or start == float("inf"):
+        raise UserError(f"--max-rate-start must be a finite rate > 0 req/s, got {start:g}")
+    if probes < 1:
+        raise UserError(f"--max-rate-probes must be >= 1, got {probes}")
+    if not tol > 0:
+        raise UserError(f"--max-rate-tol must be > 0, got {tol:g}")
+    return MaxRateOptions(start, probes, tol)
+
+
+def hook(opts: MaxRateOptions | None, slo: SLO, timeout_s: float):
+    """The runner's after-levels step, or None without --find-max-rate."""
+    if opts is None:
+        return None
     from compare.tuning.max_rate import make_hook
     from compare.tuning.probe import LoadSearch
 
-    return make_hook(slo, LoadSearch(kind="rate", start=args.max_rate_start, tol=args.max_rate_tol,
-                                     max_probes=args.max_rate_probes, repeats=1, warmup=0,
-                                     timeout_s=timeout_s))
+    return make_hook(slo, LoadSearch(kind="rate", start=opts.start, tol=opts.tol, max_probes=opts.probes, repeats=1,
+                                     warmup=0, timeout_s=timeout_s))

@@ -6,6 +6,8 @@ Every ServingSpec field is a flag: ``--max-num-seqs 32``, ``--chunked-prefill tr
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,20 +69,32 @@ def _pydantic_error(e: ValidationError, what: str) -> UserError:
     return UserError(f"{what}: {loc}: {err['msg']}{hint}")
 
 
+def spec_flags(args: argparse.Namespace) -> dict[str, str | None]:
+    """The spec flags as typed (``--max-num-seqs 32`` -> ``{"max_num_seqs": "32"}``), None where unset."""
+    return {name: getattr(args, f"spec_{name}", None) for name in SPEC_CLI_FIELDS}
+
+
 def spec_from_args(args: argparse.Namespace, default_model: str | None = None,
                    defaults: dict[str, str] | None = None) -> ServingSpec:
+    """:func:`build_spec` from a command's parsed options."""
+    return build_spec(getattr(args, "spec", None), spec_flags(args), getattr(args, "native", []) or [],
+                      default_model, defaults)
+
+
+def build_spec(spec_file: str | None, flags: Mapping[str, str | None], native_items: Sequence[str],
+               default_model: str | None = None, defaults: Mapping[str, str] | None = None) -> ServingSpec:
     """The spec from --spec FILE, then the spec flags over it; ``defaults`` (the embedded tiny
     model's, or what the servers serve) stand in for flags the user left unset."""
-    data: dict[str, Any] = _read_yaml(args.spec, "spec") if getattr(args, "spec", None) else {}
+    data: dict[str, Any] = _read_yaml(spec_file, "spec") if spec_file else {}
     for name in SPEC_CLI_FIELDS:
-        v = getattr(args, f"spec_{name}", None)
+        v = flags.get(name)
         if v is None:
             v = (defaults or {}).get(name)
         if v is not None:
             data[name] = _scalar(v) if name not in ("model", "tokenizer") else v
     native: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (data.get("native") or {}).items()}
     given: set[str] = set()
-    for item in getattr(args, "native", []) or []:
+    for item in native_items:
         key, eq, value = item.partition("=")
         backend, dot, opt = key.partition(".")
         if not eq or not dot or not backend or not opt:
@@ -107,26 +121,49 @@ def spec_from_args(args: argparse.Namespace, default_model: str | None = None,
     return spec
 
 
+@dataclass(frozen=True)
+class WorkloadFlags:
+    """The workload options as typed; None where unset (the file's or the defaults' value stays)."""
+
+    file: str | None = None
+    num_requests: int | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+    prompt_format: str | None = None
+    sharegpt: str | None = None
+    seed: int | None = None
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> WorkloadFlags:
+        return cls(getattr(args, "workload", None), args.num_requests, args.input_len, args.output_len,
+                   args.prompt_format, args.sharegpt, args.workload_seed)
+
+
 def workload_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> WorkloadSpec:
+    """:func:`build_workload` from a command's parsed options."""
+    return build_workload(WorkloadFlags.of(args), defaults)
+
+
+def build_workload(flags: WorkloadFlags, defaults: Mapping[str, Any] | None = None) -> WorkloadSpec:
     data: dict[str, Any] = dict(defaults or {})
-    if getattr(args, "workload", None):
-        data.update(_read_yaml(args.workload, "workload"))
-    if args.num_requests is not None:
-        data["num_requests"] = args.num_requests
-    if args.input_len is not None:
-        data["input"] = {"dist": "fixed", "value": args.input_len}
-    if args.output_len is not None:
-        data["output"] = {"dist": "fixed", "value": args.output_len}
-    if args.prompt_format:
-        data["prompt_format"] = args.prompt_format
-    if args.sharegpt:
-        if not Path(args.sharegpt).exists():
-            raise UserError(f"ShareGPT file {args.sharegpt} does not exist; check the path")
-        data["sharegpt"] = args.sharegpt
-    if args.workload_seed is not None:
-        if args.workload_seed < 0:
-            raise UserError(f"--workload-seed {args.workload_seed}: a seed is a whole number >= 0")
-        data["seed"] = args.workload_seed
+    if flags.file:
+        data.update(_read_yaml(flags.file, "workload"))
+    if flags.num_requests is not None:
+        data["num_requests"] = flags.num_requests
+    if flags.input_len is not None:
+        data["input"] = {"dist": "fixed", "value": flags.input_len}
+    if flags.output_len is not None:
+        data["output"] = {"dist": "fixed", "value": flags.output_len}
+    if flags.prompt_format:
+        data["prompt_format"] = flags.prompt_format
+    if flags.sharegpt:
+        if not Path(flags.sharegpt).exists():
+            raise UserError(f"ShareGPT file {flags.sharegpt} does not exist; check the path")
+        data["sharegpt"] = flags.sharegpt
+    if flags.seed is not None:
+        if flags.seed < 0:
+            raise UserError(f"--workload-seed {flags.seed}: a seed is a whole number >= 0")
+        data["seed"] = flags.seed
     try:
         spec = WorkloadSpec(**data)
     except ValidationError as e:
@@ -159,7 +196,8 @@ def add_topology_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kill-level", metavar="LABEL", help="the level of --kill-replica-after, e.g. c8 (default: the first)")
 
 
-def apply_topology(args: argparse.Namespace, backends: list[str]) -> list[Any]:
+def apply_topology(backends: list[str], text: str | None = None, lb: str = "lor", kill_text: str | None = None,
+                   kill_level: str | None = None) -> list[Any]:
     """The run's backend targets: a topology name typed in ``--backends`` (``replicas@2*vllm``)
     becomes its typed :class:`Topology`; ``--topology tp=2,replicas=2`` wraps every backend ``b``
     in a tensor-parallel and a replicas :class:`Topology` (the latter with its balancer and kill plan). Other names stay as
@@ -167,8 +205,6 @@ def apply_topology(args: argparse.Namespace, backends: list[str]) -> list[Any]:
     from backends.topology.target import KINDS, REPLICAS, KillPlan, Topology
 
     typed = [Topology.from_name(b) if b.partition("@")[0].strip() in KINDS else b for b in backends]
-    text = getattr(args, "topology", None)
-    kill_text, kill_level = getattr(args, "kill_replica_after", None), getattr(args, "kill_level", None)
     if not text:
         if kill_text or kill_level:
             raise UserError("--kill-replica-after/--kill-level apply to --topology replicas=N; add it, or "
@@ -197,7 +233,7 @@ def apply_topology(args: argparse.Namespace, backends: list[str]) -> list[Any]:
             if isinstance(b, Topology):
                 raise UserError(f"--topology with backend {b.name}: topologies do not nest; pass the plain "
                                 f"backend, e.g. --backends {b.inner}")
-            out.append(Topology(kind, int(n), b, **({"lb": args.lb, "kill": kill} if kind == REPLICAS else {})))
+            out.append(Topology(kind, int(n), b, **({"lb": lb, "kill": kill} if kind == REPLICAS else {})))
     if kill is not None and REPLICAS not in kinds:
         raise UserError("--kill-replica-after applies to replicas; add replicas=N to --topology")
     return out
@@ -218,10 +254,9 @@ def add_ray_options(p: argparse.ArgumentParser) -> None:
                         "(default 5 ms; the offset itself is measured and corrected)")
 
 
-def scaleout_from_args(args: argparse.Namespace) -> Any:
+def scaleout(address: str | None, shards: int, max_clock_error_ms: float, backends: str) -> Any:
     """``--ray ...`` -> a ScaleOut for RunConfig.scaleout, or None (Ray is not imported then)."""
-    address = getattr(args, "ray", None)
-    shards = getattr(args, "ray_load_shards", 0) or 0
+    shards = shards or 0
     if not address:
         if shards:
             raise UserError("--ray-load-shards needs --ray auto|HOST:PORT (the cluster the shards run on)")
@@ -231,13 +266,13 @@ def scaleout_from_args(args: argparse.Namespace) -> Any:
     if shards:
         from backends.served_model import endpoint
 
-        engines = [b.strip() for b in str(getattr(args, "backends", "") or "").split(",")
+        engines = [b.strip() for b in str(backends or "").split(",")
                    if b.strip() and endpoint(b.strip()) is None]
         if engines:
             raise UserError(f"--ray-load-shards applies to already running endpoints (openai@URL, tgi@URL); "
                             f"{engines[0]} starts its engine here: drop --ray-load-shards (--ray alone runs "
                             f"engines as cells)")
-    if args.ray_max_clock_error_ms <= 0:
+    if max_clock_error_ms <= 0:
         raise UserError("--ray-max-clock-error-ms must be > 0")
     import os
 
@@ -245,5 +280,5 @@ def scaleout_from_args(args: argparse.Namespace) -> Any:
     from compare.running.ray_cluster import check_address
 
     check_address(address.strip())
-    return ScaleOut(address=address.strip(), load_shards=shards, max_clock_error_ms=args.ray_max_clock_error_ms,
+    return ScaleOut(address=address.strip(), load_shards=shards, max_clock_error_ms=max_clock_error_ms,
                     omp_threads=os.environ.get("OMP_NUM_THREADS"))

@@ -61,23 +61,23 @@ def has_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
-def _split_endpoints(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+def _split_endpoints(backends: str) -> tuple[list[str], list[str]]:
     """(already running servers, engines started here) among ``--backends``."""
     from backends.served_model import endpoint
 
-    names = [b.strip() for b in str(getattr(args, "backends", "") or "").split(",") if b.strip()]
+    names = [b.strip() for b in str(backends or "").split(",") if b.strip()]
     remote = [n for n in names if endpoint(n) is not None]
     return remote, [n for n in names if n not in remote]
 
 
-def tiny_defaults(args: argparse.Namespace) -> dict[str, str]:
+def tiny_defaults(model: str | None, spec_file: str | None, backends: str = "") -> dict[str, str]:
     """No --model and no --spec: the embedded tiny model (built once) and its CPU spec defaults,
-    as spec defaults (``spec_from_args``: used for every flag the user left unset); {} otherwise.
+    as spec defaults (``build_spec``: used for every flag the user left unset); {} otherwise.
     Never for a run that talks to an already running server: that server's model is the run's
     model."""
-    if args.spec_model is not None or args.spec:
+    if model is not None or spec_file:
         return {}
-    remote, local = _split_endpoints(args)
+    remote, local = _split_endpoints(backends)
     if remote and local:
         raise UserError(f"--backends mixes already running servers ({', '.join(_shown(remote))}) with engines "
                         f"started here ({', '.join(local)}) and no --model: pass --model DIR, the model "
@@ -169,20 +169,20 @@ class ServedRun:
                                  "endpoints": [e.as_dict() for e in self.endpoints]}}
 
 
-def served_defaults(args: argparse.Namespace) -> tuple[ServedRun | None, dict[str, str]]:
+def served_defaults(model: str | None, spec_file: str | None, backends: str, timeout_s: float,
+                    tok: str | None) -> tuple[ServedRun | None, dict[str, str]]:
     """No --model, no --spec, and every backend an already running server (``openai@URL``,
     ``tgi@URL``...): ask each what it serves; the first one's name (and the smallest max model
-    length) become the spec's defaults (``spec_from_args``). ``ServedRun.confirm`` says where the
-    model and the prompts come from. (None, {}) for any other run."""
-    if args.spec_model is not None or args.spec:
+    length) become the spec's defaults (``build_spec``). ``ServedRun.confirm`` says where the
+    model and the prompts come from. (None, {}) for any other run. ``tok``: --tokenizer DIR."""
+    if model is not None or spec_file:
         return None, {}
-    remote, local = _split_endpoints(args)
+    remote, local = _split_endpoints(backends)
     if not remote or local:
         return None, {}  # tiny_defaults refuses a mix with one line
     from backends.served_model import served_model
 
-    served = tuple(served_model(n, min(float(getattr(args, "timeout", 30.0) or 30.0), 30.0)) for n in remote)
-    tok = getattr(args, "spec_tokenizer", None)
+    served = tuple(served_model(n, min(float(timeout_s or 30.0), 30.0)) for n in remote)
     if tok is not None and not Path(tok).is_dir():
         raise UserError(f"--tokenizer {tok} is not a directory; pass the served model's local tokenizer directory")
     defaults = {"model": served[0].model}

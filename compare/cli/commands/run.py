@@ -14,16 +14,11 @@ from pathlib import Path
 
 from compare.cli import max_rate
 from compare.cli.parser import run_id
+from compare.cli.request import Output, RunRequest, run_request
 from compare.running import aio
-from compare.cli.commands.common import (
-    DEFAULT_LEVELS, DEFAULT_WORKLOAD, add_backends_option, has_gpu, served_defaults, tiny_defaults,
-    parse_backends,
-)
+from compare.cli.commands.common import DEFAULT_LEVELS, add_backends_option
 from core.errors import UserError
-from compare.cli.options import (
-    add_ray_options, add_spec_options, add_topology_options, add_workload_options, apply_topology, scaleout_from_args,
-    spec_from_args, workload_from_args,
-)
+from compare.cli.options import add_ray_options, add_spec_options, add_topology_options, add_workload_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -94,84 +89,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
-def _client_procs(value: str) -> int | None:
-    """``--client-procs``: None for auto, else a count >= 1."""
-    if value.strip().lower() == "auto":
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise UserError(f"--client-procs {value!r}: give a number of processes >= 1 or 'auto'")
-    most = max(8, 4 * (os.cpu_count() or 1))  # more load generators than that only contend for the cores
-    if n > most:
-        raise UserError(f"--client-procs {n}: at most {most} here (4 per CPU core); or 'auto'")
-    return n
-
-
-def _quality_options(args: argparse.Namespace):
-    from compare.quality.parity import QualityOptions
-
-    if args.quality_prompts < 1:
-        raise UserError(f"--quality-prompts {args.quality_prompts}: give at least 1 (or --quality off)")
-    ref = args.quality_reference
-    if ref is not None and not Path(ref, "config.json").is_file():
-        raise UserError(f"--quality-reference {ref}: no config.json there; pass a local model directory")
-    return QualityOptions(mode=args.quality, device=args.quality_device, num_prompts=args.quality_prompts,
-                          reference_model=str(Path(ref).resolve()) if ref else None)
-
-
-def _validate_load(args: argparse.Namespace):
-    from compare.workload.schedule import parse_levels
-
-    conc = args.concurrency if (args.concurrency or args.rate) else DEFAULT_LEVELS
-    try:
-        levels = parse_levels(conc, args.rate)
-    except ValueError as e:
-        msg = str(e)
-        raise UserError(msg if msg.startswith("--") else f"--{msg}") from None  # "rate must be > 0, got nan"
-    labels = [lv.label for lv in levels]
-    twice = sorted({x for x in labels if labels.count(x) > 1})
-    if twice:
-        raise UserError(f"load level {', '.join(twice)} is given twice in --concurrency/--rate; give each level once")
-    k = getattr(args, "requests_per_stream", None)
-    if k is not None:
-        if k < 1:
-            raise UserError(f"--requests-per-stream {k}: each stream sends at least one request, e.g. "
-                            f"--requests-per-stream 4")
-        if not any(lv.kind == "concurrency" for lv in levels):
-            raise UserError("--requests-per-stream sizes closed-loop levels (--concurrency); an open-loop --rate "
-                            "level sends every request")
-    if args.warmup < 0:
-        raise UserError("--warmup must be >= 0")
-    if args.repeats < 1:
-        raise UserError("--repeats must be >= 1 (2 or more give confidence intervals)")
-    from compare.cli.commands.report import check_price_margin
-
-    check_price_margin(args.gpu_hour_price, args.margin)
-    if args.timeout <= 0:
-        raise UserError("--timeout must be > 0 seconds")
-    from adapters.variants import parse_axes
-
-    parse_axes(args.vary)  # a bad --vary fails before any model is built (compare/running/variants.py plans it)
-    if args.require_slo and not args.slo:
-        raise UserError("--require-slo checks the run against --slo: give one, e.g. --slo ttft_p95=2s,tpot_p95=100ms")
-    return levels
-
-
-def _requests(args: argparse.Namespace, spec, workload, served=None):
+def _requests(replay: str | None, spec, workload, served=None):
+    """The run's requests: those of an earlier run (``--replay RESULTS_DIR``), else the workload's."""
     from compare.workload.build import build_requests, load_sharegpt, request_from_dict
 
-    if args.replay:
+    if replay:
         from core.fsutil import read_user_jsonl
 
-        if not Path(args.replay).is_dir():
-            raise UserError(f"--replay {args.replay}: not a directory; pass a results directory written by "
+        if not Path(replay).is_dir():
+            raise UserError(f"--replay {replay}: not a directory; pass a results directory written by "
                             f"`compare run`")
-        path = Path(args.replay) / "workload.jsonl"
+        path = Path(replay) / "workload.jsonl"
         if not path.exists() and not path.is_symlink():
-            raise UserError(f"--replay {args.replay}: no workload.jsonl there; pass a results directory")
+            raise UserError(f"--replay {replay}: no workload.jsonl there; pass a results directory")
         fix = "pass a results directory written by `compare run`"
         rows = read_user_jsonl(path, "--replay file", fix)
         try:
@@ -218,93 +148,68 @@ def _check_lengths(spec, requests) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from core.slo import SLO
+    return execute(run_request(args))
 
-    # typed targets: --topology tp=N,replicas=N wraps each backend (backends/topology/target.py)
-    backends = apply_topology(args, parse_backends(args.backends))
-    levels = _validate_load(args)
-    slo = SLO.parse(args.slo)
-    after_levels = max_rate.hook(args, slo, args.timeout)  # --find-max-rate (compare/cli/max_rate.py)
-    # already running servers only, no --model: the model is what they serve (common.py)
-    served, defaults = served_defaults(args)
-    if served is None:
-        defaults = tiny_defaults(args)
-    tiny = served is None and bool(defaults)
-    spec = spec_from_args(args, defaults=defaults)
-    if spec.native and served is None:  # unknown vLLM / transformers keys, before anything starts
-        from compare.cli.native_keys import check_native
 
-        check_native(spec.native, spec.model, backends)
-    if served is None and not tiny and "://" not in spec.model and not Path(spec.model).exists() and spec.load_format != "dummy":
-        raise UserError(f"model path {spec.model} does not exist; pass a local model directory "
-                        f"(no hub downloads here)")
-    if served is None:
-        # machine-dependent engine defaults (vLLM on CPU needs an explicit KV-cache size), each
-        # under its engine's native section: other frameworks keep their own defaults
-        from compare.cli.native_keys import native_defaults
-
-        native = native_defaults(spec.native, spec, has_gpu())
-        if native != spec.native:
-            spec = spec.model_copy(update={"native": native})
-    workload = workload_from_args(args, DEFAULT_WORKLOAD if tiny else served.workload_defaults() if served else None)
-    requests = _requests(args, spec, workload, served)
-    if served is None:
-        _check_lengths(spec, requests)
-    if args.requests_per_stream is not None:
+def execute(r: RunRequest) -> int:
+    """Build the requests, plan every backend (nothing started yet), then run and report."""
+    after_levels = max_rate.hook(r.max_rate, r.slo, r.timeout_s)  # --find-max-rate (compare/cli/max_rate.py)
+    requests = _requests(r.replay, r.spec, r.workload, r.served)
+    if r.served is None:
+        _check_lengths(r.spec, requests)
+    levels = list(r.levels)
+    if r.requests_per_stream is not None:
         from compare.workload.schedule import per_stream
 
-        levels = per_stream(levels, args.requests_per_stream, len(requests))
-    if served is not None:
-        served.confirm(requests)  # too long for the server: one line; else says where the model comes from
-    header = served.header(workload) if served is not None else {}
+        levels = per_stream(levels, r.requests_per_stream, len(requests))
+    if r.served is not None:
+        r.served.confirm(requests)  # too long for the server: one line; else says where the model comes from
+    header = r.served.header(r.workload) if r.served is not None else {}
 
     from compare.running.runner import RunConfig
 
-    if args.max_errors is not None and args.max_errors < 0:
-        raise UserError("--max-errors must be >= 0")
-    cfg = RunConfig(backends=backends, spec=spec, workload=workload, requests=requests, levels=levels,
-                    slo=slo, warmup=args.warmup, timeout_s=args.timeout, max_errors=args.max_errors,
-                    out_root=args.out, repeats=args.repeats, stream_logs=args.verbose, after_levels=after_levels,
-                    client_procs=_client_procs(args.client_procs), quality=_quality_options(args),
-                    # --ray: the cells as Ray tasks (compare/running/ray_cells.py)
-                    scaleout=scaleout_from_args(args), **({"run_id": args.run_id} if args.run_id else {}))
+    backends = list(r.targets)
+    cfg = RunConfig(backends=backends, spec=r.spec, workload=r.workload, requests=requests, levels=levels,
+                    slo=r.slo, warmup=r.warmup, timeout_s=r.timeout_s, max_errors=r.max_errors,
+                    out_root=r.out, repeats=r.repeats, stream_logs=r.verbose, after_levels=after_levels,
+                    client_procs=r.client_procs, quality=r.quality, scaleout=r.scaleout,
+                    **({"run_id": r.run_id} if r.run_id else {}))
     from compare.cli.killed import settle_root
     from core.results.io import check_results_dir_free
 
-    for note in settle_root(args.out):  # runs killed earlier in this results root: recorded as killed
+    for note in settle_root(r.out):  # runs killed earlier in this results root: recorded as killed
         print(note, file=sys.stderr)
-    check_results_dir_free(args.out, cfg.run_id)  # (a run id whose run never measured may be reused)
-    if args.tuned:  # each backend at its best config from `compare tune` (compare/tuning/report.py)
+    check_results_dir_free(r.out, cfg.run_id)  # (a run id whose run never measured may be reused)
+    if r.tuned:  # each backend at its best config from `compare tune` (compare/tuning/report.py)
         from compare.tuning.report import tuned_specs
 
-        cfg = replace(cfg, backend_specs={**cfg.backend_specs, **tuned_specs(args.tuned, backends, spec)})
+        cfg = replace(cfg, backend_specs={**cfg.backend_specs, **tuned_specs(r.tuned, backends, r.spec)})
     # validate every backend's spec (pure adapters) before anything is started or written
     from backends.registry import plan
     from compare.running.load import offered_load
 
     load = offered_load(levels, requests)  # TGI's admission limit follows the run's highest concurrency
-    if args.vary:  # each backend's knob variants become the run's columns (compare/running/variants.py)
+    if r.vary:  # each backend's knob variants become the run's columns (compare/running/variants.py)
         from compare.running.variants import vary
 
-        v = vary(backends, cfg.spec_for, args.vary, load)
+        v = vary(backends, cfg.spec_for, list(r.vary), load)
         cfg = replace(cfg, backends=list(v.targets), backend_specs=dict(v.specs))
         header["variants"] = v.header
         for note in v.notes:
             print(f"note: {note}", file=sys.stderr)
     for b in cfg.backends:
         plan(b, cfg.spec_for(str(b)), load)
-    return _execute(cfg, args.format, args.gpu_hour_price, args.margin, quiet=args.quiet, header=header or None,
-                    require_slo=args.require_slo)
+    return _execute(cfg, r.output, header=header or None)
 
 
-def _execute(cfg, fmt: str, price: float | None = None, margin: float | None = None, quiet: bool = False,
-             header: dict | None = None, require_slo: bool = False) -> int:
+def _execute(cfg, output: Output, header: dict | None = None) -> int:
     from rich.console import Console
 
     from backends.logs import terminal
     from compare.report.console import ConsoleProgress, print_summary
     from compare.running.runner import run
 
+    fmt, price, margin, quiet = output.format, output.price, output.margin, output.quiet
     # engines' output goes to RESULTS/logs/ (fd-level redirect while each runs); the console keeps
     # a duplicate of the terminal taken before that
     console = Console(file=terminal(2 if fmt in ("json", "md") else 1))
@@ -334,7 +239,7 @@ def _execute(cfg, fmt: str, price: float | None = None, margin: float | None = N
             console.print(f"report: {written}")
     else:
         print_summary(console, writer.dir, price, margin, quiet=quiet)
-    if require_slo:  # exit 1 (SLOMissed) with one line per miss; the results stay written
+    if output.require_slo:  # exit 1 (SLOMissed) with one line per miss; the results stay written
         from compare.analysis.slo_gate import require_slo_met
 
         require_slo_met(writer.dir)

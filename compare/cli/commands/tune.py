@@ -73,7 +73,7 @@ def _tune(args: argparse.Namespace) -> int:
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     from backends.registry import entry_for
 
-    tiny = tiny_defaults(args)
+    tiny = tiny_defaults(args.spec_model, args.spec)
     spec = spec_from_args(args, defaults=tiny)
     gpu = has_gpu()
     if not gpu and spec.kv_cache_memory_bytes is None and spec.gpu_memory_utilization is None:
@@ -90,7 +90,7 @@ def _tune(args: argparse.Namespace) -> int:
     workload = workload_from_args(args, TUNE_WORKLOAD if tiny else None)
     from compare.cli.commands.run import _requests
 
-    requests = _requests(argparse.Namespace(replay=None), spec, workload)
+    requests = _requests(None, spec, workload)
     run_id = args.run_id or time.strftime("tune-%Y%m%d-%H%M%S")
     out_dir = args.out / run_id
     from core.fsutil import check_dir_option

@@ -11,24 +11,25 @@ from compare.cli.options import add_topology_options, apply_topology
 from core.errors import UserError
 
 
-def _args(*argv: str) -> argparse.Namespace:
+def _targets(argv: list[str], backends: list[str]) -> list:
     p = argparse.ArgumentParser()
     add_topology_options(p)
-    return p.parse_args(list(argv))
+    a = p.parse_args(argv)
+    return apply_topology(backends, a.topology, a.lb, a.kill_replica_after, a.kill_level)
 
 
 def test_topology_options_build_typed_targets_with_the_stable_display_names():
-    out = apply_topology(_args("--topology", "tp=2,replicas=2", "--lb", "rr", "--kill-replica-after", "3",
-                               "--kill-level", "c8"), ["vllm"])
+    out = _targets(["--topology", "tp=2,replicas=2", "--lb", "rr", "--kill-replica-after", "3",
+                    "--kill-level", "c8"], ["vllm"])
     assert out == [Topology("tp", 2, "vllm"),
                    Topology("replicas", 2, "vllm", lb="rr", kill=KillPlan(after_s=3.0, level="c8"))]
     assert [str(t) for t in out] == ["tp@2*vllm", "replicas@2*vllm:lb=rr:kill=3@c8"]
-    out = apply_topology(_args("--topology", "replicas=2", "--kill-replica-after", "16r"), ["vllm", "hf"])
+    out = _targets(["--topology", "replicas=2", "--kill-replica-after", "16r"], ["vllm", "hf"])
     assert [t.name for t in out] == ["replicas@2*vllm:lb=lor:kill=16r", "replicas@2*hf:lb=lor:kill=16r"]
 
 
 def test_names_typed_in_backends_become_typed_targets_and_others_stay_names():
-    out = apply_topology(_args(), ["vllm", "replicas@2*vllm:lb=lor:kill=16r@c8", "openai@http://h:1"])
+    out = _targets([], ["vllm", "replicas@2*vllm:lb=lor:kill=16r@c8", "openai@http://h:1"])
     assert out[0] == "vllm" and out[2] == "openai@http://h:1"
     assert out[1] == Topology("replicas", 2, "vllm", lb="lor", kill=KillPlan(after_requests=16, level="c8"))
 
@@ -45,5 +46,5 @@ def test_names_typed_in_backends_become_typed_targets_and_others_stay_names():
 ])
 def test_bad_topology_input_is_one_line(argv, backends, needle):
     with pytest.raises(UserError) as e:
-        apply_topology(_args(*argv), backends)
+        _targets(argv, backends)
     assert needle in str(e.value) and "\n" not in str(e.value)
