@@ -79,8 +79,14 @@ def nvidia_gpus() -> list[GpuInfo]:
              "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
         return []
+    return parse_gpus(out)
+
+
+def parse_gpus(csv: str) -> list[GpuInfo]:
+    """nvidia-smi's ``--query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader``
+    output, one GPU a line (a line with fewer fields is skipped)."""
     gpus = []
-    for line in out.strip().splitlines():
+    for line in csv.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 4:
             gpus.append(GpuInfo(name=parts[0], driver=parts[1], memory=parts[2], compute_cap=parts[3]))
