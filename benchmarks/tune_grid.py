@@ -68,7 +68,7 @@ def main() -> int:
     doc = json.loads(args.out.read_text()) if args.out.exists() else {
         "what": "vLLM knob grid on the tiny Qwen2 model, CPU; every point a real engine start",
         "grid": {k: list(v) for k, v in GRID.items()}, "slo": SLO, "workload": WORKLOAD,
-        "load_search": LOAD.as_dict(), "hardware": fingerprint(), "points": []}
+        "load_search": LOAD.as_dict(), "hardware": fingerprint().model_dump(mode="json"), "points": []}
     if (doc.get("slo"), doc.get("workload"), doc.get("load_search")) != (SLO, WORKLOAD, LOAD.as_dict()):
         sys.exit(f"{args.out} was measured with another SLO/workload/load search: move it away first")
     doc["grid"] = {k: list(v) for k, v in GRID.items()}

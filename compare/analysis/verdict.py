@@ -114,32 +114,17 @@ def _costs(run: RunResults, names: list[str], price: float) -> tuple[dict[str, d
     return out, n_dev
 
 
-def _numeric(d: Any, prefix: str = "") -> dict[str, float]:
-    """Flatten the numeric leaves of a quality dict (another feature fills it; shape may vary)."""
-    out: dict[str, float] = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            out.update(_numeric(v, f"{prefix}{k}."))
-    elif isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d):
-        out[prefix.rstrip(".")] = float(d)
-    return out
-
-
-_QUALITY_BOOKKEEPING = ("prompts", "tokens", "top_k")  # counts, not quality
-
-
 def _quality(run: RunResults, names: list[str], ref: str) -> list[str]:
     """One line per backend: its quality numbers (deltas vs the reference backend), or whether it
     was skipped, refused or failed and why; then how to switch it (no numbers at all: said first)."""
-    q = {n: {k: v for k, v in _numeric(run.backends[n].quality).items() if k not in _QUALITY_BOOKKEEPING}
-         for n in names}
+    entries = {n: run.backends[n].quality for n in names}
+    q = {n: d.figures() if d else {} for n, d in entries.items()}
     lines: list[str] = []
     unmeasured: dict[tuple[str, str], list[str]] = {}  # (status, reason) -> backends: one line each
     for n in names:
-        d = run.backends[n].quality or {}
-        status = d.get("status")
-        if status in ("skipped", "refused", "failed", "pending"):
-            reason = str(d.get("reason") or "no reason recorded")
+        d = entries[n]
+        if d is not None and d.status != "measured":
+            status, reason = d.status, d.reason or "no reason recorded"
             for word in ("skipped: ", "refused: "):
                 reason = reason.removeprefix(word)
             unmeasured.setdefault((status, reason), []).append(n)
@@ -152,14 +137,14 @@ def _quality(run: RunResults, names: list[str], ref: str) -> list[str]:
                 parts.append(f"{k} {v:.4g} (delta vs {ref} {v - q[ref][k]:+.4g})")
             else:
                 parts.append(f"{k} {v:.4g}")
-        where = (d.get("reference") or {}).get("device")
+        where = d.reference.device if d is not None and d.reference else None
         against = f" (vs the float32 reference on {where}, scored after the engines stopped)" if where else ""
         lines.append(f"{n}{against}: " + ", ".join(parts))
     statuses = [f"quality {st} for {', '.join(ns)}: {why}" for (st, why), ns in unmeasured.items()]
     if not lines and not statuses:
         lines.append("no quality results in this run: speed only (a faster config may still answer worse)")
     lines += statuses
-    if statuses or not any(run.backends[n].quality for n in names):
+    if statuses or not any(entries.values()):
         lines.append("--quality on measures every backend against the float32 reference, --quality off skips "
                      "it; auto (default) measures reduced-precision and quantized runs")
     return lines

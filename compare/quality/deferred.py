@@ -24,6 +24,8 @@ from compare.quality.parity import (
     QualityOptions, _probe, accuracy, is_correct, parity, reference_model_for, wanted,
 )
 from core.records import GenerationRequest
+from core.results.evolve import evolve
+from core.results.quality import AccuracyResult, Quality, QualityReference
 
 GIB = 2**30
 MARGIN = 1.15  # activations of a few hundred tokens, the allocator's slack
@@ -49,7 +51,7 @@ def _tokenizer(model: str) -> Any:
 
 
 async def collect(name: str, backend: Any, spec: ServingSpec, requests: list[GenerationRequest],
-                  opts: QualityOptions, timeout_s: float = 600.0) -> tuple[dict[str, Any], Probed | None]:
+                  opts: QualityOptions, timeout_s: float = 600.0) -> tuple[Quality, Probed | None]:
     """While the engine runs: (the run.json quality entry for now, the answers to score later).
     Never raises: a failure is recorded (quality must never sink the speed numbers)."""
     try:
@@ -57,11 +59,11 @@ async def collect(name: str, backend: Any, spec: ServingSpec, requests: list[Gen
     except (OSError, ValueError) as e:
         why = f"skipped: cannot read {spec.model}/config.json ({type(e).__name__})"
     if why:
-        return {"status": "refused" if why.startswith("refused") else "skipped", "reason": why}, None
+        return Quality(status="refused" if why.startswith("refused") else "skipped", reason=why), None
     ref_model = reference_model_for(spec, opts)
     if ref_model is None:
-        return {"status": "skipped", "reason": f"no local reference model for {spec.model}; "
-                                               f"pass one with --quality-reference DIR"}, None
+        return Quality(status="skipped", reason=f"no local reference model for {spec.model}; "
+                                                f"pass one with --quality-reference DIR"), None
     try:
         top_k = opts.top_k if backend.capabilities.logprobs else None
         probes = tuple(GenerationRequest(request_id=f"quality-{i}", max_tokens=min(r.max_tokens, opts.max_tokens),
@@ -75,8 +77,8 @@ async def collect(name: str, backend: Any, spec: ServingSpec, requests: list[Gen
             answers = tuple([tuple((await _probe(backend, req, timeout_s))["tokens"])
                              for req in accuracy_requests(tok, opts)])
     except Exception as e:
-        return {"status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}, None
-    return ({"status": "pending", "reason": "scored against the reference once every engine has stopped"},
+        return Quality(status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}"), None
+    return (Quality(status="pending", reason="scored against the reference once every engine has stopped"),
             Probed(name, ref_model, probes, samples, top_k, answers))
 
 
@@ -155,19 +157,19 @@ def place(model: str, opts: QualityOptions) -> tuple[str | None, str]:
 # ---------------------------------------------------------------- scoring, engines stopped
 
 async def score(pending: list[Probed], opts: QualityOptions,
-                status: Callable[[str], None] = lambda s: None) -> dict[str, dict[str, Any]]:
+                status: Callable[[str], None] = lambda s: None) -> dict[str, Quality]:
     """Every pending backend's quality entry, one reference load per reference model."""
     from backends import registry
 
     # the float32 reference: whichever backend registers the "reference" role
     reference = registry.load(registry.with_role("reference").factory)
 
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Quality] = {}
     for model in dict.fromkeys(p.reference for p in pending):
         group = [p for p in pending if p.reference == model]
         device, why = place(model, opts)
         if device is None:
-            out.update({p.backend: {"status": "skipped", "reason": why} for p in group})
+            out.update({p.backend: Quality(status="skipped", reason=why) for p in group})
             continue
         status(f"loading the float32 reference on {device} ({why})")
         try:
@@ -180,24 +182,24 @@ async def score(pending: list[Probed], opts: QualityOptions,
                         if ref_answers is None:
                             reqs = accuracy_requests(ref._tok, opts)
                             ref_answers = [(await _probe(ref, r, 600.0))["tokens"] for r in reqs]
-                        out[p.backend]["accuracy"] = _accuracy(ref._tok, p.answers, ref_answers, opts)
+                        out[p.backend] = evolve(out[p.backend],
+                                                accuracy=_accuracy(ref._tok, p.answers, ref_answers, opts))
         except Exception as e:  # e.g. out of memory on the chosen device: the run keeps its speed numbers
-            fail = {"status": "failed", "reason": f"reference on {device}: {type(e).__name__}: {str(e)[:300]}"}
-            out.update({p.backend: dict(fail) for p in group if p.backend not in out})
+            fail = Quality(status="failed", reason=f"reference on {device}: {type(e).__name__}: {str(e)[:300]}")
+            out.update({p.backend: fail for p in group if p.backend not in out})
     return out
 
 
-async def _score_one(ref: Any, p: Probed, device: str, why: str) -> dict[str, Any]:
+async def _score_one(ref: Any, p: Probed, device: str, why: str) -> Quality:
     scores = [await ref.score(q, s["tokens"], [list(t) for t in s["top"]] or None)
               for q, s in zip(p.probes, p.samples)]
-    return {"status": "measured",
-            "reference": {"model": p.reference, "framework": "transformers", "dtype": "float32",
-                          "device": device, "placement": why, "when": "after every engine of the run stopped"},
-            "greedy": True, "top_k": p.top_k, **parity(list(p.samples), scores)}
+    reference = QualityReference(model=p.reference, framework="transformers", dtype="float32", device=device,
+                                 placement=why, when="after every engine of the run stopped")
+    return Quality.measured(reference, p.top_k, parity(list(p.samples), scores))
 
 
 def _accuracy(tok: Any, cand: tuple[tuple[int, ...], ...], ref: list[list[int]],
-              opts: QualityOptions) -> dict[str, Any]:
+              opts: QualityOptions) -> AccuracyResult:
     """Exact-match accuracy of both sides' decoded answers (one tokenizer decodes both)."""
     gold = [a for _, a in opts.accuracy]
 
@@ -223,8 +225,8 @@ async def score_quality(cfg: Any, writer: Any, pending: list[Probed], progress: 
         results = await score(pending, cfg.quality, lambda what: progress.phase("quality", what, log))
     for name, q in results.items():
         writer.update_backend(name, quality=q)
-        said = (f"token agreement {q.get('token_agreement')} vs the float32 reference on "
-                f"{q['reference']['device']}" if q.get("status") == "measured" else f"{q['status']}: {q.get('reason')}")
+        said = (f"token agreement {q.token_agreement} vs the float32 reference on "
+                f"{q.reference.device}" if q.status == "measured" and q.reference else f"{q.status}: {q.reason}")
         progress.note(name, f"  {name} quality: {said}")
     pending.clear()
     writer.flush()
@@ -233,5 +235,5 @@ async def score_quality(cfg: Any, writer: Any, pending: list[Probed], progress: 
 def unscored(writer: Any, pending: list[Probed], why: str) -> None:
     """A run that ends before the reference scored its probes says so per backend."""
     for p in pending:
-        writer.update_backend(p.backend, quality={"status": "skipped", "reason": why})
+        writer.update_backend(p.backend, quality=Quality(status="skipped", reason=why))
     pending.clear()

@@ -34,6 +34,7 @@ from typing import Any
 from adapters.spec import ServingSpec
 from core.records import GenerationRequest, StreamEnd, TokenEvent
 from core.errors import UserError
+from core.results.quality import AccuracyResult, Discordant, Parity, PromptParity
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def load_accuracy_jsonl(path: str | Path) -> tuple[tuple[str, str], ...]:
 
 # ---------------------------------------------------------------- pure math
 
-def parity(samples: list[dict[str, Any]], scores: list[list[dict[str, Any]]]) -> dict[str, Any]:
+def parity(samples: list[dict[str, Any]], scores: list[list[dict[str, Any]]]) -> Parity:
     """Aggregate agreement / divergence / logprob metrics. ``samples[i]``: {"tokens", "logprobs"?,
     "top"?: [{id: lp}]}; ``scores[i]``: the reference's teacher-forced rows for those tokens."""
     n_tok = agree = exact = 0
@@ -98,14 +99,10 @@ def parity(samples: list[dict[str, Any]], scores: list[list[dict[str, Any]]]) ->
         for top, r in zip(s.get("top") or [], rows):
             ref = r.get("want") or {}
             kls.append(sum(math.exp(lc) * (lc - ref[t]) for t, lc in top.items() if t in ref))
-        per.append({"tokens": len(toks), "first_divergence": fd, "agreement": round(sum(hits) / max(1, len(toks)), 4)})
-    out: dict[str, Any] = {
-        "prompts": len(samples), "tokens": n_tok,
-        "token_agreement": round(agree / n_tok, 4) if n_tok else None,
-        "exact_sequence_match": round(exact / len(samples), 4) if samples else None,
-        "mean_first_divergence": round(sum(first_div) / len(first_div), 2) if first_div else None,
-        "per_prompt": per,
-    }
+        per.append(PromptParity(tokens=len(toks), first_divergence=fd,
+                                agreement=round(sum(hits) / max(1, len(toks)), 4)))
+    # figures without data are left out (not None): an absent key says "not measurable here"
+    out: dict[str, Any] = {}
     if diffs:
         out["mean_logprob_diff"] = round(sum(diffs) / len(diffs), 5)
         out["mean_abs_logprob_diff"] = round(sum(abs(d) for d in diffs) / len(diffs), 5)
@@ -115,7 +112,11 @@ def parity(samples: list[dict[str, Any]], scores: list[list[dict[str, Any]]]) ->
         out["reference_perplexity_of_output"] = round(math.exp(-sum(ref_lp) / len(ref_lp)), 4)
     if regret:
         out["mean_reference_regret"] = round(sum(regret) / len(regret), 5)
-    return out
+    return Parity(prompts=len(samples), tokens=n_tok,
+                  token_agreement=round(agree / n_tok, 4) if n_tok else None,
+                  exact_sequence_match=round(exact / len(samples), 4) if samples else None,
+                  mean_first_divergence=round(sum(first_div) / len(first_div), 2) if first_div else None,
+                  per_prompt=per, **out)
 
 
 def heldout_parity(rows: list[dict[str, Any]], ref: list[dict[str, Any]]) -> dict[str, Any]:
@@ -185,15 +186,15 @@ def is_correct(output: str, answer: str) -> bool:
     return line.strip().casefold() == answer.strip().casefold()
 
 
-def accuracy(cand: list[bool], ref: list[bool]) -> dict[str, Any]:
+def accuracy(cand: list[bool], ref: list[bool]) -> AccuracyResult:
     b = sum(r and not c for c, r in zip(cand, ref))  # reference right, candidate wrong
     c = sum(c and not r for c, r in zip(cand, ref))
     n = len(cand)
-    return {"n": n, "accuracy": round(sum(cand) / n, 4) if n else None,
-            "reference_accuracy": round(sum(ref) / n, 4) if n else None,
-            "difference": round((sum(cand) - sum(ref)) / n, 4) if n else None,
-            "discordant": {"only_reference_correct": b, "only_candidate_correct": c},
-            "mcnemar_p": round(mcnemar_exact(b, c), 6), "test": "exact McNemar (paired, two-sided)"}
+    return AccuracyResult(n=n, accuracy=round(sum(cand) / n, 4) if n else None,
+                          reference_accuracy=round(sum(ref) / n, 4) if n else None,
+                          difference=round((sum(cand) - sum(ref)) / n, 4) if n else None,
+                          discordant=Discordant(only_reference_correct=b, only_candidate_correct=c),
+                          mcnemar_p=round(mcnemar_exact(b, c), 6), test="exact McNemar (paired, two-sided)")
 
 
 # ---------------------------------------------------------------- against real engines

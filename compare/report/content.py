@@ -107,7 +107,7 @@ def sections(d: ReportData) -> list[Section]:
     env = []
     hw = run.hardware
     env.append(f"CPU {hw.cpu_model} x{hw.cpu_count}; GPUs: "
-               + (", ".join(f"{g.get('name')} (driver {g.get('driver')})" for g in hw.gpus) or "none"))
+               + (", ".join(f"{g.name} (driver {g.driver})" for g in hw.gpus) or "none"))
     env.append("packages: " + ", ".join(f"{k} {val}" for k, val in hw.packages.items()))
     for n in d.backends:
         desc = run.backends[n].describe

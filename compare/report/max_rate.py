@@ -25,10 +25,9 @@ def probe_rows(run: RunResults, label: Callable[[str], str]) -> list[list[str]]:
 
     rows = []
     for n, b in run.backends.items():
-        for start in (b.max_rate or {}).get("repeats", []):
-            for p in start.get("probes", []):
-                rows.append([label(n), str(start["repeat"] + 1), fmt_rate(p["rate"]),
-                             "yes" if p["slo_met"] else "no", "yes" if p["sustained"] else "no",
-                             f"{p['slo_attainment'] or 0:.0%}", f"{p['req_s']:.2f}", ms(p["ttft_p95_ms"]),
-                             ms(p["tpot_p95_ms"])])
+        for start in b.max_rate.repeats if b.max_rate else []:
+            for p in start.probes:
+                rows.append([label(n), str(start.repeat + 1), fmt_rate(p.rate),
+                             "yes" if p.slo_met else "no", "yes" if p.sustained else "no",
+                             f"{p.slo_attainment or 0:.0%}", f"{p.req_s:.2f}", ms(p.ttft_p95_ms), ms(p.tpot_p95_ms)])
     return rows

@@ -10,41 +10,45 @@ from backends.topology.target import KINDS, Topology
 from core.errors import UserError
 from compare.tuning.search import best_of, pareto_frontier
 from compare.tuning.space import apply_config, space_for
+from core.results.tune import ProbeRow, Trial, TunedBackend, TuneGain
 
 
-def backend_report(backend: str, trials: list[dict[str, Any]], default_label: str = "default") -> dict[str, Any]:
+def backend_report(backend: str, trials: list[dict[str, Any]], default_label: str = "default") -> TunedBackend:
+    """tune.json's entry of one backend from its search's trials (compare/tuning/search.py keeps
+    them as the JSON its trial cache holds)."""
     best = best_of(trials)
     default = next((t for t in trials if t["label"] == default_label), None)
     probes = [{**p, "label": t["label"]} for t in trials for p in t.get("probes", [])]
-    out: dict[str, Any] = {
-        "backend": backend, "trials": trials, "best": best, "default": default,
-        "frontier": {lat: pareto_frontier(probes, lat) for lat in ("ttft_p95_ms", "tpot_p95_ms")},
-        "engine_starts": sum(1 for t in trials if t["status"] not in ("rejected", "same as default") and not t.get("cached")),
-        "cache_hits": sum(1 for t in trials if t.get("cached")),
-    }
-    out["gain"] = gain(best, default)
-    return out
+    best_t = Trial.model_validate(best) if best is not None else None
+    default_t = Trial.model_validate(default) if default is not None else None
+    return TunedBackend(
+        backend=backend, trials=[Trial.model_validate(t) for t in trials], best=best_t, default=default_t,
+        frontier={lat: [ProbeRow.model_validate(p) for p in pareto_frontier(probes, lat)]
+                  for lat in ("ttft_p95_ms", "tpot_p95_ms")},
+        engine_starts=sum(1 for t in trials if t["status"] not in ("rejected", "same as default") and not t.get("cached")),
+        cache_hits=sum(1 for t in trials if t.get("cached")),
+        gain=gain(best_t, default_t))
 
 
-def gain(best: dict[str, Any] | None, default: dict[str, Any] | None) -> dict[str, Any]:
+def gain(best: Trial | None, default: Trial | None) -> TuneGain:
     """Tuned vs default goodput, and whether the difference is larger than the noise."""
     if best is None:
-        return {"verdict": "no config met the SLO"}
-    if default is None or not default.get("feasible"):
-        return {"verdict": "the default config does not meet the SLO at any load tried; the tuned one does",
-                "ratio": None}
-    if best["label"] == default["label"]:
-        return {"ratio": 1.0, "verdict": "the default config is already the best one found for this workload"}
-    b, d = best["goodput_req_s"], default["goodput_req_s"]
-    ratio = best["goodput"] / default["goodput"]
-    beyond = b["lo"] > d["hi"] and b["n"] >= 2 and d["n"] >= 2
+        return TuneGain(verdict="no config met the SLO")
+    if default is None or not default.feasible:
+        return TuneGain(verdict="the default config does not meet the SLO at any load tried; the tuned one does",
+                        ratio=None)
+    if best.label == default.label:
+        return TuneGain(ratio=1.0, verdict="the default config is already the best one found for this workload")
+    b, d = best.goodput_req_s, default.goodput_req_s
+    ratio = float(best.goodput or 0.0) / float(default.goodput or 1.0)
+    beyond = b is not None and d is not None and b.lo > d.hi and b.n >= 2 and d.n >= 2
     verdict = (f"tuned goodput {ratio:.2f}x the default, beyond the 95% CIs" if beyond else
                f"tuned max load {ratio:.2f}x the default, but the measured goodput CIs overlap: "
                f"the default is already optimal within noise for this workload")
-    return {"ratio": ratio, "beyond_ci": beyond, "verdict": verdict}
+    return TuneGain(ratio=ratio, beyond_ci=beyond, verdict=verdict)
 
 
-def plot_pareto(reports: list[dict[str, Any]], slo_limits: dict[str, float], path: Path) -> None:
+def plot_pareto(reports: list[TunedBackend], slo_limits: dict[str, float], path: Path) -> None:
     """Throughput vs TTFT p95 and vs TPOT p95, every probe of every trial; frontier as a line."""
     import matplotlib
 
@@ -55,12 +59,12 @@ def plot_pareto(reports: list[dict[str, Any]], slo_limits: dict[str, float], pat
     for ax, lat, title in ((axes[0], "ttft_p95_ms", "TTFT p95"), (axes[1], "tpot_p95_ms", "TPOT p95")):
         for i, rep in enumerate(reports):
             color = f"C{i}"
-            pts = [p for t in rep["trials"] for p in t.get("probes", []) if p.get(lat) is not None]
-            ax.scatter([p["output_tok_s"] for p in pts], [p[lat] for p in pts], s=12, alpha=0.35,
-                       color=color, label=f"{rep['backend']}: all probes")
-            front = rep["frontier"][lat]
-            ax.plot([p["output_tok_s"] for p in front], [p[lat] for p in front], "-o", color=color,
-                    ms=4, label=f"{rep['backend']}: Pareto frontier")
+            pts = [p for t in rep.trials for p in t.probes if getattr(p, lat) is not None]
+            ax.scatter([p.output_tok_s for p in pts], [getattr(p, lat) for p in pts], s=12, alpha=0.35,
+                       color=color, label=f"{rep.backend}: all probes")
+            front = rep.frontier[lat]
+            ax.plot([p.output_tok_s for p in front], [getattr(p, lat) for p in front], "-o", color=color,
+                    ms=4, label=f"{rep.backend}: Pareto frontier")
         key = lat.replace("_ms", "")
         if key in slo_limits:
             ax.axhline(slo_limits[key], ls="--", color="red", lw=1, label=f"SLO {key} {slo_limits[key]:g} ms")

@@ -32,6 +32,8 @@ from typing import Any, Callable
 from adapters.spec import ServingSpec
 from core.records import GenerationRequest
 from core.fsutil import write_json_atomic
+from core.results.models import HardwareInfo
+from core.results.tune import ProbeRow, Trial
 from core.slo import SLO
 from compare.tuning.probe import LoadSearch
 from compare.tuning.space import Config, Space, apply_config, config_label
@@ -203,12 +205,12 @@ def best_of(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
     return max(ok, key=lambda t: (t["goodput"], t["goodput_req_s"]["mean"]), default=None)
 
 
-def closest_of(trials: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+def closest_of(trials: list[Trial]) -> tuple[Trial, ProbeRow] | None:
     """The trial and probe that came nearest the SLO (highest attainment) when none met it."""
-    cands = [(t, p) for t in trials for p in t.get("probes", [])]
+    cands = [(t, p) for t in trials for p in t.probes]
     if not cands:
         return None
-    return max(cands, key=lambda tp: (tp[1]["slo_attainment"], -tp[1]["load"]))
+    return max(cands, key=lambda tp: (tp[1].slo_attainment, -float(tp[1].load or 0)))
 
 
 def pareto_frontier(points: list[dict[str, Any]], latency: str) -> list[dict[str, Any]]:
@@ -226,9 +228,10 @@ def pareto_frontier(points: list[dict[str, Any]], latency: str) -> list[dict[str
 # ---------------------------------------------------------------- live trials, cached
 
 
-def hardware_key(fp: dict[str, Any]) -> dict[str, Any]:
+def hardware_key(fp: HardwareInfo) -> dict[str, Any]:
     """The parts of the fingerprint that change a measurement (not the hostname)."""
-    return {k: fp.get(k) for k in ("cpu_model", "cpu_count", "cpu_affinity", "memory_bytes", "gpus", "packages")}
+    return fp.model_dump(mode="json", include={"cpu_model", "cpu_count", "cpu_affinity", "memory_bytes", "gpus",
+                                               "packages"})
 
 
 @dataclass

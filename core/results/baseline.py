@@ -1,10 +1,11 @@
 """Typed regression baseline: what ``compare baseline save`` writes and ``compare check`` reads
 (the numbers are made by compare/analysis/gate.py ``make_baseline``).
 
-A baseline is validated against ``Baseline`` before it is written and after it is read, so one
-whose layout drifted is refused with one line. The JSON Schema is checked in next to this file
-(baseline.schema.json; ``python -m core.results.schema``). Open by design: ``fingerprint``'s
-per-GPU entries and a backend's engine-resolved config and description extras (engine-specific).
+``make_baseline`` builds a ``Baseline``, the file is its dump, and a file read back is validated
+into one (``checked_baseline``), so one whose layout drifted is refused with one line; the gate
+works on the model. The JSON Schema is checked in next to this file (baseline.schema.json;
+``python -m core.results.schema``). Open by design: a backend's engine-resolved config and
+description extras (engine-specific).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.results.models import SloLimit, SpecInfo, WorkloadInfo
+from core.results.models import GpuInfo, SloLimit, SpecInfo, WorkloadInfo
 
 BASELINE_FORMAT = "llm-compare-baseline"
 
@@ -43,7 +44,7 @@ class Fingerprint(_Closed):
     """What could explain a change: machine, software versions, each backend's engine and spec."""
 
     machine: MachineFingerprint = Field(default_factory=MachineFingerprint)
-    gpus: dict[str, dict[str, Any]] = Field(default_factory=dict)  # "gpu0" -> as the hardware probe saw it
+    gpus: dict[str, GpuInfo] = Field(default_factory=dict)  # "gpu0" -> run.json's hardware.gpus[0]
     packages: dict[str, str] = Field(default_factory=dict)
     backends: dict[str, BackendFingerprint] = Field(default_factory=dict)
 
@@ -69,17 +70,15 @@ class Baseline(_Closed):
     metrics: dict[str, dict[str, MetricCell]] = Field(default_factory=dict)
 
 
-def checked_baseline(data: dict[str, Any], where: str) -> dict[str, Any]:
-    """``data`` when it is a baseline as ``Baseline`` declares it; a one-line UserError if not.
-    (The gate works on the JSON dict: the model is the contract of the file, checked both ways.)"""
+def checked_baseline(data: dict[str, Any], where: str) -> Baseline:
+    """``data`` (a baseline file's JSON) as a ``Baseline``; a one-line UserError when it is not one."""
     from pydantic import ValidationError
 
     from core.errors import UserError
     from core.results.migrate import first_problem
 
     try:
-        Baseline.model_validate(data)
+        return Baseline.model_validate(data)
     except ValidationError as e:
         raise UserError(f"{where} is not a valid llm-compare baseline ({first_problem(e)}); save it again "
                         f"with this version (`compare baseline save`)") from None
-    return data

@@ -7,8 +7,8 @@ these frozen models. The JSON Schema generated from
 them is checked in next to this file (run.schema.json; ``python -m core.results.schema``).
 
 ``extra`` is allowed only where a section is open by design: engine-specific configuration and
-server metrics, a backend's self-description, quality results filled by other features, and
-provenance sections a harness adds to the run header.
+server metrics, a backend's self-description, and provenance sections a harness adds to the run
+header. Sections other features fill live beside this file: quality.py, max_rate.py, slo.py.
 """
 from __future__ import annotations
 
@@ -17,7 +17,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.results.client_health import ClientHealth
+from core.results.max_rate import MaxRate
+from core.results.quality import Quality
 from core.results.sections import LevelShards, QuantVerification, RayCell, RayNode
+from core.results.slo import SloCheck, SloLimit
 from core.results.telemetry import Telemetry
 
 SCHEMA_VERSION = 2
@@ -74,12 +77,6 @@ class ClientProcess(_Closed):
 class ClientProcs(_Closed):
     n: int
     processes: list[ClientProcess] = Field(default_factory=list)
-
-
-class SloCheck(_Closed):
-    value_ms: float | None  # NaN/None when the metric has no value (no ok request)
-    limit_ms: float
-    met: bool
 
 
 class BucketBound(_Closed):
@@ -244,9 +241,8 @@ class BackendResult(_Closed):
     levels: dict[str, LevelSummary] = Field(default_factory=dict)
     repeats: list[RepeatRun] | None = None
     quant_verification: QuantVerification | None = None  # compare/quality/verify.py: loaded vs requested
-    # plain JSON while their readers (compare/report/, compare/analysis/verdict.py) index them as dicts
-    quality: dict[str, Any] | None = None  # compare/quality/: parity measurements
-    max_rate: dict[str, Any] | None = None  # --find-max-rate: probes and answer (compare/tuning/max_rate.py)
+    quality: Quality | None = None  # compare/quality/: parity against the float32 reference
+    max_rate: MaxRate | None = None  # --find-max-rate: probes and answer (compare/tuning/max_rate.py)
 
     @property
     def forced_output_length(self) -> bool:
@@ -318,10 +314,13 @@ class LevelDef(_Closed):
     requests: int | None = None  # the workload's first N requests (--requests-per-stream); None: all
 
 
-class SloLimit(_Closed):
-    metric: str
-    stat: str
-    limit_ms: float
+class GpuInfo(_Closed):
+    """One GPU as nvidia-smi names it (core/hardware.py ``nvidia_gpus``)."""
+
+    name: str
+    driver: str
+    memory: str  # as nvidia-smi prints it, e.g. "143771 MiB"
+    compute_cap: str  # e.g. "9.0"
 
 
 class HardwareInfo(_Closed):
@@ -332,9 +331,7 @@ class HardwareInfo(_Closed):
     cpu_count: int | None = None
     cpu_affinity: int | None = None
     memory_bytes: int | None = None
-    # as nvidia-smi names them (name, driver, memory, compute_cap); plain JSON because report
-    # readers (compare/report/content.py, compare/analysis/bottleneck.py) read them as dicts
-    gpus: list[dict[str, Any]] = Field(default_factory=list)
+    gpus: list[GpuInfo] = Field(default_factory=list)
     packages: dict[str, str] = Field(default_factory=dict)
 
 

@@ -13,7 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.results.models import HardwareInfo, SloCheck, SloLimit, SpecInfo, WorkloadInfo
+from core.results.max_rate import LoadSearchInfo
+from core.results.models import HardwareInfo, SpecInfo, WorkloadInfo
+from core.results.slo import SloCheck, SloLimit
 
 TUNE_SCHEMA = "llm-compare-tune/1"
 
@@ -82,21 +84,6 @@ class TunedBackend(_Closed):
     engine_starts: int = 0
     cache_hits: int = 0
     gain: TuneGain | None = None
-
-
-class LoadSearchInfo(_Closed):
-    """compare/tuning/probe.py LoadSearch as it ran."""
-
-    kind: str
-    start: float
-    tol: float
-    max_probes: int
-    repeats: int
-    min_load: float | None = None
-    max_load: float
-    warmup: int
-    timeout_s: float
-    seed: int
 
 
 class TuneResults(_Closed):

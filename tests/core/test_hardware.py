@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.hardware import ISAS, cpu_flags, has_isa, isa_summary, parse_cpu_flags
+from core.hardware import ISAS, cpu_flags, fingerprint, has_isa, isa_summary, parse_cpu_flags, parse_gpus
+from core.results.models import GpuInfo, HardwareInfo
 
 # trimmed 'flags' lines: an AMD EPYC 7763 (Zen 3: AVX2, no AVX-512) and an Intel Sapphire Rapids
 EPYC_ZEN3 = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat sse sse2 ht syscall nx mmxext "
@@ -57,3 +58,14 @@ def test_this_machine_agrees_with_torch():
     assert has_isa(flags, "AVX-512") == torch.cpu._is_avx512_supported()
     assert has_isa(flags, "AVX512-BF16") == torch.cpu._is_avx512_bf16_supported()
     assert has_isa(flags, "AMX") == torch.cpu._is_amx_tile_supported()
+
+
+def test_gpu_inventory_from_nvidia_smi_is_typed():
+    # the H200 host's nvidia-smi line, as archived runs hold it; a short line (no compute_cap) is skipped
+    gpus = parse_gpus("NVIDIA H200, 580.159.04, 143771 MiB, 9.0\nNVIDIA H200, 580.159.04, 143771 MiB, 9.0\n"
+                      "Tesla T4, 470.82\n")
+    assert gpus == [GpuInfo(name="NVIDIA H200", driver="580.159.04", memory="143771 MiB", compute_cap="9.0")] * 2
+    fp = fingerprint()
+    assert isinstance(fp, HardwareInfo) and fp.cpu_count and all(isinstance(g, GpuInfo) for g in fp.gpus)
+    # every field set: run.json's hardware section keeps its keys (None included)
+    assert fp.model_fields_set == set(HardwareInfo.model_fields)

@@ -115,3 +115,70 @@ def test_corrupt_requests_line_is_one_line_user_error(tmp_path):
         f.write('{"request_id": "half\n')
     with pytest.raises(UserError, match="corrupt line"):
         load_results(tmp_path / "r")
+
+
+ARCHIVED = sorted((FIXTURES.parents[1] / "benchmarks" / "results").glob("**/run.json")) + [V1 / "run.json"]
+
+
+def test_archived_runs_read_into_the_typed_sections_and_write_back_the_same():
+    """Every run kept in the repository (schema 1 and 2): quality, max-rate and GPU entries read as
+    their models and dump back to what the file holds."""
+    seen = set()
+    for path in ARCHIVED:
+        doc = json.loads(path.read_text())
+        again = dump(load_run(path))
+        assert again["hardware"].get("gpus") == doc["hardware"].get("gpus"), path
+        seen.update(["gpus"] if doc["hardware"].get("gpus") else [])
+        for name, b in doc["backends"].items():
+            for key in ("quality", "max_rate"):
+                if key in b:
+                    assert again["backends"][name][key] == b[key], (path, name, key)
+                    seen.add(f"{key} {b[key].get('status', '')}")
+    assert {"gpus", "quality measured", "quality skipped"} <= seen
+
+
+def test_max_rate_section_round_trips_and_refuses_another_shape():
+    from core.results.max_rate import MaxRate
+
+    probe = {"rate": 8.0, "slo_met": True, "sustained": True, "slo_attainment": 1.0, "ok": 6, "requests": 6,
+             "failed": 0, "req_s": 7.9, "output_tok_s": 63.0, "goodput_req_s": 7.9, "ttft_p95_ms": 20.0,
+             "tpot_p95_ms": 5.0, "slo_checks": {"ttft_p95": {"value_ms": 20.0, "limit_ms": 60000.0, "met": True}},
+             "met": True}
+    section = {"slo": [{"metric": "ttft", "stat": "p95", "limit_ms": 60000.0}],
+               "search": {"kind": "rate", "start": 8.0, "tol": 0.15, "max_probes": 2, "repeats": 1, "min_load": None,
+                          "max_load": 1024.0, "warmup": 0, "timeout_s": 600.0, "seed": 0},
+               "repeats": [{"repeat": 0, "status": "complete", "met": True, "max_rate": 8.0, "missed_at": None,
+                            "highest_probed": 8.0, "probes": [probe]},
+                           {"repeat": 1, "status": "interrupted", "probes": []}],
+               "summary": {"n": 1, "met_starts": 1, "max_rates": [8.0], "missed_at": [None], "max_rate": 8.0,
+                           "bounded": False, "verdict": "met"}}
+    assert MaxRate.model_validate(section).model_dump(exclude_unset=True) == section
+    no_met = {k: v for k, v in probe.items() if k != "met"}
+    for bad, where in (({**section, "repeats": [{"repeat": 0, "status": "done"}]}, "repeats.0.status"),
+                       ({**section, "repeats": [{"repeat": 0, "status": "running", "probes": [no_met]}]},
+                        "repeats.0.probes.0.met"),
+                       ({**section, "answer": 8.0}, "answer")):
+        with pytest.raises(ValidationError, match=where.replace(".", r"\.")):
+            MaxRate.model_validate(bad)
+
+
+def test_quality_and_gpu_entries_of_another_shape_are_refused(tmp_path):
+    shutil.copytree(V1, tmp_path / "r")
+    doc = json.loads((tmp_path / "r" / "run.json").read_text())
+    doc["schema_version"] = SCHEMA_VERSION
+    name = next(iter(doc["backends"]))
+    cases = [("quality", {"status": "measured", "reference": "/models/tiny"}, f"backends.{name}.quality.reference"),
+             ("quality", {"status": "measured", "per_prompt": [{"tokens": 3}]}, "per_prompt.0.first_divergence"),
+             ("gpus", [{"name": "NVIDIA H200", "driver": "580", "memory": "141 GiB"}], "hardware.gpus.0.compute_cap"),
+             ("gpus", [{"name": "NVIDIA H200", "driver": "580", "memory": "141 GiB", "compute_cap": "9.0",
+                        "uuid": "GPU-1"}], "hardware.gpus.0.uuid")]
+    for key, value, where in cases:
+        bad = json.loads(json.dumps(doc))
+        if key == "gpus":
+            bad["hardware"]["gpus"] = value
+        else:
+            bad["backends"][name]["quality"] = value
+        (tmp_path / "r" / "run.json").write_text(json.dumps(bad))
+        with pytest.raises(UserError) as e:
+            load_run(tmp_path / "r")
+        assert where in str(e.value) and "\n" not in str(e.value), str(e.value)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from compare.analysis.gate import make_baseline
+from compare.analysis.gate import load_baseline, make_baseline, save_baseline
 from core.errors import UserError
 from core.results.baseline import Baseline, checked_baseline
 from core.results.schema import SCHEMAS, main as schema_main, schema_text
@@ -46,23 +46,33 @@ def test_tune_json_of_another_layout_is_refused(tmp_path):
         tuned_specs(str(tmp_path), ["vllm"], None)
 
 
-def _baseline() -> dict:
+def _baseline() -> Baseline:
     cells = {"vllm": [records("vllm", "c1", k) for k in range(3)]}
     run, recs = make_run(cells)
     return make_baseline(run, recs, name="b", workload_sha256="aaa", source="results/x")
 
 
-def test_baseline_fits_its_model():
+def test_baseline_is_its_model_and_its_file_reads_back_the_same(tmp_path):
     base = _baseline()
-    typed = Baseline.model_validate(base)
-    assert typed.repeats == 3 and len(typed.metrics["vllm"]["c1"]["ttft_p50"]) == 3
-    assert typed.fingerprint.backends["vllm"].framework == "vllm"
-    assert checked_baseline(base, "b") is base
+    assert base.repeats == 3 and len(base.metrics["vllm"]["c1"]["ttft_p50"]) == 3
+    assert base.fingerprint.backends["vllm"].framework == "vllm"
+    path = save_baseline(base, tmp_path)
+    doc = json.loads(path.read_text())
+    # every field written (the format and version too), and the file reads back into the same model
+    assert set(doc) == set(Baseline.model_fields) and doc["format"] == "llm-compare-baseline"
+    assert load_baseline("b", tmp_path) == base == checked_baseline(doc, "b")
 
 
-def test_baseline_of_another_layout_is_refused():
-    base = _baseline()
+def test_baseline_of_another_layout_is_refused(tmp_path):
+    base = _baseline().model_dump(exclude_unset=True)
     with pytest.raises(UserError, match=r"baseline b is not a valid llm-compare baseline \(metrics\.vllm\.c1"):
         checked_baseline({**base, "metrics": {"vllm": {"c1": {"ttft_p50": "slow"}}}}, "baseline b")
     with pytest.raises(UserError, match="repeat_count"):
         checked_baseline({**base, "repeat_count": 3}, "baseline b")
+    # a GPU entry of another shape (the fingerprint's GPUs are run.json's hardware.gpus)
+    fp = {**base["fingerprint"], "gpus": {"gpu0": {"name": "NVIDIA H200"}}}
+    with pytest.raises(UserError, match=r"fingerprint\.gpus\.gpu0\.driver"):
+        checked_baseline({**base, "fingerprint": fp}, "baseline b")
+    (tmp_path / "b.json").write_text(json.dumps({**base, "slo": [{"metric": "ttft"}]}))
+    with pytest.raises(UserError, match=r"baseline b is not a valid llm-compare baseline \(slo\.0\.stat"):
+        load_baseline("b", tmp_path)

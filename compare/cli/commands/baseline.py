@@ -48,18 +48,15 @@ def _save(args: argparse.Namespace) -> int:
     if path.exists() and not args.force:
         raise UserError(f"baseline {path} already exists; pick another --name or pass --force")
     base = make_baseline(run, records, args.name, workload_digest(args.results), source=str(args.results))
-    if not base["metrics"]:
+    if not base.metrics:
         raise UserError(f"{args.results}: no usable measurements to save")
-    from core.results.baseline import checked_baseline
-
-    checked_baseline(base, f"the baseline made from {args.results}")  # before anything is written
     out = save_baseline(base, args.dir)
-    print(f"baseline {args.name} saved to {out} ({base['repeats']} repeat(s), backends "
-          f"{', '.join(base['metrics'])}, levels {', '.join(base['levels'])})")
-    if base["repeats"] < 2:
+    print(f"baseline {args.name} saved to {out} ({base.repeats} repeat(s), backends "
+          f"{', '.join(base.metrics)}, levels {', '.join(base.levels)})")
+    if base.repeats < 2:
         print("note: 1 repeat, so `compare check` can only use the floor as threshold; "
               "record the baseline with --repeats 3 to derive thresholds from its noise")
-    elif base["repeats"] == 2:
+    elif base.repeats == 2:
         print("note: 2 repeats give each metric too few degrees of freedom for its own noise, so the "
               "thresholds pool noise over metrics and miss small slowdowns; record with --repeats 3")
     return 0

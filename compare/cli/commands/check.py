@@ -44,9 +44,7 @@ def _check(args: argparse.Namespace) -> int:
     from core.fsutil import check_dir_option
 
     check_dir_option(args.dir, "--dir")
-    from core.results.baseline import checked_baseline
-
-    base = checked_baseline(load_baseline(args.baseline, args.dir), f"baseline {args.baseline}")
+    base = load_baseline(args.baseline, args.dir)  # the model; a file of another layout: one line
     if args.backends is not None:
         from adapters.variants import split_names  # variant names hold commas: vllm[block_size=32,max_num_seqs=8]
 
@@ -55,12 +53,12 @@ def _check(args: argparse.Namespace) -> int:
     ensure_comparable(base, run, workload_digest(args.results))
     res = check(base, run, records, floor=args.floor, alpha=args.alpha)
     if args.format == "json":
-        print(json.dumps({"baseline": base["name"], "results": str(args.results), "regression": res.regressed,
+        print(json.dumps({"baseline": base.name, "results": str(args.results), "regression": res.regressed,
                           "problems": res.problems, "notes": res.notes, "environment_changes": res.env_changes,
                           "checks": [c.__dict__ for c in res.checks]}, indent=2))
         return res.exit_code
-    print(f"compare check: {args.results} against baseline {base['name']} (run {base.get('run_id')}, "
-          f"{base.get('repeats')} repeat(s))")
+    print(f"compare check: {args.results} against baseline {base.name} (run {base.run_id}, "
+          f"{base.repeats} repeat(s))")
     for c in res.checks:
         print("  " + c.line(args.floor))
     for p in res.problems:

@@ -20,11 +20,14 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.quant_matrix import BACKENDS  # the quantization table's columns
 from compare.cli.parser import run_id
 from compare.running import aio
+
+if TYPE_CHECKING:
+    from core.results import RunResults
 from core.errors import UserError
 
 
@@ -243,7 +246,7 @@ def _run(args: argparse.Namespace) -> int:
         return prepared[name].build()
 
     writer = aio.run(run(cfg, backend_factory=factory))
-    table = side_by_side(writer.run, [v.label for v in vs])
+    table = side_by_side(writer.results, [v.label for v in vs])
     from core.fsutil import write_json_atomic
 
     write_json_atomic(writer.dir / "quant.json", table)
@@ -255,31 +258,34 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if writer.run["status"] == "complete" and all(r["valid"] is not False for r in table["rows"]) else 1
 
 
-def side_by_side(run_data: dict[str, Any], labels: list[str]) -> dict[str, Any]:
+def side_by_side(run: RunResults, labels: list[str]) -> dict[str, Any]:
     """Speed, verification and quality per scheme, with speedups vs the first scheme."""
     rows = []
     for label in labels:
-        b = run_data["backends"].get(label, {})
-        lv = list(b.get("levels", {}).values())
-        last = lv[-1] if lv else {}
-        q = b.get("quality", {})
-        v = b.get("quant_verification", {})
-        loaded = v.get("loaded", {})
+        b = run.backends.get(label)
+        lv = list(b.levels.values()) if b else []
+        last = lv[-1] if lv else None
+        q = b.quality if b else None
+        v = b.quant_verification if b else None
+        loaded = (v.loaded if v else None) or {}  # as the engine reported it: engine-specific keys
+        acc = q.accuracy if q else None
         rows.append({
-            "scheme": label.split(":", 1)[1], "status": b.get("status"), "valid": v.get("valid"),
-            "problems": v.get("problems", []), "method": loaded.get("method"), "kernels": loaded.get("kernels", []),
+            "scheme": label.split(":", 1)[1], "status": b.status if b else None, "valid": v.valid if v else None,
+            "problems": v.problems if v else [], "method": loaded.get("method"), "kernels": loaded.get("kernels", []),
             "linear_ratio": loaded.get("linear_ratio"), "weight_bytes": loaded.get("weight_bytes"),
-            "start_s": b.get("start_s"), "output_tok_s": last.get("output_tok_s"),
-            "ttft_p50_ms": (last.get("ttft_ms") or {}).get("p50"), "tpot_p50_ms": (last.get("tpot_ms") or {}).get("p50"),
-            "quality_status": q.get("status"), "quality_reason": q.get("reason"),
-            "token_agreement": q.get("token_agreement"), "mean_first_divergence": q.get("mean_first_divergence"),
-            "mean_abs_logprob_diff": q.get("mean_abs_logprob_diff"), "kl_topk": q.get("kl_topk"),
-            "accuracy": (q.get("accuracy") or {}).get("accuracy"), "accuracy_p": (q.get("accuracy") or {}).get("mcnemar_p"),
+            "start_s": b.start_s if b else None, "output_tok_s": last.output_tok_s if last else None,
+            "ttft_p50_ms": last.ttft_ms.p50 if last and last.ttft_ms else None,
+            "tpot_p50_ms": last.tpot_ms.p50 if last and last.tpot_ms else None,
+            "quality_status": q.status if q else None, "quality_reason": q.reason if q else None,
+            "token_agreement": q.token_agreement if q else None,
+            "mean_first_divergence": q.mean_first_divergence if q else None,
+            "mean_abs_logprob_diff": q.mean_abs_logprob_diff if q else None, "kl_topk": q.kl_topk if q else None,
+            "accuracy": acc.accuracy if acc else None, "accuracy_p": acc.mcnemar_p if acc else None,
         })
     base = rows[0]["output_tok_s"] if rows and rows[0]["output_tok_s"] else None
     for r in rows:
         r["speedup"] = round(r["output_tok_s"] / base, 3) if base and r["output_tok_s"] else None
-    return {"run_id": run_data.get("run_id"), "baseline": rows[0]["scheme"] if rows else None, "rows": rows}
+    return {"run_id": run.run_id, "baseline": rows[0]["scheme"] if rows else None, "rows": rows}
 
 
 def _fmt(x: Any, nd: int = 3) -> str:

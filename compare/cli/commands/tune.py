@@ -11,11 +11,15 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from compare.cli.commands.common import default_backends, has_gpu, tiny_defaults
 from compare.cli.parser import run_id
 from core.errors import UserError
 from compare.cli.options import add_spec_options, add_workload_options, spec_from_args, workload_from_args
+
+if TYPE_CHECKING:
+    from core.results.tune import TuneResults
 
 TUNE_WORKLOAD = {"name": "tune", "num_requests": 24, "input": {"dist": "uniform", "min": 32, "max": 96},
                  "output": {"dist": "fixed", "value": 16}}
@@ -103,18 +107,22 @@ def _tune(args: argparse.Namespace) -> int:
     return _execute(args, backends, grids, spec, workload, requests, slo, out_dir, format_grid)
 
 
-def _write_tune(out_dir: Path, doc: dict) -> None:
-    """tune.json through its model (core/results/tune.py): what lands on disk is what it declares."""
+def _write_tune(out_dir: Path, tune: TuneResults) -> None:
     from core.fsutil import write_atomic
-    from core.results.tune import TuneResults, tune_json_text
+    from core.results.tune import tune_json_text
 
-    write_atomic(out_dir / "tune.json", tune_json_text(TuneResults.model_validate(doc)))
+    write_atomic(out_dir / "tune.json", tune_json_text(tune))
 
 
 def _execute(args, backends, grids, spec, workload, requests, slo, out_dir, format_grid) -> int:
     from rich.console import Console
 
     from core.hardware import fingerprint
+    from core.results.evolve import evolve
+    from core.results.max_rate import LoadSearchInfo
+    from core.results.models import SpecInfo, WorkloadInfo
+    from core.results.slo import SloLimit
+    from core.results.tune import TUNE_SCHEMA, TuneResults
     from backends.models.tiny import cache_root
     from compare.tuning.search import LiveTrials, closest_of, hardware_key, search
     from compare.tuning.probe import LoadSearch
@@ -126,9 +134,10 @@ def _execute(args, backends, grids, spec, workload, requests, slo, out_dir, form
                       repeats=args.repeats, timeout_s=args.timeout, seed=workload.seed)
     fp = fingerprint()
     cache = args.cache_dir or cache_root() / "tune"
-    doc = {"schema": "llm-compare-tune/1", "slo": slo.to_json(), "load_search": load.as_dict(),
-           "spec": spec.model_dump(mode="json"), "workload": workload.model_dump(mode="json"),
-           "hardware": fp, "budget": args.budget, "search_seed": args.search_seed, "status": "running", "backends": []}
+    tune = TuneResults(schema_=TUNE_SCHEMA, slo=[SloLimit(**t) for t in slo.to_json()],
+                       load_search=LoadSearchInfo(**load.as_dict()), spec=SpecInfo(**spec.model_dump(mode="json")),
+                       workload=WorkloadInfo(**workload.model_dump(mode="json")), hardware=fp, budget=args.budget,
+                       search_seed=args.search_seed, status="running", backends=[])
     out_dir.mkdir(parents=True)
     for b in backends:
         space = space_for(b)
@@ -139,7 +148,8 @@ def _execute(args, backends, grids, spec, workload, requests, slo, out_dir, form
         def show(t, b=b):
             if t["status"] == "measured" and t.get("feasible"):
                 ci = t["goodput_req_s"]
-                what = f"goodput {_max_load(t)} {args.load} (measured {ci['mean']:.2f} req/s [{ci['lo']:.2f}, {ci['hi']:.2f}])"
+                what = (f"goodput {_max_load(t['bracket'], t['goodput'])} {args.load} (measured {ci['mean']:.2f} "
+                        f"req/s [{ci['lo']:.2f}, {ci['hi']:.2f}])")
             elif t["status"] == "same as default":
                 what = "the default's own values: its measurement reused, no engine start"
             else:
@@ -148,50 +158,49 @@ def _execute(args, backends, grids, spec, workload, requests, slo, out_dir, form
 
         log = search(grids[b], args.budget, trials, seed=args.search_seed, baseline={},
                      rules=lambda c, s=space: s.rules(c, spec, has_gpu()), on_trial=show)
-        doc["backends"].append(backend_report(b, log.trials))
-        _write_tune(out_dir, doc)
-    doc["status"] = "complete"
-    _write_tune(out_dir, doc)
-    plot_pareto(doc["backends"], slo.limits, out_dir / "pareto.png")
-    _print_summary(console, doc, args.load)
+        tune = evolve(tune, backends=[*tune.backends, backend_report(b, log.trials)])
+        _write_tune(out_dir, tune)
+    tune = evolve(tune, status="complete")
+    _write_tune(out_dir, tune)
+    plot_pareto(tune.backends, slo.limits, out_dir / "pareto.png")
+    _print_summary(console, tune, args.load)
     console.print(f"results: {out_dir}/tune.json, {out_dir}/pareto.png")
-    infeasible = [r for r in doc["backends"] if r["best"] is None]
+    infeasible = [r for r in tune.backends if r.best is None]
     if infeasible:
         r = infeasible[0]
-        close = closest_of(r["trials"])
+        close = closest_of(r.trials)
         hint = ""
         if close:
             t, p = close
-            worst = ", ".join(f"{k} {v['value_ms']:.0f} ms > {v['limit_ms']:g} ms"
-                              for k, v in p["slo_checks"].items() if not v["met"])
-            hint = (f"; closest: {t['label']} at {args.load} {p['load']:g}: {worst or 'failed requests'} "
-                    f"({p['slo_attainment']:.0%} of requests within the SLO)")
-        raise UserError(f"no config of {r['backend']} meets the SLO {slo} at any load tried{hint}; "
+            worst = ", ".join(f"{k} {v.value_ms:.0f} ms > {v.limit_ms:g} ms" for k, v in p.slo_checks.items() if not v.met)
+            hint = (f"; closest: {t.label} at {args.load} {p.load:g}: {worst or 'failed requests'} "
+                    f"({p.slo_attainment:.0%} of requests within the SLO)")
+        raise UserError(f"no config of {r.backend} meets the SLO {slo} at any load tried{hint}; "
                         f"relax the SLO or widen --knob ranges")
     return 0
 
 
-def _max_load(t) -> str:
+def _max_load(bracket, goodput) -> str:
     """">= 16" when the SLO still held at the highest load tried (the bracket never closed)."""
-    return f"{'>= ' if t['bracket'][1] is None else ''}{t['goodput']:g}"
+    return f"{'>= ' if bracket[1] is None else ''}{goodput:g}"
 
 
-def _print_summary(console, doc, load_kind: str) -> None:
+def _print_summary(console, tune: TuneResults, load_kind: str) -> None:
     from rich.table import Table
 
     t = Table(title="tuned vs default (goodput = max load meeting the SLO)")
     for col in ("backend", "config", f"max {load_kind}", "goodput req/s (95% CI)", "TTFT p95", "TPOT p95"):
         t.add_column(col)
-    for r in doc["backends"]:
-        for tag, trial in (("best", r["best"]), ("default", r["default"])):
-            if not trial or not trial.get("feasible"):
-                t.add_row(r["backend"], f"{tag}: {trial['label'] if trial else '-'}", "infeasible", "-", "-", "-")
+    for r in tune.backends:
+        for tag, trial in (("best", r.best), ("default", r.default)):
+            if not trial or not trial.feasible:
+                t.add_row(r.backend, f"{tag}: {trial.label if trial else '-'}", "infeasible", "-", "-", "-")
                 continue
-            ci, at = trial["goodput_req_s"], trial["at_goodput"]
-            t.add_row(r["backend"], f"{tag}: {trial['label']}", _max_load(trial),
-                      f"{ci['mean']:.2f} [{ci['lo']:.2f}, {ci['hi']:.2f}] n={ci['n']}",
-                      f"{at['ttft_p95_ms']:.0f} ms", f"{at['tpot_p95_ms']:.1f} ms")
+            ci, at = trial.goodput_req_s, trial.at_goodput
+            t.add_row(r.backend, f"{tag}: {trial.label}", _max_load(trial.bracket, trial.goodput),
+                      f"{ci.mean:.2f} [{ci.lo:.2f}, {ci.hi:.2f}] n={ci.n}" if ci else "-",
+                      f"{at.ttft_p95_ms:.0f} ms" if at else "-", f"{at.tpot_p95_ms:.1f} ms" if at else "-")
     console.print(t)
-    for r in doc["backends"]:
-        console.print(f"  {r['backend']}: {r['gain']['verdict']}; {r['engine_starts']} engine starts, "
-                      f"{r['cache_hits']} trials from the cache")
+    for r in tune.backends:
+        console.print(f"  {r.backend}: {r.gain.verdict if r.gain else '-'}; {r.engine_starts} engine starts, "
+                      f"{r.cache_hits} trials from the cache")

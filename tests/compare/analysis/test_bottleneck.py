@@ -7,6 +7,7 @@ import json
 from compare.analysis.bottleneck import console_line, gpu_rows, lag_explanations, level_flags
 from compare.analysis.caveats import caveats
 from core.results import LevelSummary
+from core.results.models import GpuInfo
 from tests.conftest import FIXTURES
 from tests.synth import make_run, records
 
@@ -124,7 +125,7 @@ def test_no_gpu_telemetry_is_said_only_where_a_gpu_was_expected():
     no_lib = "no GPU telemetry: NVML is not usable here (NVML Shared Library Not Found)"
     no_pkg = "no GPU telemetry: nvidia-ml-py is not installed (pip install nvidia-ml-py)"
     driver = "no GPU telemetry: NVML is not usable here (Driver Not Loaded)"
-    h200 = [{"name": "NVIDIA H200", "driver": "570", "memory": "141 GiB", "compute_cap": "9.0"}]
+    h200 = [GpuInfo(name="NVIDIA H200", driver="570", memory="141 GiB", compute_cap="9.0")]
     # a CPU machine without any NVIDIA software, CPU engines: nothing to say
     assert not gpu_expected(no_lib, [], ["vllm", "transformers"]) and not gpu_expected(no_pkg, [], ["vllm"])
     # a GPU was found, a GPU-only engine ran, or NVML is there and failed: said

@@ -9,6 +9,7 @@ import pytest
 
 from compare.analysis.gate import check, diff_fingerprints, ensure_comparable, fingerprint_of, make_baseline
 from core.errors import UserError
+from core.results.evolve import evolve
 from tests.conftest import run_cli
 from tests.synth import make_run, records
 
@@ -28,7 +29,7 @@ def _write(dirpath: Path, run, recs, workload_lines=("{\"request_id\": \"req-000
 
 def test_same_distribution_passes_and_real_slowdown_fails():
     base = make_baseline(*_run(), name="b", workload_sha256=None)
-    assert base["repeats"] == 3 and len(base["metrics"]["vllm"]["c1"]["ttft_p50"]) == 3
+    assert base.repeats == 3 and len(base.metrics["vllm"]["c1"]["ttft_p50"]) == 3
     same = check(base, *_run(seed=11))
     assert not same.regressed and same.exit_code == 0
     slow = check(base, *_run(ttft_ms=30.0, seed=11))  # +50% TTFT
@@ -79,9 +80,9 @@ def test_refuses_other_workload_schema_levels_and_backends():
     with pytest.raises(UserError, match="different workload"):
         ensure_comparable(base, run, "bbb")
     with pytest.raises(UserError, match="schema 3"):
-        ensure_comparable(dict(base, schema_version=3), run, "aaa")
+        ensure_comparable(evolve(base, schema_version=3), run, "aaa")
     # schema 2 typed the file, not the numbers: a baseline saved from schema-1 results still applies
-    ensure_comparable(dict(base, schema_version=1), run, "aaa")
+    ensure_comparable(evolve(base, schema_version=1), run, "aaa")
     lv = dict(run, levels=[{"label": "c4"}])
     with pytest.raises(UserError, match="lack c1"):
         ensure_comparable(base, lv, "aaa")
@@ -143,11 +144,11 @@ def test_itl_in_the_slo_is_gated():
         return make_run(cells, slo=slo)
 
     base = make_baseline(*run(0), name="b", workload_sha256=None)
-    cell = base["metrics"]["vllm"]["c1"]
+    cell = base.metrics["vllm"]["c1"]
     assert len(cell["itl_p50"]) == len(cell["itl_p95"]) == 3 and cell["itl_p95"][0] == pytest.approx(5.0, rel=0.3)
     assert not check(base, *run(11)).regressed
     stalls = check(base, *run(11, STALL))  # the same TPOT, one 23 ms gap per request
     bad = {c.metric for c in stalls.checks if c.regression}
     assert "itl_p95" in bad and not any(m.startswith("tpot") for m in bad) and stalls.exit_code == 1
     plain = make_baseline(*_run(), name="p", workload_sha256=None)  # no ITL term: not in the baseline
-    assert not any(m.startswith("itl") for m in plain["metrics"]["vllm"]["c1"])
+    assert not any(m.startswith("itl") for m in plain.metrics["vllm"]["c1"])

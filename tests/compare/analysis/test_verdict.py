@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from core.errors import UserError
 from compare.analysis.verdict import build_verdict, decision_rows, header_line, summary_lines
 from tests.synth import make_run, records
 
@@ -38,13 +39,36 @@ def test_cost_per_million_output_tokens():
 
 def test_quality_delta_when_present():
     def add_quality(run):
-        run["backends"]["vllm"]["quality"] = {"greedy_token_agreement": 1.0}
-        run["backends"]["hf"]["quality"] = {"greedy_token_agreement": 0.9}
+        ref = {"model": "/m", "framework": "transformers", "dtype": "float32", "device": "cpu"}
+        run["backends"]["vllm"]["quality"] = {"status": "measured", "reference": ref, "prompts": 2,
+                                              "token_agreement": 1.0, "accuracy": _accuracy(1.0)}
+        run["backends"]["hf"]["quality"] = {"status": "measured", "reference": ref, "prompts": 2,
+                                            "token_agreement": 0.9, "accuracy": _accuracy(0.5)}
 
     _, v = _verdict(mutate=[add_quality])
-    assert any("hf: greedy_token_agreement 0.9 (delta vs vllm -0.1)" in q for q in v.quality)
+    line = next(q for q in v.quality if q.startswith("hf"))
+    assert line.startswith("hf (vs the float32 reference on cpu, scored after the engines stopped): "
+                           "token_agreement 0.9 (delta vs vllm -0.1), accuracy.n 2 (delta vs vllm +0), ")
+    assert "accuracy.accuracy 0.5 (delta vs vllm -0.5)" in line and "prompts" not in line
     _, v = _verdict()
     assert "no quality results" in v.quality[0]
+
+
+def _accuracy(acc: float) -> dict:
+    return {"n": 2, "accuracy": acc, "reference_accuracy": 1.0, "difference": acc - 1.0, "mcnemar_p": 1.0,
+            "discordant": {"only_reference_correct": 0, "only_candidate_correct": 0}, "test": "exact McNemar"}
+
+
+def test_a_quality_entry_of_another_shape_is_refused():
+    """The entry is closed: a figure no writer produces, or a status it does not know, fails where the
+    run is read (one line from the CLI), instead of a report that silently leaves it out."""
+    for bad in ({"status": "measured", "greedy_token_agreement": 1.0}, {"status": "done"},
+                {"status": "measured", "token_agreement": "high"}):
+        def put(run, bad=bad):
+            run["backends"]["vllm"]["quality"] = bad
+
+        with pytest.raises(UserError, match=r"backends\.vllm\.quality"):
+            _verdict(mutate=[put])
 
 
 def test_caveats_travel_into_the_verdict():

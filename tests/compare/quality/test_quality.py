@@ -25,22 +25,22 @@ def test_parity_agreement_divergence_and_logprob_diff():
                {"tokens": [5, 6], "logprobs": [-1.5, -1.5]}]  # agrees fully
     scores = [_rows([1, 2, 9, 4], lp=-1.0), _rows([5, 6], lp=-1.0)]
     p = parity(samples, scores)
-    assert p["tokens"] == 6 and p["token_agreement"] == round(5 / 6, 4)
-    assert [x["first_divergence"] for x in p["per_prompt"]] == [2, None]
-    assert p["exact_sequence_match"] == 0.5
-    assert p["mean_first_divergence"] == (2 + 2) / 2  # an agreeing prompt counts its full length
-    assert p["mean_logprob_diff"] == pytest.approx((4 * 0.5 + 2 * -0.5) / 6, abs=1e-5)
-    assert p["mean_abs_logprob_diff"] == pytest.approx(0.5)
-    assert "kl_topk" not in p  # no top-k streamed
+    assert p.tokens == 6 and p.token_agreement == round(5 / 6, 4)
+    assert [x.first_divergence for x in p.per_prompt] == [2, None]
+    assert p.exact_sequence_match == 0.5
+    assert p.mean_first_divergence == (2 + 2) / 2  # an agreeing prompt counts its full length
+    assert p.mean_logprob_diff == pytest.approx((4 * 0.5 + 2 * -0.5) / 6, abs=1e-5)
+    assert p.mean_abs_logprob_diff == pytest.approx(0.5)
+    assert "kl_topk" not in p.model_fields_set  # no top-k streamed: absent from run.json, not null
 
 
 def test_truncated_kl_is_zero_for_identical_distributions_and_positive_otherwise():
     top = {7: math.log(0.6), 8: math.log(0.3)}
     same = parity([{"tokens": [7], "logprobs": [top[7]], "top": [top]}], [_rows([7], want=dict(top))])
-    assert same["kl_topk"] == pytest.approx(0.0, abs=1e-9)
+    assert same.kl_topk == pytest.approx(0.0, abs=1e-9)
     shifted = {7: math.log(0.3), 8: math.log(0.6)}
     diff = parity([{"tokens": [7], "logprobs": [top[7]], "top": [top]}], [_rows([8], want=shifted)])
-    assert diff["kl_topk"] > 0.1
+    assert diff.kl_topk is not None and diff.kl_topk > 0.1
 
 
 def test_mcnemar_exact():
@@ -49,8 +49,8 @@ def test_mcnemar_exact():
     # 10 discordant pairs all one way: 2 * 0.5**10
     assert mcnemar_exact(10, 0) == pytest.approx(2 / 1024)
     a = accuracy([True, False, True, True], [True, True, True, False])
-    assert a["accuracy"] == 0.75 and a["reference_accuracy"] == 0.75 and a["difference"] == 0.0
-    assert a["discordant"] == {"only_reference_correct": 1, "only_candidate_correct": 1}
+    assert a.accuracy == 0.75 and a.reference_accuracy == 0.75 and a.difference == 0.0
+    assert (a.discordant.only_reference_correct, a.discordant.only_candidate_correct) == (1, 1)
 
 
 def test_exact_match_uses_the_first_nonempty_line():
@@ -98,10 +98,10 @@ def test_teacher_forced_reference_reproduces_its_own_greedy_output(tiny_model):
     toks, rows, bad, rows_bad = asyncio.run(go())
     assert len(toks) == 12
     p = parity([{"tokens": toks}], [rows])
-    assert p["token_agreement"] == 1.0 and p["per_prompt"][0]["first_divergence"] is None
+    assert p.token_agreement == 1.0 and p.per_prompt[0].first_divergence is None
     assert all(r["logprob"] == r["argmax_logprob"] <= 0 for r in rows)
     assert all(set(r["want"]) == {r["token"], 5} for r in rows)
-    assert parity([{"tokens": bad}], [rows_bad])["per_prompt"][0]["first_divergence"] == 5
+    assert parity([{"tokens": bad}], [rows_bad]).per_prompt[0].first_divergence == 5
 
 
 @pytest.mark.engine  # the transformers engine
@@ -124,16 +124,16 @@ def test_accuracy_task_runs_on_real_backends_with_a_paired_test(tiny_model):
             opts = QualityOptions(mode="on", num_prompts=1, max_tokens=8, device="cpu",
                                   accuracy=(("def main():", first), ("import os", "\u2603 never")))
             now, probed = await collect("hf", cand, spec, [req], opts, 60)
-        assert now["status"] == "pending" and probed is not None and len(probed.answers) == 2
+        assert now.status == "pending" and probed is not None and len(probed.answers) == 2
         return first, (await score([probed], opts))["hf"]
 
     first, q = asyncio.run(go())
-    assert q["status"] == "measured" and q["reference"]["device"] == "cpu"
-    assert q["token_agreement"] == 1.0  # the same fp32 weights on the same framework
-    acc = q["accuracy"]
-    assert acc["n"] == 2
-    assert acc["accuracy"] == acc["reference_accuracy"] == (0.5 if first.strip() else 0.0)
-    assert acc["mcnemar_p"] == 1.0 and acc["test"].startswith("exact McNemar")
+    assert q.status == "measured" and q.reference is not None and q.reference.device == "cpu"
+    assert q.token_agreement == 1.0  # the same fp32 weights on the same framework
+    acc = q.accuracy
+    assert acc is not None and acc.n == 2
+    assert acc.accuracy == acc.reference_accuracy == (0.5 if first.strip() else 0.0)
+    assert acc.mcnemar_p == 1.0 and acc.test.startswith("exact McNemar")
 
 
 def test_reference_placement_never_overcommits_a_device():

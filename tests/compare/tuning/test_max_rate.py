@@ -10,6 +10,7 @@ import json
 import pytest
 
 from compare.tuning.max_rate import answer_line, summarize_starts
+from core.results.max_rate import LoadSearchInfo, MaxRate, MaxRateStart
 from tests.conftest import run_cli
 
 # the fake engine: 20 ms to the first token, 5 ms per token after it
@@ -21,27 +22,33 @@ WORKLOAD = ("--num-requests", "6", "--input-len", "24", "--output-len", "8", "--
 
 
 def _start(met, missed, rep=0):
-    return {"repeat": rep, "status": "complete", "met": met is not None, "max_rate": met, "missed_at": missed,
-            "highest_probed": met, "probes": []}
+    return MaxRateStart(repeat=rep, status="complete", met=met is not None, max_rate=met, missed_at=missed,
+                        highest_probed=met, probes=[])
+
+
+def _section(*starts):
+    search = LoadSearchInfo(kind="rate", start=1.0, tol=0.15, max_probes=8, repeats=1, max_load=1024.0, warmup=0,
+                            timeout_s=600.0, seed=0)
+    return MaxRate(search=search, repeats=list(starts))
 
 
 def test_interval_over_engine_starts_covers_probe_resolution():
     # identical met rates: a t-interval over them alone would be [4, 4]; the missed rates widen it
     s = summarize_starts([_start(4.0, 5.66, 0), _start(4.0, 5.66, 1), _start(4.0, 4.76, 2)])
-    assert s["verdict"] == "met" and s["max_rate"] == pytest.approx(4.0) and s["bounded"]
-    assert s["ci95"]["lo"] == pytest.approx(4.0) and s["ci95"]["hi"] > 5.66
-    line = answer_line("vllm", {"repeats": [_start(4.0, 5.66, 0), _start(4.0, 5.66, 1), _start(4.0, 4.76, 2)]})
+    assert s.verdict == "met" and s.max_rate == pytest.approx(4.0) and s.bounded
+    assert s.ci95 is not None and s.ci95.lo == pytest.approx(4.0) and s.ci95.hi is not None and s.ci95.hi > 5.66
+    line = answer_line("vllm", _section(_start(4.0, 5.66, 0), _start(4.0, 5.66, 1), _start(4.0, 4.76, 2)))
     assert line.startswith("vllm  max rate meeting SLO: 4 req/s (mean of 3 engine starts; met at 4, 4, 4")
     assert "95% CI 4-" in line
     # one start never missed: a lower bound only, the interval has no upper end
     s = summarize_starts([_start(4.0, 8.0, 0), _start(8.0, None, 1)])
-    assert not s["bounded"] and s["ci95"]["hi"] is None
-    assert "no upper end" in answer_line("x", {"repeats": [_start(4.0, 8.0, 0), _start(8.0, None, 1)]})
+    assert not s.bounded and s.ci95 is not None and s.ci95.hi is None
+    assert "no upper end" in answer_line("x", _section(_start(4.0, 8.0, 0), _start(8.0, None, 1)))
     # one start met nothing: no interval at all
     s = summarize_starts([_start(4.0, 8.0, 0), _start(None, 1.0, 1)])
-    assert s["verdict"] == "some starts met none" and "ci95" not in s
+    assert s.verdict == "some starts met none" and "ci95" not in s.model_fields_set
     # an interrupted start does not count
-    assert summarize_starts([{"status": "interrupted", "probes": []}])["n"] == 0
+    assert summarize_starts([MaxRateStart(repeat=0, status="interrupted")]).n == 0
 
 
 @pytest.mark.parametrize("args, words", [

@@ -12,6 +12,7 @@ import pytest
 
 from adapters.spec import ServingSpec
 from adapters.vllm import vllm_engine_args
+from core.results.tune import Trial
 from core.slo import SLO
 from compare.tuning.search import LiveTrials, pareto_frontier, search
 from compare.tuning.probe import LoadSearch, mean_ci
@@ -152,12 +153,13 @@ def test_mean_ci_and_gain_verdicts():
     assert mean_ci([5.0]) == {"mean": 5.0, "lo": 5.0, "hi": 5.0, "n": 1}
 
     def t(label, goodput, vals):
-        return {"label": label, "feasible": True, "goodput": goodput, "goodput_req_s": mean_ci(vals)}
+        return Trial(label=label, feasible=True, goodput=goodput, goodput_req_s=mean_ci(vals))
 
-    assert gain(t("a", 8, [7.9, 8.1]), t("default", 4, [3.9, 4.1]))["beyond_ci"] is True
+    assert gain(t("a", 8, [7.9, 8.1]), t("default", 4, [3.9, 4.1])).beyond_ci is True
     g = gain(t("a", 8, [4.0, 8.0]), t("default", 4, [3.0, 7.0]))
-    assert g["beyond_ci"] is False and "already optimal within noise" in g["verdict"]
-    assert "already the best" in gain(t("default", 4, [4, 4]), t("default", 4, [4, 4]))["verdict"]
+    assert g.beyond_ci is False and g.ratio == 2.0 and "already optimal within noise" in g.verdict
+    assert "already the best" in gain(t("default", 4, [4, 4]), t("default", 4, [4, 4])).verdict
+    assert gain(None, t("default", 4, [4, 4])).verdict == "no config met the SLO"
 
 
 def test_tuned_specs_for_plain_and_topology_names(tmp_path):
