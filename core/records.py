@@ -80,9 +80,10 @@ class TokenBatch:
 
 # Set by a consumer (the executor's run_one) in its own task: it takes TokenBatch items.
 ACCEPTS_BATCHES: ContextVar[bool] = ContextVar("llm_compare_accepts_batches", default=False)
-# Set by the executor per request: a one-element list the backend fills with perf_counter_ns
+# Set by the executor per request: [sent, window], which the backend fills with perf_counter_ns
 # right after the request's bytes left (the send stamp: a busy client delays the request, and
-# the delay is then not counted as the server's time to the first token).
+# the delay is then not counted as the server's time to the first token) and, where the writer was
+# preempted around the write, the window the bytes left in (the stamp is then its start).
 SEND_STAMP: ContextVar[list[int] | None] = ContextVar("llm_compare_send_stamp", default=None)
 
 
@@ -182,6 +183,9 @@ class RequestRecord:
     # when the client was ready to send it (perf_counter_ns before the backend got it): with
     # t_sent_ns, the client's own send delay; lateness = t_sent - (t_scheduled or t_ready)
     t_ready_ns: int | None = None
+    # the writer lost its CPU around the send (backends/http/rxstamp.py send_stamp): the bytes left
+    # within this many ns after t_sent_ns, so the TTFT may hold up to that much client time
+    send_window_ns: int | None = None
 
     @property
     def send_lateness_ns(self) -> int | None:

@@ -81,7 +81,7 @@ class FakeBackend:
         t_ask = time.perf_counter_ns()
         stamp = SEND_STAMP.get()
         if stamp is not None:
-            stamp[:] = [t_ask]
+            stamp[0] = t_ask
         if not self._started or self._slots is None:
             raise BackendRequestError(FailureKind.ENGINE_DEAD, "the fake engine is not started")
         m = self.model

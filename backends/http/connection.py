@@ -46,12 +46,11 @@ class _Conn(asyncio.Protocol):
         self.reset()
 
     def reset(self) -> None:
-        self.sent_ns = 0  # perf_counter_ns when the request's bytes were written (send_stamp)
+        self.sent_ns = self.send_window_ns = 0  # when the request's bytes were written (send_stamp)
         self.head_buf = self.cbuf = b""
         self.head: asyncio.Future = self.loop.create_future()
-        self.in_head = True
+        self.in_head, self.remaining = True, 0
         self.mode = "close"  # chunked | length | close
-        self.remaining = 0
         self.csize = -1  # -1: expecting a size line; -2: expecting the CRLF after chunk data
         self.pieces: deque[StampedBytes] = deque()  # body bytes before a sink is attached
         # set once the reader attaches a sink: body bytes are then framed + parsed as they arrive
@@ -69,8 +68,8 @@ class _Conn(asyncio.Protocol):
         self.fast_seq = 0  # its number there (take/last_read never reach a later, chained response)
         self.fast_res: tuple | None = None  # its records, before the reader attached a sink
         self.chain_rid: str | None = None  # the request the thread writes when this response ends
-        # it did: (request id, sent ns, bytes sent, its response's number in the thread)
-        self.chained: tuple[str, int, int, int] | None = None
+        # it did: (request id, sent ns, bytes sent, its response's number in the thread, send window)
+        self.chained: tuple[str, int, int, int, int] | None = None
 
     # ---------------------------------------------------------------- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -357,8 +356,8 @@ class _Conn(asyncio.Protocol):
         self.fast = False
         status, ended = res[0], res[11]
         if res[20] > 0 and self.chain_rid is not None:  # the next request left (rxstamp holds its reads)
-            sent = send_stamp(res[24], res[21], self.tr.counts)  # type: ignore[union-attr]
-            self.chained = (self.chain_rid, sent, res[20], res[22])
+            sent, window = send_stamp(res[24], res[21], self.tr.counts)  # type: ignore[union-attr]
+            self.chained = (self.chain_rid, sent, res[20], res[22], window)
         if self.sink is not None:
             self.sink.add_fast(res)  # type: ignore[attr-defined]
         else:
@@ -383,14 +382,15 @@ class _Conn(asyncio.Protocol):
     def claim(self, wire: bytes) -> None:
         """The reader of the request the thread chained (``chained``) takes the connection: a new
         response whose send stamp is the thread's; the rest of ``wire`` if the thread sent part."""
-        (_, sent_ns, n, seq), counts = self.chained, self.tr.counts  # type: ignore[misc,union-attr]
+        (_, sent_ns, n, seq, window), counts = self.chained, self.tr.counts  # type: ignore[misc,union-attr]
         self.reset()
         self.sent_ns = self.rx_ns = sent_ns
-        self.fast_seq = seq
+        self.fast_seq, self.send_window_ns = seq, window
         if n < len(wire):
             t0 = _perf()
             self.tr.write(wire[n:])  # type: ignore[union-attr]
-            self.sent_ns = self.rx_ns = send_stamp(t0, _perf(), counts)
+            self.sent_ns, self.send_window_ns = send_stamp(t0, _perf(), counts)
+            self.rx_ns = self.sent_ns
         counts.chained += 1
         self.tr.release()  # type: ignore[union-attr]
 

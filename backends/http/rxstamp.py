@@ -99,16 +99,17 @@ OFFSET_BRACKET_NS = 4000
 SEND_BRACKET_NS = 1_000_000
 
 
-def send_stamp(before_ns: int, after_ns: int, counts: "ReadCounts | None" = None) -> int:
-    """When a request's bytes left: right after the write, unless the writer was preempted around
-    it (``SEND_BRACKET_NS``); then right before it, as vLLM's benchmark client stamps every request
-    (the bytes left somewhere in between, so the TTFT is not understated). ``counts``
+def send_stamp(before_ns: int, after_ns: int, counts: "ReadCounts | None" = None) -> tuple[int, int]:
+    """(when a request's bytes left, the window they left in): right after the write and 0, unless
+    the writer was preempted around it (``SEND_BRACKET_NS``); then right before it, as vLLM's
+    benchmark client stamps every request (the bytes left somewhere in between, so the TTFT is not
+    understated), and the window's length, which the request's record keeps. ``counts``
     (``ReadCounts``) counts those for run.json."""
     if after_ns - before_ns <= SEND_BRACKET_NS:
-        return after_ns
+        return after_ns, 0
     if counts is not None:
         counts.sends_preempted += 1
-    return before_ns
+    return before_ns, after_ns - before_ns
 
 
 class ReadCounts:

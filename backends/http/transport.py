@@ -258,12 +258,13 @@ class StreamingTransport(httpx.AsyncBaseTransport):
                 conn.tr.write(wire)  # (expect before the write: no byte of the response is missed)
                 # the send stamp: when the bytes left (a late request's wait is not the server's
                 # time); the read timeout counts from the request too
-                conn.rx_ns = conn.sent_ns = rxstamp.send_stamp(t0, _perf(), self._reads)
+                conn.sent_ns, conn.send_window_ns = rxstamp.send_stamp(t0, _perf(), self._reads)
+                conn.rx_ns = conn.sent_ns
             if parsed and chain is not None and frame is not None:
                 chain.arm(conn, fast, frame)
             sent = SEND_STAMP.get()
             if sent is not None:
-                sent[0] = conn.sent_ns
+                sent[0], sent[1] = conn.sent_ns, conn.send_window_ns
             conn.watchdog = conn.loop.call_later(tick, conn._watch, tick, read_s)
             try:
                 status, reason, headers = await conn.head

@@ -22,6 +22,11 @@ def caveats(run: RunResults | dict[str, Any]) -> list[str]:
                 d = distortion(s.client_health, MENTION_STALL_MS)
                 if d:
                     out.append(f"{name} {label}: client {d}; not enough to invalidate the level")
+            h = s.client_health
+            if h is not None and h.preempted_sends:
+                out.append(f"{name} {label}: {h.preempted_sends} request(s) left while the client had lost its CPU "
+                           f"around the write (up to {h.preempted_send_max_ms:.1f} ms): each is timed from just "
+                           f"before its write, so its TTFT may hold up to that much client time")
             if s.short_outputs:
                 out.append(f"{name} {label}: {s.short_outputs} request(s) returned fewer tokens than asked")
             if s.coordinated_omission and s.send_delay_ms:

@@ -117,6 +117,10 @@ def judge(lags: LagSamples, t_start_ns: int, t_end_ns: int, records: Sequence[An
         why.append(f"{itl['share']:.0%} of {_NOUN['itl']} inside stalls")
     out["fell_behind"] = bool(why)
     out["why"] = "; ".join(why) or None
+    windows = [w for r in records if (w := getattr(r, "send_window_ns", None))]
+    if windows:
+        out["preempted_sends"] = len(windows)
+        out["preempted_send_max_ms"] = round(max(windows) / 1e6, 3)
     return out
 
 

@@ -122,7 +122,7 @@ async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_
     err_kind = err = None
     # for this request only (reset below: a caller's later backend.stream gets TokenEvents again)
     batches = ACCEPTS_BATCHES.set(True)
-    sent = [0]
+    sent = [0, 0]
     stamp = SEND_STAMP.set(sent)  # a backend that knows when the bytes left fills it in
     t_start = time.perf_counter_ns()
     t_ready = t_ready_ns or t_start
@@ -164,7 +164,7 @@ async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_
         usage_completion_tokens=end.completion_tokens if end else None,
         requested_tokens=req.max_tokens, error_kind=err_kind, error=err,
         engine_metrics=dict(end.engine_metrics) if end else {},
-        logprobs=tuple(lps) if lps else None,
+        logprobs=tuple(lps) if lps else None, send_window_ns=sent[1] or None,
     )
     if err_kind is FailureKind.CANCELLED:
         # hand the partial record to the canceller, then honour the cancellation

@@ -34,3 +34,7 @@ class ClientHealth(_Closed):
     affected: dict[str, StallHits] = Field(default_factory=dict)  # "ttft" | "itl" | "send"
     fell_behind: bool  # the level's client_lagged
     why: str | None = None
+    # requests whose writer lost its CPU around the send (stamped before the write): how many, and
+    # the longest such window (their TTFT may hold up to that much client time); absent: none
+    preempted_sends: int | None = None
+    preempted_send_max_ms: float | None = None

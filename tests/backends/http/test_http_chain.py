@@ -167,6 +167,14 @@ def test_a_writer_preempted_after_its_send_stamps_before_it(monkeypatch):
     assert clock["sends_preempted"] >= 2, clock  # the streams' first requests (and the start-up probes)
     for r in recs:
         assert r.t_sent_ns < r.event_times_ns[0] and r.t_sent_ns <= r.t_end_ns, r.request_id
+    # each record says so: the streams' first requests (Python's writes) left within a window of
+    # at least the sleep; the thread's sends were not preempted
+    windows = sorted((r.send_window_ns or 0) / 1e6 for r in recs)
+    assert windows[:4] == [0, 0, 0, 0] and all(w >= 30 for w in windows[4:]), windows
+
+    from compare.analysis.client_health import LagSamples, judge
+    h = judge(LagSamples([], []), min(r.t_sent_ns for r in recs), max(r.t_end_ns for r in recs), recs)
+    assert h["preempted_sends"] == 2 and h["preempted_send_max_ms"] >= 30
 
 
 def test_a_cancelled_level_leaves_no_connection_open():

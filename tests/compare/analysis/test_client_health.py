@@ -115,3 +115,25 @@ def test_reports_word_it_by_health_and_keep_old_runs(tmp_path: Path):
     # the run.json round-trips through the models (and so through the checked-in schema)
     again = RunResults.model_validate(json.loads(RunResults.model_validate(run).model_dump_json()))
     assert again.backends["a"].levels["c1"].client_health.affected["ttft"].in_stalls == 8
+
+
+def test_requests_sent_by_a_preempted_writer_are_counted_and_said():
+    """A record whose send left within a window (the writer lost its CPU around the write) counts
+    in the level's health, and the caveats say how much client time those TTFTs may hold."""
+    from dataclasses import replace
+
+    from compare.analysis.caveats import caveats
+    from core.results import RunResults
+    from tests.synth import make_run, records
+
+    recs = _closed_loop(4, 2, 50, 20, 20)
+    recs[1] = replace(recs[1], send_window_ns=int(12.5 * MS))
+    recs[3] = replace(recs[3], send_window_ns=int(40.0 * MS))
+    h = judge(_samples([0.5] * 100), T0, T0 + 500 * MS, recs)
+    assert h["preempted_sends"] == 2 and h["preempted_send_max_ms"] == 40.0
+    assert "preempted_sends" not in judge(_samples([0.5] * 100), T0, T0 + 500 * MS, _closed_loop(4, 2, 50, 20, 20))
+    run, _ = make_run({"a": [records("a", "c1", 0)]})
+    run["backends"]["a"]["levels"]["c1"].update(client_health=h)
+    text = caveats(RunResults.model_validate(run))
+    assert any(t.startswith("a c1: 2 request(s) left while the client had lost its CPU around the write "
+                            "(up to 40.0 ms)") for t in text), text
