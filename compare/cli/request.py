@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from adapters.variants import Axis, parse_axes
 from compare.cli import max_rate
 from compare.cli.commands.common import (
     DEFAULT_LEVELS, DEFAULT_WORKLOAD, ServedRun, has_gpu, parse_backends, served_defaults, tiny_defaults,
@@ -60,7 +61,7 @@ class RunRequest:
     client_procs: int | None = None  # None: auto
     scaleout: Any = None  # compare.running.ray_cells.ScaleOut (--ray)
     tuned: str | None = None  # TUNE_DIR (or its tune.json)
-    vary: tuple[str, ...] = ()  # FIELD=V1,V2 as typed, checked
+    vary: tuple[Axis, ...] = ()  # --vary FIELD=V1,V2, parsed and checked
     out: Path = Path("results")
     run_id: str | None = None  # None: a timestamp
     verbose: bool = False
@@ -84,9 +85,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     check_price_margin(args.gpu_hour_price, args.margin)
     if args.timeout <= 0:
         raise UserError("--timeout must be > 0 seconds")
-    from adapters.variants import parse_axes
-
-    parse_axes(args.vary)  # a bad --vary fails before any model is built (compare/running/variants.py plans it)
+    axes = parse_axes(args.vary)  # a bad --vary fails before any model is built (compare/running/variants.py plans it)
     if args.require_slo and not args.slo:
         raise UserError("--require-slo checks the run against --slo: give one, e.g. --slo ttft_p95=2s,tpot_p95=100ms")
     slo = SLO.parse(args.slo)
@@ -102,7 +101,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
         targets=tuple(targets), levels=tuple(levels), slo=slo, spec=spec, workload=workload, quality=quality,
         served=served, replay=args.replay, requests_per_stream=args.requests_per_stream, max_rate=search,
         warmup=args.warmup, timeout_s=args.timeout, max_errors=args.max_errors, repeats=args.repeats,
-        client_procs=procs, scaleout=ray, tuned=args.tuned, vary=tuple(args.vary or ()), out=args.out,
+        client_procs=procs, scaleout=ray, tuned=args.tuned, vary=axes, out=args.out,
         run_id=args.run_id, verbose=args.verbose,
         output=Output(format=args.format, price=args.gpu_hour_price, margin=args.margin, quiet=args.quiet,
                       require_slo=args.require_slo))

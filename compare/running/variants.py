@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
 from adapters.target import Load
-from adapters.variants import Axis, Variant, expand, parse_axes, value_text
+from adapters.variants import Axis, Variant, expand, value_text
 from backends.http.urls import redact_url
 from backends.registry import Builder
 from core.errors import UserError
@@ -102,10 +102,10 @@ def _runnable(builder: Builder, b: Any, base: ServingSpec, axis: Axis, not_run: 
     return Axis(axis.field, tuple(ok))
 
 
-def vary(backends: list[Any], spec_for: Callable[[str], ServingSpec], texts: list[str],
+def vary(backends: list[Any], spec_for: Callable[[str], ServingSpec], axes: tuple[Axis, ...],
          load: Load | None = None) -> Expanded:
-    """The run's backends replaced by their variants, every variant planned (nothing started)."""
-    axes = parse_axes(texts)
+    """The run's backends replaced by their variants along ``axes`` (adapters.variants.parse_axes,
+    read once at the CLI edge), every variant planned (nothing started)."""
     builder = Builder(load)
     not_run: dict[str, str] = {}
     targets: list[Variant] = []

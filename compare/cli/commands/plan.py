@@ -53,9 +53,10 @@ def _plan(args: argparse.Namespace) -> int:
 
         check_native(spec.native, spec.model, names)
     if args.vary:  # the variants `compare run --vary` would run, refused the same way (compare/running/variants.py)
+        from adapters.variants import parse_axes
         from compare.running.variants import vary
 
-        v = vary(names, lambda _: spec, args.vary, builder.load)
+        v = vary(names, lambda _: spec, parse_axes(args.vary), builder.load)
         plans = {t.name: builder.prepare(t, v.specs[t.name]).plan() for t in v.targets}
     else:
         plans = {name: builder.prepare(name, spec).plan() for name in names}

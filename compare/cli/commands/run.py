@@ -192,7 +192,7 @@ def execute(r: RunRequest) -> int:
     if r.vary:  # each backend's knob variants become the run's columns (compare/running/variants.py)
         from compare.running.variants import vary
 
-        v = vary(backends, cfg.spec_for, list(r.vary), load)
+        v = vary(backends, cfg.spec_for, r.vary, load)
         cfg = replace(cfg, backends=list(v.targets), backend_specs=dict(v.specs))
         header["variants"] = v.header
         for note in v.notes:

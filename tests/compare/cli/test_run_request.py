@@ -42,7 +42,7 @@ def test_the_request_is_frozen_and_typed(tiny_model, tmp_path):
     assert r.spec.model == str(tiny_model) and r.workload.num_requests == 4
     assert (r.client_procs, r.max_errors, r.run_id, r.out) == (2, 1, "r1", tmp_path)
     assert (r.quality.mode, r.quality.num_prompts) == ("auto", 3)
-    assert r.vary == ("block_size=16,32",)
+    assert [(a.field, a.values) for a in r.vary] == [("block_size", (16, 32))]
     assert r.output == Output(format="json", price=2.5)
     assert r.served is None and r.max_rate is None and r.scaleout is None
 
