@@ -11,15 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from core.results.base import Closed as _Closed
 from core.results.models import GpuInfo, SloLimit, SpecInfo, WorkloadInfo
 
 BASELINE_FORMAT = "llm-compare-baseline"
-
-
-class _Closed(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class MachineFingerprint(_Closed):

@@ -2,11 +2,9 @@
 computes it from the loop-lag monitor's wake-ups and the level's records)."""
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-
-class _Closed(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from core.results.base import Closed as _Closed
 
 
 class StallHits(_Closed):

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from core.results.base import Closed as _Closed
 from core.results.slo import SloCheck, SloLimit
-
-
-class _Closed(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class LoadSearchInfo(_Closed):

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from core.results.base import Closed as _Closed, Open as _Open
 from core.results.client_health import ClientHealth
 from core.results.max_rate import MaxRate
 from core.results.quality import Quality
@@ -24,14 +25,6 @@ from core.results.slo import SloCheck, SloLimit
 from core.results.telemetry import Telemetry
 
 SCHEMA_VERSION = 2
-
-
-class _Closed(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class _Open(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="allow")
 
 
 # ---------------------------------------------------------------- one level's numbers

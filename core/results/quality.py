@@ -10,11 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-
-class _Closed(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from core.results.base import Closed as _Closed
 
 
 class QualityReference(_Closed):

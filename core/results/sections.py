@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-
-class _Open(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="allow")
+from core.results.base import Open as _Open
 
 
 class RayNode(_Open):

@@ -3,11 +3,7 @@
 that repeat them (max-rate probes, tuning probes) need not import the whole run model."""
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
-
-class _Closed(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from core.results.base import Closed as _Closed
 
 
 class SloCheck(_Closed):

@@ -2,11 +2,9 @@
 level (written by backends/telemetry.py; flags from them: compare/analysis/bottleneck.py)."""
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-
-class _Closed(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from core.results.base import Closed as _Closed
 
 
 class ProcessCpu(_Closed):

@@ -11,21 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from core.results.base import Closed as _Closed, Open as _Open
 from core.results.max_rate import LoadSearchInfo
 from core.results.models import HardwareInfo, SpecInfo, WorkloadInfo
 from core.results.slo import SloCheck, SloLimit
 
 TUNE_SCHEMA = "llm-compare-tune/1"
-
-
-class _Closed(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class _Open(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="allow")
 
 
 class ProbeRow(_Open):
