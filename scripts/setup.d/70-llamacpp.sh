@@ -7,6 +7,8 @@
 # compiler and CPU). Skipped (not an error) without cmake/c++ or with LLM_COMPARE_LLAMA_SERVER set
 # (a prebuilt server is used as is). CUDA build on a GPU machine:
 #   .venv/bin/python -m backends.llamacpp.build --cuda-arch 90
+# Set-up (scripts/setup.sh) runs it in the background, beside the steps that download and install:
+# background: yes
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 log() { printf '[setup:llamacpp] %s\n' "$*" >&2; }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.hardware import ISAS, cpu_flags, fingerprint, has_isa, isa_summary, parse_cpu_flags, parse_gpus
+from core.hardware import ISAS, cpu_flags, host_cpu_flags, fingerprint, has_isa, isa_summary, parse_cpu_flags, parse_gpus
 from core.results.models import GpuInfo, HardwareInfo
 
 # trimmed 'flags' lines: an AMD EPYC 7763 (Zen 3: AVX2, no AVX-512) and an Intel Sapphire Rapids
@@ -52,7 +52,7 @@ def test_this_machine_agrees_with_torch():
     """Our reading of /proc/cpuinfo says what torch's cpuinfo says (vLLM chooses its kernel
     library by torch's answers)."""
     torch = pytest.importorskip("torch")
-    flags = cpu_flags()
+    flags = host_cpu_flags()
     if flags is None:
         pytest.skip("no x86 flags line in /proc/cpuinfo here")
     assert has_isa(flags, "AVX-512") == torch.cpu._is_avx512_supported()

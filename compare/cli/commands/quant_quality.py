@@ -50,7 +50,8 @@ def add_quality_parser(qs: argparse._SubParsersAction) -> None:
     q.add_argument("--model", type=Path, default=None, help="default: the trained tiny model (built if missing)")
     engines = _engines()
     for e, h in engines:
-        q.add_argument(f"--{e}-schemes", default=h.schemes, help=f"comma-separated (default {h.schemes}; '' skips {e})")
+        q.add_argument(f"--{e}-schemes", default=None,
+                       help=f"comma-separated (default {h.schemes}, less what this machine cannot run; '' skips {e})")
     loads = "/".join(e for e, h in engines if h.checkpoints)
     q.add_argument("--checkpoint", action="append", default=[], metavar="SCHEME=DIR",
                    help=f"a {loads} checkpoint for a scheme (default: made by `compare quantize`, cached)")
@@ -62,15 +63,21 @@ def add_quality_parser(qs: argparse._SubParsersAction) -> None:
     q.set_defaults(func=_quality)
 
 
-def _schemes(engine: str, arg: str, machine: Any) -> list[str]:
-    """The schemes named, each one this machine (device, CPU instruction sets) can run."""
+def _schemes(engine: str, arg: str | None, default: str, machine: Any) -> list[str]:
+    """The schemes named, each one this machine (device, CPU instruction sets) can run. A scheme
+    named by the user that this machine cannot run is refused; the default list drops such a
+    scheme instead, saying so (the defaults are meant to run anywhere: an AVX2-only CPU has no
+    W4A16 kernel for vLLM, an AVX-512 one has)."""
     from adapters.quant import SCHEMES, cell
 
     out = []
-    for s in [x.strip() for x in arg.split(",") if x.strip()]:
+    for s in [x.strip() for x in (default if arg is None else arg).split(",") if x.strip()]:
         if s not in SCHEMES or s == "auto":
             raise UserError(f"--{engine}-schemes: unknown scheme {s!r}; see `compare quant matrix`")
         c = cell(engine, s, machine)
+        if not c.supported and arg is None:
+            _log(f"{engine} {s}: not measured, {engine} cannot run it on this {machine.device}: {c.reason}")
+            continue
         if not c.supported:
             raise UserError(f"--{engine}-schemes: {engine} cannot run {s} on {machine.device}: {c.reason} "
                             f"(nearest supported: {c.alternative or 'none'})")
@@ -166,7 +173,7 @@ def _quality(args: argparse.Namespace) -> int:
     machine = probe_machine()
     device = machine.device
     engines = _engines()
-    plan = {e: _schemes(e, getattr(args, f"{e.replace('-', '_')}_schemes"), machine) for e, _ in engines}
+    plan = {e: _schemes(e, getattr(args, f"{e.replace('-', '_')}_schemes"), h.schemes, machine) for e, h in engines}
     if not any(plan.values()):
         raise UserError("no schemes: name at least one in " + " or ".join(f"--{e}-schemes" for e, _ in engines))
     if args.model is None:
