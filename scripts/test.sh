@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The test suite. Tiers (markers, pyproject.toml):
 #   bash scripts/test.sh          every tier: sets everything up (scripts/setup.sh, both tiers), then
-#                                 runs the whole suite, real engines and containers included
+#                                 runs the whole suite, real engines and containers included, then
+#                                 the `isa` tests again as an AVX2-only and an AVX-512 (no AMX) CPU
 #   bash scripts/test.sh --fast   the fast tier, `-m "not engine and not docker and not slow"`: no
 #                                 engine, server, container or cluster starts (tests/conftest.py refuses
 #                                 one from a test not marked for it) and no model training; a minute or
 #                                 two. Runs the default set-up tier only when .venv does not exist.
-# Extra arguments go to pytest (`bash scripts/test.sh -k gate`, `bash scripts/test.sh --fast -x`).
+# Extra arguments go to pytest (`bash scripts/test.sh -k gate`, `bash scripts/test.sh --fast -x`); with
+# them, the suite runs once, on this CPU as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fast=0
@@ -37,7 +39,35 @@ compile_project
 # second worker uses the second core (tests/scheduling.py keeps shared engine fixtures on one
 # worker and starts the longest groups first). LLM_COMPARE_TEST_WORKERS=0 runs serially.
 workers="${LLM_COMPARE_TEST_WORKERS:-2}"
-if [ "$workers" = "0" ]; then
-  exec .venv/bin/python -m pytest -p no:cacheprovider -p no:xdist -ra "${args[@]}" tests
+xdist=(-n "$workers")
+[ "$workers" = "0" ] && xdist=(-p no:xdist)
+if [ "${#args[@]}" -gt 0 ]; then
+  exec .venv/bin/python -m pytest -p no:cacheprovider "${xdist[@]}" -ra "${args[@]}" tests
 fi
-exec .venv/bin/python -m pytest -p no:cacheprovider -n "$workers" -ra "${args[@]}" tests
+# The whole suite on this CPU as it is, then the tests marked `isa` (their outcome depends on the
+# instruction sets) again as an AVX2-only CPU and as an AVX-512 one without AMX would answer
+# (LLM_COMPARE_CPU_ISA lowers what the tool believes: core/hardware.py), so no assertion holds on
+# one kind of host only. One closing line counts all three passes.
+reports="$(mktemp -d)"
+trap 'rm -rf "$reports"' EXIT
+rc=0
+.venv/bin/python -m pytest -p no:cacheprovider "${xdist[@]}" -ra --junitxml="$reports/host.xml" tests || rc=$?
+for isa in avx2 avx512; do
+  echo "== the instruction-set tests again with LLM_COMPARE_CPU_ISA=$isa"
+  r=0
+  LLM_COMPARE_CPU_ISA=$isa .venv/bin/python -m pytest -p no:cacheprovider "${xdist[@]}" -q -ra -m isa \
+    --junitxml="$reports/$isa.xml" tests || r=$?
+  [ "$r" = 5 ] && r=0  # nothing marked: nothing to fail
+  [ "$rc" != 0 ] || rc=$r
+done
+.venv/bin/python - "$reports" <<'PY'
+import sys, pathlib, xml.etree.ElementTree as ET
+n = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+for f in sorted(pathlib.Path(sys.argv[1]).glob("*.xml")):
+    for suite in ET.parse(f).getroot().iter("testsuite"):
+        for k in n:
+            n[k] += int(suite.get(k, 0))
+failed = n["failures"] + n["errors"]
+print(f"all passes: {n['tests'] - failed - n['skipped']} passed, {failed} failed, {n['skipped']} skipped")
+PY
+exit "$rc"

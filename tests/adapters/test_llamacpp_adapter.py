@@ -11,6 +11,9 @@ from backends.llamacpp.protocol import completion_payload, parse_completion
 from backends.llamacpp.server import level_timings, loaded_report
 from core.records import GenerationRequest, TokenEvent
 
+# every test here answers by the CPU's instruction sets (run again under LLM_COMPARE_CPU_ISA=avx2, avx512)
+pytestmark = pytest.mark.isa
+
 TINY_CFG = {"num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
             "hidden_size": 128, "dtype": "float32"}
 

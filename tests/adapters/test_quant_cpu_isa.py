@@ -18,6 +18,9 @@ from core.hardware import ISAS, cpu_flags, has_isa
 from tests.conftest import run_cli
 from tests.core.test_hardware import EPYC_ZEN3, SAPPHIRE_RAPIDS
 
+# every test here answers by the CPU's instruction sets (run again under LLM_COMPARE_CPU_ISA=avx2, avx512)
+pytestmark = pytest.mark.isa
+
 AVX2 = Machine("cpu", cpu_flags=frozenset(EPYC_ZEN3.split()))
 AVX512 = Machine("cpu", cpu_flags=frozenset(SAPPHIRE_RAPIDS.split()))
 WNA16 = ("w4a16", "w4a16-awq", "w4a16-gptq")  # CPUWNA16LinearKernel: cpu_gemm_wna16

@@ -21,6 +21,9 @@ from core.hardware import cpu_flags, has_isa
 from compare.quality.verify import verify
 from tests.conftest import FIXTURES, run_cli
 
+# every test here answers by the CPU's instruction sets (run again under LLM_COMPARE_CPU_ISA=avx2, avx512)
+pytestmark = pytest.mark.isa
+
 
 def test_every_scheme_has_a_cell_per_backend_and_device():
     for backend in ("vllm", "tgi", "trtllm", "hf"):

@@ -7,6 +7,9 @@ import pytest
 from core.hardware import ISAS, cpu_flags, host_cpu_flags, fingerprint, has_isa, isa_summary, parse_cpu_flags, parse_gpus
 from core.results.models import GpuInfo, HardwareInfo
 
+# every test here answers by the CPU's instruction sets (run again under LLM_COMPARE_CPU_ISA=avx2, avx512)
+pytestmark = pytest.mark.isa
+
 # trimmed 'flags' lines: an AMD EPYC 7763 (Zen 3: AVX2, no AVX-512) and an Intel Sapphire Rapids
 EPYC_ZEN3 = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat sse sse2 ht syscall nx mmxext "
              "pdpe1gb rdtscp lm constant_tsc pni pclmulqdq ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt aes xsave "

@@ -92,6 +92,7 @@ def test_each_scheme_loaded_the_requested_kernel(quant_run):
         assert v["loaded"]["linear_groups"][0]["scheme"] == "CompressedTensorsWNA16"
 
 
+@pytest.mark.isa
 def test_w4a16_without_its_cpu_kernel_is_refused_before_any_engine(tiny_model, quantized, tmp_path):
     """Where this CPU lacks AVX-512, `compare quant run` and `compare run` refuse W4A16 in one
     line naming the scheme, the instruction set and what the CPU has; nothing is written."""

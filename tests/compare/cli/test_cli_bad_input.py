@@ -7,6 +7,9 @@ import pytest
 from core.hardware import cpu_flags, has_isa
 from tests.conftest import ROOT, run_cli
 
+# every test here answers by the CPU's instruction sets (run again under LLM_COMPARE_CPU_ISA=avx2, avx512)
+pytestmark = pytest.mark.isa
+
 # an unquantized model asked for AWQ: make a checkpoint, unless this CPU lacks vLLM's 4-bit kernel
 _WNA16_FIX = "compare quantize" if cpu_flags() is None or has_isa(cpu_flags() or (), "AVX-512") else "needs AVX-512"
 

@@ -42,6 +42,7 @@ def test_heldout_parity_math():
         heldout_parity([{"lp": [0.0], "argmax": [0]}], ref)
 
 
+@pytest.mark.isa  # the default schemes are what this CPU can run
 @pytest.mark.parametrize("args, words", [
     (("--vllm-schemes", "fp99"), "unknown scheme 'fp99'"),
     (("--openvino-schemes", "w8a8-int8"), "openvino cannot run w8a8-int8"),

@@ -35,6 +35,7 @@ def test_a_backend_that_ignores_or_refuses_the_field_is_refused(tiny_model):
         vary(["openvino"], lambda _: base, parse_axes(["block_size=32,64"]))
 
 
+@pytest.mark.isa
 def test_quantization_runs_each_engines_own_schemes_and_says_what_it_did_not_run(tiny_model):
     """--vary quantization compares engines' own schemes: a value an adapter refuses is not run on
     that backend (a note with its reason, run.json variants.not_run); no runnable value refuses."""
