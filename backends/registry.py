@@ -208,9 +208,10 @@ class Builder:
     machine probed once, each model once per spec) and builds every later backend (a repeat's
     fresh engine) from the same plan."""
 
-    def __init__(self, load: Load | None = None) -> None:
+    def __init__(self, load: Load | None = None, machine: Machine | None = None) -> None:
         self._prepared: dict[tuple[str, str], Prepared] = {}
-        self._machine: Machine | None = None
+        # None: this machine, probed on first use; given: the machine a plan is made for
+        self._machine: Machine | None = machine
         self.load = load
 
     def prepare(self, full: str | BackendTarget, spec: ServingSpec) -> Prepared:

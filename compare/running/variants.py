@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from adapters.target import Load
+from adapters.target import Load, Machine
 from adapters.variants import Axis, Variant, expand, value_text
 from backends.http.urls import redact_url
 from backends.registry import Builder
@@ -103,10 +103,11 @@ def _runnable(builder: Builder, b: Any, base: ServingSpec, axis: Axis, not_run: 
 
 
 def vary(backends: list[Any], spec_for: Callable[[str], ServingSpec], axes: tuple[Axis, ...],
-         load: Load | None = None) -> Expanded:
+         load: Load | None = None, machine: Machine | None = None) -> Expanded:
     """The run's backends replaced by their variants along ``axes`` (adapters.variants.parse_axes,
-    read once at the CLI edge), every variant planned (nothing started)."""
-    builder = Builder(load)
+    read once at the CLI edge), every variant planned (nothing started); ``machine``: the one to
+    plan for (default: this one, probed)."""
+    builder = Builder(load, machine)
     not_run: dict[str, str] = {}
     targets: list[Variant] = []
     for b in backends:

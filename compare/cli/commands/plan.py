@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 import yaml
 
 from compare.cli.commands.common import add_backends_option, parse_backends
 from compare.cli.options import add_spec_options, spec_from_args
+
+if TYPE_CHECKING:
+    from adapters.target import Machine
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -17,6 +21,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=["yaml", "json"], default="yaml")
     p.add_argument("--vary", action="append", metavar="FIELD=V1,V2",
                    help="each backend's native config per value of a spec field, as `compare run --vary` runs it")
+    m = p.add_argument_group("the machine the plan is for (default: this one, probed)")
+    m.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="plan for this kind of device instead of this machine's (e.g. a GPU box from a laptop)")
+    m.add_argument("--gpu", default=None, metavar="NAME",
+                   help="with --device cuda: the GPU, e.g. H200, A100, L40S (its compute capability is looked up)")
+    m.add_argument("--compute-capability", default=None, metavar="MAJOR.MINOR",
+                   help="with --device cuda: the GPU's compute capability, e.g. 9.0 (a GPU not in the lookup)")
+    m.add_argument("--cpu-flags", default=None, metavar="FLAGS",
+                   help="judge CPU kernels by these /proc/cpuinfo flags (another host's 'flags' line) instead of this machine's")
     g = p.add_argument_group("the load the plan is sized for (as `compare run` takes it)")
     g.add_argument("--concurrency", help="closed-loop levels, e.g. 1,64,256 (default 1,4 when no --rate)")
     g.add_argument("--rate", help="open-loop rates in req/s (every request of such a level may be in flight)")
@@ -46,7 +59,8 @@ def _plan(args: argparse.Namespace) -> int:
     if args.num_requests is not None and args.num_requests <= 0:
         raise UserError("--num-requests must be > 0")
     # model and machine probed once; each backend's plan resolved once, sized for the load (TGI)
-    builder = Builder(offered_load(levels, args.num_requests))
+    machine = _machine(args)
+    builder = Builder(offered_load(levels, args.num_requests), machine)
     names = parse_backends(args.backends)
     if spec.native:  # unknown vLLM / transformers keys (compare/cli/native_keys.py)
         from compare.cli.native_keys import check_native
@@ -56,13 +70,32 @@ def _plan(args: argparse.Namespace) -> int:
         from adapters.variants import parse_axes
         from compare.running.variants import vary
 
-        v = vary(names, lambda _: spec, parse_axes(args.vary), builder.load)
+        v = vary(names, lambda _: spec, parse_axes(args.vary), builder.load, machine)
         plans = {t.name: builder.prepare(t, v.specs[t.name]).plan() for t in v.targets}
     else:
         plans = {name: builder.prepare(name, spec).plan() for name in names}
     out = {"spec": spec.model_dump(mode="json", exclude_defaults=True), "backends": plans}
+    if machine is not None:  # planned for another machine: say which
+        out = {"machine": {k: v for k, v in (("device", machine.device), ("gpu", machine.gpu_name),
+                                             ("compute_capability", machine.compute_capability)) if v}, **out}
     if args.format == "json":
         print(json.dumps(out, indent=2, default=str))
     else:
         print(yaml.safe_dump(out, sort_keys=False, default_flow_style=False), end="")
     return 0
+
+
+def _machine(args: argparse.Namespace) -> "Machine | None":
+    """The machine named by --device/--gpu/--compute-capability/--cpu-flags; None: this one (probed)."""
+    from adapters.gpus import planned_machine
+
+    if args.device is None and args.gpu is None and args.compute_capability is None and args.cpu_flags is None:
+        return None
+    if args.device is None and (args.gpu or args.compute_capability):
+        args.device = "cuda"  # --gpu H200 alone means a GPU box
+    flags = frozenset(args.cpu_flags.split()) if args.cpu_flags is not None else None
+    if flags is None and args.device in (None, "cpu"):
+        from core.hardware import cpu_flags
+
+        flags = cpu_flags()
+    return planned_machine(args.device or "cpu", args.gpu, args.compute_capability, flags)
