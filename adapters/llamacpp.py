@@ -165,7 +165,10 @@ def llamacpp_plan(spec: ServingSpec, target: Target) -> LlamaCppPlan:
     env: dict[str, str] = {}
     if target.device == "cpu":
         flags["--n-gpu-layers"] = 0
-        amx = target.machine.cpu_flags is not None and "amx_int8" in target.machine.cpu_flags
+        # the CPU the server was built for and runs on, not the instruction sets LLM_COMPARE_CPU_ISA
+        # lowers: its build still uses AMX
+        built_for = target.machine.built_for
+        amx = built_for is not None and "amx_int8" in built_for
         if gguf_type not in _KV_BYTES and amx:
             # measured (b11434, Xeon with AMX-INT8): with repacking on, llama-server segfaults in its
             # warm-up on Q8_0 and Q4_K_M weights (hidden sizes 128 and 256 alike); the repacked

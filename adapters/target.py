@@ -41,8 +41,17 @@ class Machine:
     gpu_name: str | None = None
     compute_capability: str | None = None  # "9.0"
     # the x86 CPU's /proc/cpuinfo flags (core/hardware.py); None: not known, and then no CPU
-    # kernel is refused for an instruction set it might lack
+    # kernel is refused for an instruction set it might lack. Lowered by LLM_COMPARE_CPU_ISA: what
+    # the tool judges kernel support by.
     cpu_flags: frozenset[str] | None = None
+    # the flags as the CPU has them, whatever the switch says: what an engine built for this CPU
+    # (llama.cpp's GGML_NATIVE) will do on it. None: the same as cpu_flags.
+    native_cpu_flags: frozenset[str] | None = None
+
+    @property
+    def built_for(self) -> frozenset[str] | None:
+        """The flags a natively built engine sees (native_cpu_flags, else cpu_flags)."""
+        return self.native_cpu_flags if self.native_cpu_flags is not None else self.cpu_flags
 
 
 @dataclass(frozen=True)

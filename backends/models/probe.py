@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.target import Machine, ModelInfo, Target
-from core.hardware import cpu_flags, nvidia_gpus
+from core.hardware import cpu_flags, host_cpu_flags, nvidia_gpus
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -56,10 +56,12 @@ def probe_machine() -> Machine:
     """cuda when an NVIDIA GPU answers nvidia-smi, else cpu (kernel support differs per device),
     with the CPU's instruction-set flags (CPU kernels differ per instruction set)."""
     gpus = nvidia_gpus()
+    flags, native = cpu_flags(), host_cpu_flags()
+    native = None if native == flags else native  # the switch lowered nothing
     if not gpus:
-        return Machine("cpu", cpu_flags=cpu_flags())
+        return Machine("cpu", cpu_flags=flags, native_cpu_flags=native)
     return Machine("cuda", gpu_name=gpus[0].name, compute_capability=gpus[0].compute_cap,
-                   cpu_flags=cpu_flags())
+                   cpu_flags=flags, native_cpu_flags=native)
 
 
 def probe(model: str, machine: Machine | None = None) -> Target:

@@ -76,6 +76,11 @@ def test_quantized_weights_are_not_repacked_on_an_amx_cpu():
     assert "--no-repack" not in plan(frozenset({"avx2", "fma"})).flags
     assert "--no-repack" not in plan(None).flags  # an unknown CPU keeps llama.cpp's default
     assert "--no-repack" not in llamacpp_plan(ServingSpec(model="/m"), target()).flags  # f32: nothing to repack
+    # LLM_COMPARE_CPU_ISA=avx2 on an AMX host hides AMX from the tool's kernel judgement, not from the
+    # server built for this CPU: it still repacks with AMX, so it still gets --no-repack
+    lowered = Machine("cpu", cpu_flags=frozenset({"avx2"}), native_cpu_flags=frozenset({"avx2", "avx512f", "amx_int8"}))
+    assert llamacpp_plan(ServingSpec(model="/m", quantization="gguf-q8_0"),
+                         Target(ModelInfo("/m", local=True, config=TINY_CFG), lowered)).flags.get("--no-repack") is True
 
 
 def test_cuda_keeps_a_16_bit_models_kv_cache_in_f16():

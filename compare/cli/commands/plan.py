@@ -88,14 +88,20 @@ def _plan(args: argparse.Namespace) -> int:
 def _machine(args: argparse.Namespace) -> "Machine | None":
     """The machine named by --device/--gpu/--compute-capability/--cpu-flags; None: this one (probed)."""
     from adapters.gpus import planned_machine
+    from adapters.target import Machine
 
     if args.device is None and args.gpu is None and args.compute_capability is None and args.cpu_flags is None:
         return None
     if args.device is None and (args.gpu or args.compute_capability):
         args.device = "cuda"  # --gpu H200 alone means a GPU box
     flags = frozenset(args.cpu_flags.split()) if args.cpu_flags is not None else None
-    if flags is None and args.device in (None, "cpu"):
-        from core.hardware import cpu_flags
+    if args.device == "cpu" and (args.gpu or args.compute_capability):
+        return planned_machine("cpu", args.gpu, args.compute_capability)  # refused: names a GPU
+    if flags is None and args.device in (None, "cpu"):  # this machine's CPU
+        from backends.models.probe import probe_machine
 
-        flags = cpu_flags()
+        here = probe_machine()
+        return here if here.device == "cpu" else Machine("cpu", cpu_flags=here.cpu_flags,
+                                                         native_cpu_flags=here.native_cpu_flags)
+    # another machine: its CPU is the flags given, or not known (nothing refused for its ISA)
     return planned_machine(args.device or "cpu", args.gpu, args.compute_capability, flags)

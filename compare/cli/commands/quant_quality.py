@@ -63,7 +63,7 @@ def add_quality_parser(qs: argparse._SubParsersAction) -> None:
     q.set_defaults(func=_quality)
 
 
-def _schemes(engine: str, arg: str | None, default: str, machine: Any) -> list[str]:
+def _schemes(engine: str, arg: str | None, default: str, machine: Any, left_out: list[str]) -> list[str]:
     """The schemes named, each one this machine (device, CPU instruction sets) can run. A scheme
     named by the user that this machine cannot run is refused; the default list drops such a
     scheme instead, saying so (the defaults are meant to run anywhere: an AVX2-only CPU has no
@@ -76,7 +76,7 @@ def _schemes(engine: str, arg: str | None, default: str, machine: Any) -> list[s
             raise UserError(f"--{engine}-schemes: unknown scheme {s!r}; see `compare quant matrix`")
         c = cell(engine, s, machine)
         if not c.supported and arg is None:
-            _log(f"{engine} {s}: not measured, {engine} cannot run it on this {machine.device}: {c.reason}")
+            left_out.append(f"{engine} {s}: not measured, {engine} cannot run it on this {machine.device}: {c.reason}")
             continue
         if not c.supported:
             raise UserError(f"--{engine}-schemes: {engine} cannot run {s} on {machine.device}: {c.reason} "
@@ -173,9 +173,15 @@ def _quality(args: argparse.Namespace) -> int:
     machine = probe_machine()
     device = machine.device
     engines = _engines()
-    plan = {e: _schemes(e, getattr(args, f"{e.replace('-', '_')}_schemes"), h.schemes, machine) for e, h in engines}
+    left_out: list[str] = []
+    plan = {e: _schemes(e, getattr(args, f"{e.replace('-', '_')}_schemes"), h.schemes, machine, left_out)
+            for e, h in engines}
     if not any(plan.values()):
         raise UserError("no schemes: name at least one in " + " or ".join(f"--{e}-schemes" for e, _ in engines))
+    if args.model is not None and not Path(args.model, "config.json").is_file():
+        raise UserError(f"--model {args.model}: no config.json there; pass a local model directory")
+    for line in left_out:  # after the refusals of what was given: bad input stays one line
+        _log(line)
     if args.model is None:
         print(f"trained tiny model: {default_trained_dir()} (built on first use, minutes)", file=sys.stderr)
         model = ensure_trained_model(log=lambda s: print(s, file=sys.stderr, flush=True))
