@@ -62,7 +62,7 @@ WEIGHTS = {
     # llama.cpp (built by setup): one shared server start and four signalled runs; and a
     # vllm,openvino,llamacpp run plus two GGUF runs
     "test_llamacpp.py": 57,
-    "test_llamacpp_e2e.py": 80,
+    "test_llamacpp_e2e.py": 30,  # two GGUF runs (the four-engine run is test_two_engines_e2e.py)
     "test_trtllm_pipeline.py": 77,
     "test_trtllm_serve_http.py": 29,
     "test_trtllm_cli.py": 19,
@@ -73,7 +73,7 @@ WEIGHTS = {
     # a 3-node local Ray cluster (6 fake-engine cells, 2 load shards), the run without Ray to match,
     # and `ray start --head` + one transformers cell + a fake-engine cell stopped by Ctrl-C + `ray stop`
     "ray": 64,
-    "test_two_engines_e2e.py": 62,  # one vllm,openvino,hf-cb run
+    "test_two_engines_e2e.py": 80,  # one vllm,openvino,hf-cb,llamacpp run
     # OpenVINO: streams, cancels, a crash, timeouts, int8/int4 runs (exports cached by setup)
     "test_openvino.py": 39,
     "test_http_fastsse.py": 35,  # every scripted stream twice (C and Python parser) + the loopback server
