@@ -110,7 +110,8 @@ def read_user_bytes(path: str | os.PathLike[str], what: str = "file", fix: str |
     """The bytes of a file the user named; any way it cannot be read is one UserError."""
     with open_user_file(path, what, fix) as f:
         try:
-            return f.read()
+            data: bytes = f.read()
+            return data
         except OSError as e:
             raise _user_error(what, path, _problem(e), fix) from None
 
@@ -133,10 +134,11 @@ def parse_user_json(text: str, path: str | os.PathLike[str], what: str = "file",
         return json.loads(text)
     except ValueError as e:  # JSONDecodeError, and recursion/size errors json raises as ValueError
         msg = getattr(e, "msg", str(e))
+        lineno, colno = getattr(e, "lineno", None), getattr(e, "colno", None)
         if line is not None:
-            where = f"line {line}" + (f", column {e.colno}" if hasattr(e, "colno") else "")
+            where = f"line {line}" + (f", column {colno}" if colno is not None else "")
         else:
-            where = f"line {e.lineno}, column {e.colno}" if hasattr(e, "lineno") else "somewhere"
+            where = f"line {lineno}, column {colno}" if lineno is not None else "somewhere"
         raise _user_error(what, path, f"is not valid JSON at {where} ({msg})", fix) from None
     except RecursionError:
         raise _user_error(what, path, "is not valid JSON (nested too deeply)", fix) from None

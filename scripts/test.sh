@@ -24,9 +24,15 @@ export PYTHONUNBUFFERED=1
 compile_project() {
   .venv/bin/python -m compileall -q -q -j 0 core adapters backends compare containers >/dev/null 2>&1 || true
 }
+# The type checker over the packages pyproject.toml's [tool.mypy] names (seconds)
+typecheck() {
+  echo "== mypy ($(.venv/bin/python -m mypy --version))"
+  .venv/bin/python -m mypy
+}
 if [ "$fast" = 1 ]; then
   [ -x .venv/bin/python ] || bash scripts/setup.sh --tier default
   compile_project
+  typecheck
   # two workers: the fast tier is many short tests plus a few CPU-bound ones (training steps,
   # loopback servers); tests/scheduling.py hands out whole files (their module fixtures run once),
   # the longest first
@@ -35,6 +41,7 @@ if [ "$fast" = 1 ]; then
 fi
 bash scripts/setup.sh
 compile_project
+typecheck
 # Two pytest-xdist workers: the suite is real engine starts, mostly single-threaded imports, so a
 # second worker uses the second core (tests/scheduling.py keeps shared engine fixtures on one
 # worker and starts the longest groups first). LLM_COMPARE_TEST_WORKERS=0 runs serially.

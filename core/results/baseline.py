@@ -9,14 +9,15 @@ description extras (engine-specific).
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field
 
 from core.results.base import Closed as _Closed
-from core.results.models import GpuInfo, SloLimit, SpecInfo, WorkloadInfo
+from core.results.models import GpuInfo, SpecInfo, WorkloadInfo
+from core.results.slo import SloLimit
 
-BASELINE_FORMAT = "llm-compare-baseline"
+BASELINE_FORMAT: Final = "llm-compare-baseline"
 
 
 class MachineFingerprint(_Closed):

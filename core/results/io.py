@@ -23,7 +23,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from core.errors import RunFailed, UserError
 from core.fsutil import open_user_file, read_user_json, write_atomic
@@ -33,6 +33,7 @@ from core.results.evolve import evolve
 from core.results.models import SCHEMA_VERSION, BackendResult, RunResults
 from core.results.owner import current_owner, owner_alive
 
+_encode: Callable[[Any], bytes] | None
 try:  # records are written on the measuring event loop: msgspec encodes them ~5x faster than json
     from msgspec.json import encode as _encode
 except ImportError:  # pragma: no cover - msgspec is a dependency; json is the same JSON
@@ -78,7 +79,8 @@ def dump(run: RunResults) -> dict[str, Any]:
     """JSON-ready dict of a run: only the fields that were given (absent stays absent), NaN as
     null (a metric without a value, e.g. an SLO check when no request succeeded) so the file
     is strict JSON for readers outside Python."""
-    return json.loads(run.model_dump_json(exclude_unset=True))
+    out: dict[str, Any] = json.loads(run.model_dump_json(exclude_unset=True))
+    return out
 
 
 def run_json_bytes(run: RunResults) -> bytes:

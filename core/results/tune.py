@@ -9,7 +9,7 @@ load was held) that readers do not use.
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -18,7 +18,7 @@ from core.results.max_rate import LoadSearchInfo
 from core.results.models import HardwareInfo, SpecInfo, WorkloadInfo
 from core.results.slo import SloCheck, SloLimit
 
-TUNE_SCHEMA = "llm-compare-tune/1"
+TUNE_SCHEMA: Final = "llm-compare-tune/1"
 
 
 class ProbeRow(_Open):
