@@ -23,7 +23,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from core.errors import RunFailed, UserError
 from core.fsutil import open_user_file, read_user_json, write_atomic
@@ -33,17 +33,14 @@ from core.results.evolve import evolve
 from core.results.models import SCHEMA_VERSION, BackendResult, RunResults
 from core.results.owner import current_owner, owner_alive
 
-_encode: Callable[[Any], bytes] | None
-try:  # records are written on the measuring event loop: msgspec encodes them ~5x faster than json
-    from msgspec.json import encode as _encode
-except ImportError:  # pragma: no cover - msgspec is a dependency; json is the same JSON
-    _encode = None
+# records are written on the measuring event loop: msgspec (a dependency) encodes them ~5x faster than json
+from msgspec.json import encode as _encode
 
 
 def record_line(rec: RequestRecord) -> bytes:
     """One requests.jsonl line. msgspec writes NaN/inf as null, so a record that may hold one
     (logprobs, engine metrics) takes json's way, which round-trips them as Python reads JSON."""
-    if _encode is None or rec.logprobs or rec.engine_metrics:
+    if rec.logprobs or rec.engine_metrics:
         return (json.dumps(rec.to_json()) + "\n").encode()
     return _encode(rec) + b"\n"  # the dataclass field by field, tuples as arrays: to_json's JSON
 
