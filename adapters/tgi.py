@@ -1,7 +1,9 @@
 """ServingSpec -> ``text-generation-launcher`` argv and env (TGI 3.3). Pure: starts nothing.
 
-Every flag emitted here exists in TGI 3.3's launcher reference (tests/fixtures/specs/tgi-3.3-launcher-flags.json,
-checked by tests/adapters/test_tgi_adapter.py). Spec options TGI cannot honour raise UnsupportedSpecError
+Every flag and environment variable emitted here is a row of the TGI v3.3.7 fact sheet
+(adapters/facts/tgi-v3.3.7.json, read from the upstream source; checked by
+tests/adapters/test_tgi_upstream_facts.py) and of the launcher reference
+(tests/fixtures/specs/tgi-3.3-launcher-flags.json). Spec options TGI cannot honour raise UnsupportedSpecError
 instead of being dropped. The model path is the one *inside* the container (see backends/tgi/backend.py,
 which mounts the host directory read-only).
 """
@@ -12,7 +14,7 @@ from typing import Any, Mapping
 from adapters.quant_matrix import native_names
 from adapters.facts import load as load_facts
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from adapters.target import Load, Target, kv_elements_per_token
+from adapters.target import Load, Target
 
 CONTAINER_PORT = 80  # the TGI image's own default (ENV PORT=80)
 
@@ -65,25 +67,12 @@ def check_value(flag: str, value: Any) -> str | None:
     return None
 
 
-def kv_bytes_per_token(cfg: Mapping[str, Any] | None, dtype: str, kv_dtype: str) -> int | None:
-    """KV-cache bytes one token costs, from the model's config.json (None when unknown)."""
-    values = kv_elements_per_token(cfg)
-    if cfg is None or values is None:
-        return None
-    if kv_dtype != "auto":
-        width = 1
-    else:
-        name = dtype if dtype != "auto" else str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
-        width = 4 if "32" in name else 2
-    return values * width
-
-
 def tgi_launcher_args(spec: ServingSpec, model_path: str | None = None,
                       target: Target | None = None) -> tuple[list[str], dict[str, str]]:
     """(argv after ``text-generation-launcher``, env) for the spec.
 
     ``model_path``: the model's path inside the container (default: spec.model as given, e.g. a
-    hub id). ``target``: the probed model (its config.json sizes the KV budget).
+    hub id). ``target``: the probed model and machine, and the run's load.
     """
     flags: dict[str, str | None] = {"--model-id": model_path or spec.model}
     if spec.tokenizer and spec.tokenizer != spec.model:
