@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
 KINDS = ("flag", "env", "field", "metric", "default", "behaviour")
 
 
@@ -51,8 +50,8 @@ class FactSheet:
 
 @lru_cache(maxsize=None)
 def load(name: str) -> FactSheet:
-    """The sheet ``adapters/facts/NAME.json`` (e.g. ``tgi-v3.3.7``)."""
-    raw = json.loads((HERE / f"{name}.json").read_text())
+    """The sheet ``adapters/facts/NAME.json`` (e.g. ``tgi-v3.3.7``): package data, read once."""
+    raw = json.loads(resources.files(__name__).joinpath(f"{name}.json").read_text(encoding="utf-8"))
     rows = tuple(Fact(**r) for r in raw["rows"])
     bad = [r.key for r in rows if r.kind not in KINDS]
     if bad:
