@@ -124,16 +124,9 @@ async def read_info(base_url: str) -> dict[str, Any]:
 KV_BUDGET_METRIC = "tgi_batch_max_total_tokens"
 
 
-async def read_kv_budget(base_url: str) -> int | None:
-    """The KV-cache budget in tokens TGI chose, from GET /metrics; None when not exported."""
-    try:
-        async with httpx.AsyncClient(base_url=base_url, timeout=10.0) as c:
-            r = await c.get("/metrics")
-    except httpx.HTTPError:
-        return None
-    if r.status_code != 200:
-        return None
-    for line in r.text.splitlines():
+def kv_budget_from_metrics(text: str) -> int | None:
+    """The ``tgi_batch_max_total_tokens`` sample of a Prometheus exposition, None when absent."""
+    for line in text.splitlines():
         name, _, value = line.partition(" ")
         if name == KV_BUDGET_METRIC:
             try:
@@ -141,6 +134,16 @@ async def read_kv_budget(base_url: str) -> int | None:
             except (ValueError, IndexError):
                 return None
     return None
+
+
+async def read_kv_budget(base_url: str) -> int | None:
+    """The KV-cache budget in tokens TGI chose, from GET /metrics; None when not exported."""
+    try:
+        async with httpx.AsyncClient(base_url=base_url, timeout=10.0) as c:
+            r = await c.get("/metrics")
+    except httpx.HTTPError:
+        return None
+    return kv_budget_from_metrics(r.text) if r.status_code == 200 else None
 
 
 class TgiEndpoint(TextGenerationStreaming, TgiEndpointBackend):

@@ -205,3 +205,15 @@ def test_launcher_shim_ignores_max_batch_total_tokens_like_tgi(fixtures_dir, mon
     with pytest.raises(SystemExit) as e:  # the launcher still checks the value it then ignores
         shim.plan(["--model-id", "/m", "--max-total-tokens", "5000", "--max-batch-total-tokens", "4096"], flags)
     assert e.value.code == 1 and "must be <= `max_batch_total_tokens`" in capsys.readouterr().err
+
+
+def test_the_kv_budget_tgi_exports_reaches_run_json(tokenizer, openapi):
+    """fact: tgi_batch_max_total_tokens: 3.3's /info has no batch budgets, the gauge carries the KV
+    budget TGI chose; the backend reads it into run.json's ``resolved``."""
+    from backends.tgi.backend import kv_budget_from_metrics
+
+    double = _double(tokenizer, openapi, StubEngine(1, "x"))
+    assert kv_budget_from_metrics(double.metrics.text()) == 0  # not sized yet
+    double.metrics.kv_budget.set(65536)
+    assert kv_budget_from_metrics(double.metrics.text()) == 65536
+    assert kv_budget_from_metrics("tgi_queue_size 3\n") is None
