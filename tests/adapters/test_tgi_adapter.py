@@ -201,3 +201,19 @@ def test_plan_notes_what_tgi_does_with_budgets_and_long_requests():
     long = [n for n in lim["notes"] if "exceeds --max-total-tokens 1024" in n]
     assert long and "admits it" in long[0] and "`length`" in long[0] and "refuse" not in long[0]
     assert any("1024-token chunks" in n and "re-prefills" in n for n in lim["notes"])
+
+
+def test_where_tgi_cannot_chunk_the_prefill_budget_must_hold_the_input():
+    """Below compute capability 8 TGI falls back to paged attention (launcher resolve_attention), which
+    neither chunks prefills nor caches prefixes (server models/model.py, globals.py)."""
+    from adapters.target import Machine
+
+    t4 = Target(ModelInfo("org/model"), Machine("cuda", "T4", "7.5"))
+    with pytest.raises(UnsupportedSpecError, match="when TGI cannot chunk prefills"):
+        tgi_launcher_args(_spec(max_model_len=8192, max_num_batched_tokens=2048), target=t4)
+    with pytest.raises(UnsupportedSpecError, match="paged attention"):
+        tgi_launcher_args(_spec(prefix_caching=True), target=t4)
+    h100 = Target(ModelInfo("org/model"), Machine("cuda", "H100", "9.0"))
+    argv, env = tgi_launcher_args(_spec(max_model_len=8192, max_num_batched_tokens=2048, prefix_caching=True),
+                                  target=h100)
+    assert _flag(argv, "--max-batch-prefill-tokens") == "2048" and env == {"PREFIX_CACHING": "1"}
