@@ -1,7 +1,9 @@
 """ServingSpec -> ``text-generation-launcher`` argv and env (TGI 3.3). Pure: starts nothing.
 
-Every flag emitted here exists in TGI 3.3's launcher reference (tests/fixtures/specs/tgi-3.3-launcher-flags.json,
-checked by tests/adapters/test_tgi_adapter.py). Spec options TGI cannot honour raise UnsupportedSpecError
+Every flag and environment variable emitted here is a row of the TGI v3.3.7 fact sheet
+(adapters/facts/tgi-v3.3.7.json, read from the upstream source; checked by
+tests/adapters/test_tgi_upstream_facts.py) and of the launcher reference
+(tests/fixtures/specs/tgi-3.3-launcher-flags.json). Spec options TGI cannot honour raise UnsupportedSpecError
 instead of being dropped. The model path is the one *inside* the container (see backends/tgi/backend.py,
 which mounts the host directory read-only).
 """
@@ -10,8 +12,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from adapters.quant_matrix import native_names
+from adapters.facts import load as load_facts
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from adapters.target import Load, Target, kv_elements_per_token
+from adapters.target import Load, Target
 
 CONTAINER_PORT = 80  # the TGI image's own default (ENV PORT=80)
 
@@ -22,31 +25,22 @@ TGI_QUANTIZE: dict[str, str | None] = native_names("tgi")
 TGI_DTYPE = {"float16": "float16", "bfloat16": "bfloat16"}  # launcher: [possible values: float16, bfloat16]
 TGI_KV_CACHE_DTYPE = {"fp8": "fp8_e4m3fn", "fp8_e4m3": "fp8_e4m3fn", "fp8_e5m2": "fp8_e5m2"}
 
-# Value types of the flags we emit or accept as native overrides (from the launcher reference);
-# the reference JSON lists enumerated values, these cover the rest.
-FLAG_TYPES: dict[str, str] = {
-    "--model-id": "str", "--revision": "str", "--num-shard": "posint", "--sharded": "bool",
-    "--quantize": "enum:awq,compressed-tensors,eetq,exl2,gptq,marlin,bitsandbytes,bitsandbytes-nf4,"
-                  "bitsandbytes-fp4,fp8", "--dtype": "enum:float16,bfloat16", "--kv-cache-dtype": "enum:fp8_e4m3fn,fp8_e5m2",
-    "--max-concurrent-requests": "posint", "--max-best-of": "posint", "--max-stop-sequences": "int",
-    "--max-top-n-tokens": "int", "--max-input-tokens": "posint", "--max-input-length": "posint",
-    "--max-total-tokens": "posint", "--waiting-served-ratio": "float", "--max-batch-prefill-tokens": "posint",
-    "--max-batch-total-tokens": "posint", "--max-waiting-tokens": "int", "--max-batch-size": "posint",
-    "--cuda-graphs": "intlist", "--hostname": "str", "--port": "port", "--cuda-memory-fraction": "fraction",
-    "--speculate": "int", "--trust-remote-code": "switch", "--disable-custom-kernels": "switch",
-    "--json-output": "switch", "--enable-prefill-logprobs": "switch", "--disable-grammar-support": "switch",
-    "--usage-stats": "enum:on,off,no-stack", "--rope-scaling": "enum:linear,dynamic", "--rope-factor": "float",
-    "--validation-workers": "posint", "--max-client-batch-size": "posint", "--payload-limit": "posint",
-    "--tokenizer-config-path": "str", "--lora-adapters": "str", "--graceful-termination-timeout": "int",
-}
-# TGI 3.3's --max-concurrent-requests default: beyond it the router answers "Model is overloaded"
-# (HTTP 429) instead of queueing (router/src/infer/mod.rs: a semaphore, try_acquire)
-TGI_DEFAULT_MAX_CONCURRENT = 128
-# Flags our container layer owns: an override would break the port mapping / model mount.
-RESERVED = {"--hostname", "--port", "--model-id"}
+FACTS = load_facts("tgi-v3.3.7")  # adapters/facts/tgi-v3.3.7.json: TGI's own definitions, per upstream file
 # Flags whose value is a secret: never taken from the spec (specs are printed and stored in
 # results); backends/tgi/backend.py passes $LLM_COMPARE_API_KEY to the container as API_KEY instead.
 SECRET_FLAGS = {"--api-key", "--ngrok-authtoken"}
+# Value types of the launcher flags we emit or accept as native overrides, from the fact sheet
+FLAG_TYPES: dict[str, str] = {k: f.type for k, f in FACTS.of("flag").items() if k not in SECRET_FLAGS}
+# TGI 3.3's --max-concurrent-requests default: beyond it the router answers "Model is overloaded"
+# instead of queueing: an `overloaded` error event in /generate_stream's HTTP 200, a 429 on /generate (router/src/infer/mod.rs: a semaphore, try_acquire)
+TGI_DEFAULT_MAX_CONCURRENT = int(FACTS.get("--max-concurrent-requests").value)
+# validation.rs DEFAULT_GENERATION_LENGTH: a stream is generated in chunks of at most this many tokens
+GENERATION_CHUNK = int(FACTS.get("default.max_new_tokens_chunk").value)
+# Flags our container layer owns: an override would break the port mapping / model mount.
+RESERVED = {"--hostname", "--port", "--model-id"}
+KV_BUDGET_WHY = ("TGI 3.3 sizes the KV cache from the GPU memory free after warm-up x --cuda-memory-fraction x "
+                 "TGI_WIGGLE_ROOM (0.90) and ignores --max-batch-total-tokens for flash-attention models "
+                 "(backends/v3/src/lib.rs): a byte budget has no launcher equivalent")
 
 
 def check_value(flag: str, value: Any) -> str | None:
@@ -73,25 +67,12 @@ def check_value(flag: str, value: Any) -> str | None:
     return None
 
 
-def kv_bytes_per_token(cfg: Mapping[str, Any] | None, dtype: str, kv_dtype: str) -> int | None:
-    """KV-cache bytes one token costs, from the model's config.json (None when unknown)."""
-    values = kv_elements_per_token(cfg)
-    if cfg is None or values is None:
-        return None
-    if kv_dtype != "auto":
-        width = 1
-    else:
-        name = dtype if dtype != "auto" else str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
-        width = 4 if "32" in name else 2
-    return values * width
-
-
 def tgi_launcher_args(spec: ServingSpec, model_path: str | None = None,
                       target: Target | None = None) -> tuple[list[str], dict[str, str]]:
     """(argv after ``text-generation-launcher``, env) for the spec.
 
     ``model_path``: the model's path inside the container (default: spec.model as given, e.g. a
-    hub id). ``target``: the probed model (its config.json sizes the KV budget).
+    hub id). ``target``: the probed model and machine, and the run's load.
     """
     flags: dict[str, str | None] = {"--model-id": model_path or spec.model}
     if spec.tokenizer and spec.tokenizer != spec.model:
@@ -125,29 +106,28 @@ def tgi_launcher_args(spec: ServingSpec, model_path: str | None = None,
     if spec.gpu_memory_utilization is not None:
         flags["--cuda-memory-fraction"] = str(spec.gpu_memory_utilization)
     if spec.kv_cache_memory_bytes is not None:
-        # TGI sizes its KV cache in tokens: translate the byte budget with the model's geometry
-        config = target.model.config if target is not None else None
-        per_token = kv_bytes_per_token(config, spec.dtype, spec.kv_cache_dtype)
-        if per_token is None:
-            raise UnsupportedSpecError("tgi", "kv_cache_memory_bytes", "TGI sizes the KV cache in tokens and "
-                                       "the model's config.json is not readable here to convert bytes",
-                                       "--native tgi.--max-batch-total-tokens=N")
-        flags["--max-batch-total-tokens"] = str(max(1, spec.kv_cache_memory_bytes // per_token))
+        raise UnsupportedSpecError("tgi", f"kv_cache_memory_bytes={spec.kv_cache_memory_bytes}", KV_BUDGET_WHY,
+                                   "gpu_memory_utilization=F instead (TGI's --cuda-memory-fraction, which "
+                                   "caps the whole process: weights, activations and KV)")
     if spec.tensor_parallel != 1:
         flags["--num-shard"] = str(spec.tensor_parallel)
     if spec.enforce_eager:
         flags["--cuda-graphs"] = "0"  # "Use 0 to disable"
-    for opt, why in (("block_size", "the attention backend fixes the block size"),
-                     ("chunked_prefill", "TGI decides prefill chunking from its attention backend"),
-                     ("prefix_caching", "TGI decides prefix caching from its attention backend")):
-        if getattr(spec, opt) is not None:
-            raise UnsupportedSpecError("tgi", f"{opt}={getattr(spec, opt)}", f"no launcher flag: {why}",
-                                       f"leave {opt} unset for TGI")
+    if spec.block_size is not None:
+        raise UnsupportedSpecError("tgi", f"block_size={spec.block_size}", "no launcher flag or environment: the "
+                                   "attention backend fixes it (flashinfer 1, flashdecoding 256, paged 16; "
+                                   "server models/globals.py)", "leave block_size unset for TGI")
+    env: dict[str, str] = {}
+    # no launcher flag, but the launcher (resolve_attention) and the server (models/globals.py) read
+    # these from their environment, which the container passes on to every shard
+    if spec.prefix_caching is not None:
+        env["PREFIX_CACHING"] = "1" if spec.prefix_caching else "0"
+    if spec.chunked_prefill is not None:
+        env["PREFILL_CHUNKING"] = "1" if spec.chunked_prefill else "0"
     if spec.load_format == "dummy":
         raise UnsupportedSpecError("tgi", "load_format=dummy", "TGI always loads real weights")
     # a benchmark tool does not phone home on the user's behalf
     flags["--usage-stats"] = "off"
-    env: dict[str, str] = {}
     for key, value in spec.native_for("tgi").items():
         if not str(key).startswith("-"):
             continue  # container settings (image, gpus, ...), handled by backends/tgi/backend.py
@@ -176,7 +156,8 @@ def tgi_launcher_args(spec: ServingSpec, model_path: str | None = None,
     load = target.load if target is not None else Load()
     if "--max-concurrent-requests" not in flags and load.max_in_flight:
         flags["--max-concurrent-requests"] = str(admission_limit(load.max_in_flight))
-    if (why := limits_problem(flags)) is not None:
+    attention_problem(spec, flags, target)
+    if (why := limits_problem(flags, chunking_off(spec, flags, target))) is not None:
         raise UnsupportedSpecError("tgi", why[0], why[1], why[2])
     flags["--hostname"] = "0.0.0.0"  # inside the container; Docker publishes it on 127.0.0.1 only
     flags["--port"] = str(CONTAINER_PORT)
@@ -201,10 +182,38 @@ def _int(flags: Mapping[str, str | None], flag: str) -> int | None:
     return int(v) if v is not None else None
 
 
-def limits_problem(flags: Mapping[str, str | None]) -> tuple[str, str, str] | None:
+def paged_attention(target: Target | None) -> bool:
+    """TGI falls back to paged attention below compute capability 8 (launcher resolve_attention);
+    prefix caching and prefill chunking need flashinfer or flashdecoding."""
+    cc = target.machine.compute_capability if target is not None else None
+    return bool(cc) and target is not None and target.machine.device == "cuda" and float(str(cc)) < 8
+
+
+def chunking_off(spec: ServingSpec, flags: Mapping[str, str | None], target: Target | None) -> bool:
+    """Known at plan time that TGI will not chunk prefills: PREFILL_CHUNKING=0, speculation on, or
+    paged attention (server models/model.py turns chunking off in the last two)."""
+    return (spec.chunked_prefill is False or (_int(flags, "--speculate") or 0) > 0 or paged_attention(target))
+
+
+def attention_problem(spec: ServingSpec, flags: Mapping[str, str | None], target: Target | None) -> None:
+    """Refuse what TGI would silently turn off or fail on at start (server models/model.py, globals.py)."""
+    if spec.chunked_prefill and (_int(flags, "--speculate") or 0) > 0:
+        raise UnsupportedSpecError("tgi", "chunked_prefill=true with --speculate", "TGI turns prefill chunking "
+                                   "off with speculation (\"Prefill chunking does not support speculation yet\")",
+                                   "drop --speculate or chunked_prefill")
+    if paged_attention(target) and (spec.chunked_prefill or spec.prefix_caching):
+        opt = "chunked_prefill" if spec.chunked_prefill else "prefix_caching"
+        raise UnsupportedSpecError("tgi", f"{opt}=true on compute capability {target.machine.compute_capability}"
+                                   if target else opt, "TGI uses paged attention below compute capability 8, and "
+                                   "prefix caching and prefill chunking need flashinfer or flashdecoding",
+                                   f"leave {opt} unset")
+
+
+def limits_problem(flags: Mapping[str, str | None], no_chunking: bool = False) -> tuple[str, str, str] | None:
     """(option, reason, fix) when the token limits break a rule TGI 3.3 checks at start
     (launcher/src/main.rs, backends/v3/src/main.rs), else None: the run fails here, not after the
-    container has loaded the model."""
+    container has loaded the model. ``no_chunking``: TGI will not chunk prefills, so the prefill
+    budget must hold the longest input (checked by the router only then)."""
     mit, mil = _int(flags, "--max-input-tokens"), _int(flags, "--max-input-length")
     mtt, mbtt = _int(flags, "--max-total-tokens"), _int(flags, "--max-batch-total-tokens")
     prefill = _int(flags, "--max-batch-prefill-tokens")
@@ -215,11 +224,12 @@ def limits_problem(flags: Mapping[str, str | None]) -> tuple[str, str, str] | No
     if mit is not None and mtt is not None and mit >= mtt:
         return (f"--max-input-tokens {mit}", f"must be < --max-total-tokens {mtt}", f"max_model_len>{mit}")
     if mbtt is not None and mtt is not None and mtt > mbtt:
-        return (f"--max-total-tokens {mtt}", f"must be <= --max-batch-total-tokens {mbtt} (one request must fit "
-                "the KV budget)", "a larger kv_cache_memory_bytes or a smaller max_model_len")
-    if mbtt is not None and prefill is not None and prefill > mbtt:
-        return (f"--max-batch-prefill-tokens {prefill}", f"must be <= --max-batch-total-tokens {mbtt}",
-                f"max_num_batched_tokens<={mbtt}")
+        # the launcher checks the given value even though flash-attention models then ignore it
+        return (f"--max-total-tokens {mtt}", f"must be <= --max-batch-total-tokens {mbtt} (checked by the "
+                "launcher)", f"drop --max-batch-total-tokens (ignored for flash-attention models) or raise it to {mtt}")
+    if no_chunking and mit is not None and prefill is not None and prefill < mit:
+        return (f"--max-batch-prefill-tokens {prefill}", f"must be >= --max-input-tokens {mit} when TGI cannot "
+                "chunk prefills (backends/v3/src/main.rs)", f"max_num_batched_tokens>={mit}")
     return None
 
 
@@ -242,19 +252,28 @@ def limits_plan(argv: list[str], load: Load, overridden: bool) -> dict[str, Any]
         source = "TGI's default (no bound on the run's load known: --concurrency, or --rate with --num-requests)"
     out: dict[str, Any] = {"max_concurrent_requests": limit, "source": source, "notes": []}
     if n and limit < n:
-        out["notes"].append(f"{n - limit} of {n} requests in flight will be refused as overloaded (HTTP 429)")
+        out["notes"].append(f"{n - limit} of {n} requests in flight will be refused as overloaded (an `overloaded` "
+                            "error event in /generate_stream's HTTP 200 answer)")
     batch = _int(flags, "--max-batch-size")
     if n and batch is not None and batch < n:
         out["notes"].append(f"--max-batch-size {batch}: requests beyond {batch} wait in TGI's queue (admitted, "
                             "not refused)")
-    mtt, mbtt = _int(flags, "--max-total-tokens"), _int(flags, "--max-batch-total-tokens")
+    if "--max-batch-total-tokens" in flags:
+        out["notes"].append("--max-batch-total-tokens is deprecated and ignored for flash-attention models: TGI sizes "
+                            "the KV cache from free GPU memory x --cuda-memory-fraction (metric "
+                            "tgi_batch_max_total_tokens reports what it chose)")
+    mtt = _int(flags, "--max-total-tokens")
     longest = load.max_request_tokens
     if longest and mtt is not None and longest > mtt:
-        out["notes"].append(f"the longest request (~{longest} tokens) exceeds --max-total-tokens {mtt}: TGI will "
-                            "refuse it as a validation error")
-    if n and longest and mbtt is not None and mbtt // longest < n:
-        out["notes"].append(f"--max-batch-total-tokens {mbtt} holds about {max(1, mbtt // longest)} requests of "
-                            f"~{longest} tokens at once; the rest wait in TGI's queue")
+        out["notes"].append(f"the longest request (~{longest} tokens) exceeds --max-total-tokens {mtt}: TGI admits it "
+                            f"when its input + min(max_new_tokens, {GENERATION_CHUNK}) fits, and ends it with "
+                            "finish reason `length` once a continuation no longer fits (router/src/validation.rs, "
+                            "infer/mod.rs)")
+    if longest and longest > GENERATION_CHUNK:
+        out["notes"].append(f"outputs longer than {GENERATION_CHUNK} tokens are generated in {GENERATION_CHUNK}-token "
+                            "chunks: each continuation is re-queued and re-prefills prompt + output so far (an "
+                            f"inter-token gap every {GENERATION_CHUNK} tokens; the last chunk may overshoot "
+                            "max_new_tokens)")
     return out
 
 

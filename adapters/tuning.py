@@ -41,7 +41,7 @@ class Knob:
         return None
 
 
-_FRACTIONS = {"gpu_memory_utilization", "kv_free_fraction"}  # knob names whose values are fractions
+_FRACTIONS = {"gpu_memory_utilization", "kv_free_fraction", "cuda-memory-fraction"}  # knob names whose values are fractions
 
 
 @dataclass(frozen=True)

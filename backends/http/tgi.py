@@ -1,16 +1,22 @@
 """TGI native protocol: ``POST /generate_stream`` (text-generation-inference 3.x).
 
-Quirks honoured (router/src/validation.rs, server.rs of TGI 3.3; spec tgi-3.3-openapi.json):
+Quirks honoured (router/src/validation.rs, server.rs, infer/mod.rs of TGI v3.3.7; each with its row
+in adapters/facts/tgi-v3.3.7.json):
 - greedy is ``do_sample: false`` with NO temperature/top_p: TGI rejects temperature 0
   ("must be strictly positive") and top_p 1 ("must be > 0.0 and < 1.0"); top_p is sent only
   when 0 < top_p < 1;
-- ``seed`` must be >= 1 (exclusiveMinimum 0): seed 0 is not sent;
+- ``seed``: any u64, 0 included (validation.rs; only the OpenAPI annotation says >= 1), sent
+  whenever sampling so a seeded run is reproducible;
 - no ignore_eos: output length cannot be forced (capability forced_output_length=False), so
   comparisons must use length-matched tokens;
 - prompts are text only (no token-id prompts);
+- special tokens stream with their text (``token.special`` true, text e.g. ``</s>``: the server
+  decodes tokens with skip_special_tokens=False); their text is not output text, as in TGI's own
+  ``generated_text``;
 - errors: ``/generate_stream`` answers 200 and sends ``data:{"error":..,"error_type":..}``
-  (validation / overloaded / generation / incomplete_generation); non-streaming routes and body
-  deserialisation failures use HTTP 422 / 424 / 429 / 500.
+  (validation / overloaded / generation / incomplete_generation_stream when the stream ended
+  without its last event); non-streaming routes and body deserialisation failures use HTTP 422 /
+  424 / 429 / 500.
 """
 from __future__ import annotations
 
@@ -26,7 +32,8 @@ from backends.http.sse import RawEvent, loads, snippet
 FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop"}
 # TGI's error_type -> the failure kind
 ERROR_KIND = {"validation": FailureKind.VALIDATION, "overloaded": FailureKind.OVERLOADED,
-              "generation": FailureKind.GENERATION, "incomplete_generation": FailureKind.DISCONNECTED}
+              "generation": FailureKind.GENERATION, "incomplete_generation_stream": FailureKind.DISCONNECTED,
+              "incomplete_generation": FailureKind.DISCONNECTED}  # the latter: non-streaming routes
 
 
 def generate_payload(req: GenerationRequest, model: str = "") -> dict[str, Any]:
@@ -39,7 +46,7 @@ def generate_payload(req: GenerationRequest, model: str = "") -> dict[str, Any]:
         params["temperature"] = req.temperature
         if 0 < req.top_p < 1:
             params["top_p"] = req.top_p
-        if req.seed:  # TGI: seed must be >= 1
+        if req.seed is not None:  # TGI accepts any u64, 0 included (validation.rs)
             params["seed"] = req.seed
     else:
         params["do_sample"] = False
@@ -75,8 +82,11 @@ def _tokens(raw: RawEvent, obj: dict[str, Any]) -> list[Parsed]:
     out: list[Parsed] = []
     lp = tok.get("logprob")
     tops = objects(obj.get("top_tokens"), "top_tokens")
+    text = opt_str(tok.get("text"), "token.text") or ""
+    if tok.get("special") is True:
+        text = ""  # TGI streams a special token's text (e.g. "</s>"); generated_text leaves it out
     out.append(token_event(
-        raw.t_ns, (tid,), opt_str(tok.get("text"), "token.text") or "",
+        raw.t_ns, (tid,), text,
         (number(lp, "token.logprob"),) if lp is not None else None,
         ({opt_int(t.get("id"), "top_tokens[].id"): number(t["logprob"], "top_tokens[].logprob")
           for t in tops if t.get("logprob") is not None},) if tops else None))

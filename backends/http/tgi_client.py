@@ -56,6 +56,9 @@ def _kind(e: BaseException) -> FailureKind:
     for cls, kind in table.items():
         if isinstance(e, cls):
             return kind
+    if isinstance(e, errors.UnknownError) and str(e).startswith("Incomplete generation"):
+        # TGI 3.3 streams error_type incomplete_generation_stream, which the package does not know
+        return FailureKind.DISCONNECTED
     import aiohttp
 
     if isinstance(e, aiohttp.ClientConnectorError):
@@ -67,7 +70,7 @@ def _kind(e: BaseException) -> FailureKind:
 
 def client_kwargs(req: GenerationRequest) -> dict[str, Any]:
     """The AsyncClient keyword arguments for a request: the same parameters as our payload
-    (backends/http/tgi.py: greedy is do_sample=false without temperature, seed only >= 1)."""
+    (backends/http/tgi.py: greedy is do_sample=false without temperature; any seed, 0 included)."""
     body = generate_payload(req)
     p = body["parameters"]
     kw: dict[str, Any] = {"prompt": body["inputs"], "max_new_tokens": p["max_new_tokens"], "do_sample": p["do_sample"]}
@@ -107,7 +110,8 @@ async def stream(base_url: str, req: GenerationRequest, headers: dict[str, str] 
             t = time.perf_counter_ns()
             tok = r.token
             tops = ({int(x.id): float(x.logprob) for x in r.top_tokens if x.logprob is not None},) if r.top_tokens else None
-            yield token_event(t, (int(tok.id),), tok.text or "",
+            # a special token streams with its text (e.g. "</s>"), which is not output text
+            yield token_event(t, (int(tok.id),), "" if tok.special else (tok.text or ""),
                               (float(tok.logprob),) if tok.logprob is not None else None, tops)
             if r.details is not None or r.generated_text is not None:
                 done = True

@@ -20,6 +20,7 @@ import httpx
 from adapters.spec import ServingSpec, UnsupportedSpecError
 from adapters.target import Target
 from adapters.tgi import CONTAINER_PORT, limits_plan, tgi_launcher_args
+from adapters.tgi_options import option_table
 from backends.http.tgi_client import CLIENT_NOTES, DEFAULT_TGI_CLIENT, TGI_CLIENTS
 from backends.container_http import ContainerHttpBackend, container_options, model_in_container
 from backends.http_backends import TextGenerationStreaming, TgiEndpointBackend
@@ -79,7 +80,8 @@ def tgi_plan(spec: ServingSpec, target: "str | TgiPlan | None" = None) -> dict[s
         from backends.http_backends import endpoint_plan
 
         client = tgi_client(spec)
-        return {**endpoint_plan(spec, target), "client": client, "client_why": CLIENT_NOTES[client]}
+        return {**endpoint_plan(spec, target), "client": client, "client_why": CLIENT_NOTES[client],
+                "spec_options": option_table(spec)}
     cs, opts, argv = target.container, target.options, target.argv
     return {
         "image": cs.image,
@@ -89,7 +91,9 @@ def tgi_plan(spec: ServingSpec, target: "str | TgiPlan | None" = None) -> dict[s
         "container": cs.settings(),
         "pull": opts["pull"],
         "protocol": "tgi native (POST /generate_stream, SSE); ready = GET /health 200",
-        "resolved_config": "GET /info after start (stored in run.json)",
+        "resolved_config": "GET /info after start, with the KV budget TGI chose (metric "
+                           "tgi_batch_max_total_tokens; TGI 3.3's /info has no dtype or batch budgets)",
+        "spec_options": option_table(spec),
         "limits": target.limits,
         "client": target.client,
         "client_why": CLIENT_NOTES[target.client],
@@ -113,6 +117,33 @@ async def read_info(base_url: str) -> dict[str, Any]:
     except Exception as e:  # a failed /info must not fail a started server: it is recorded
         return {"error": f"{type(e).__name__}: {e}"}
     return body if status == 200 and isinstance(body, dict) else {"error": f"HTTP {status}"}
+
+
+# TGI 3.3's /info dropped the batch budgets (router/src/lib.rs); the KV budget it resolved at
+# warm-up is exported as a gauge instead (backends/v3/src/lib.rs)
+KV_BUDGET_METRIC = "tgi_batch_max_total_tokens"
+
+
+def kv_budget_from_metrics(text: str) -> int | None:
+    """The ``tgi_batch_max_total_tokens`` sample of a Prometheus exposition, None when absent."""
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == KV_BUDGET_METRIC:
+            try:
+                return int(float(value.split()[0]))
+            except (ValueError, IndexError):
+                return None
+    return None
+
+
+async def read_kv_budget(base_url: str) -> int | None:
+    """The KV-cache budget in tokens TGI chose, from GET /metrics; None when not exported."""
+    try:
+        async with httpx.AsyncClient(base_url=base_url, timeout=10.0) as c:
+            r = await c.get("/metrics")
+    except httpx.HTTPError:
+        return None
+    return kv_budget_from_metrics(r.text) if r.status_code == 200 else None
 
 
 class TgiEndpoint(TextGenerationStreaming, TgiEndpointBackend):
@@ -144,8 +175,11 @@ class TgiContainerBackend(ContainerHttpBackend, TextGenerationStreaming):
         self.client = native.client
 
     async def _after_ready(self) -> None:
-        # /info is what TGI actually resolved (max tokens, batch budgets, dtype, version, sha)
+        # /info is what TGI actually resolved (max tokens, version, sha); the KV budget from /metrics
         self.info = await read_info(self.base_url or "")
+        budget = await read_kv_budget(self.base_url or "")
+        if budget is not None:
+            self.info = {**self.info, "max_batch_total_tokens": budget}
         self._version = str(self.info.get("version", self._version))
 
     @property

@@ -97,16 +97,21 @@ def verify(spec: ServingSpec, report: dict[str, Any] | None, *, resolved: dict[s
 
 def from_tgi(launch_flags: dict[str, Any], info: dict[str, Any] | None,
              checkpoint_config: dict[str, Any] | None) -> dict[str, Any]:
-    """A report for TGI. ``/info`` has no quantization field (model_id, model_dtype, version, ...),
-    so the method is the ``--quantize`` flag or, as TGI itself does, the checkpoint's
-    ``quantization_config.quant_method``; no per-layer kernel or weight size is observable."""
+    """A report for TGI. ``/info`` has no quantization field and, since TGI 3.3, no ``model_dtype``
+    (router/src/lib.rs), so the method is the ``--quantize`` flag or, as TGI itself does, the
+    checkpoint's ``quantization_config.quant_method``, and the dtype is ``--dtype`` or the one TGI's
+    server forces for float16-only quantizers; no per-layer kernel or weight size is observable."""
     method = launch_flags.get("--quantize")
     if method is None and checkpoint_config:
         method = (checkpoint_config.get("quantization_config") or {}).get("quant_method")
     rep: dict[str, Any] = {"method": method, "kernels": [], "source": "launch flags + checkpoint config"}
-    dtype = (info or {}).get("model_dtype") or launch_flags.get("--dtype")
+    dtype = (info or {}).get("model_dtype") or launch_flags.get("--dtype")  # model_dtype: TGI before 3.3
+    if not dtype and method in ("awq", "exl2", "gptq", "marlin"):
+        dtype = "float16"  # server models/__init__.py: "These quantizers only work with float16 params"
     if dtype:
         rep["dtype"] = str(dtype).replace("torch.", "")
+    else:
+        rep["dtype_note"] = "TGI's per-model default (not reported by TGI 3.3's /info)"
     if launch_flags.get("--kv-cache-dtype"):
         rep["kv_cache_dtype"] = launch_flags["--kv-cache-dtype"]
     return rep

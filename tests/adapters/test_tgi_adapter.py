@@ -8,7 +8,7 @@ import pytest
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
 from adapters.target import ModelInfo, Target
-from adapters.tgi import FLAG_TYPES, TGI_QUANTIZE, kv_bytes_per_token, tgi_launcher_args, validate_argv
+from adapters.tgi import FLAG_TYPES, TGI_QUANTIZE, tgi_launcher_args, validate_argv
 from backends.models.probe import probe
 
 TAIL = ["--usage-stats", "off", "--hostname", "0.0.0.0", "--port", "80"]
@@ -32,19 +32,19 @@ def test_minimal_spec_golden():
 def test_full_spec_golden(tiny_model):
     spec = ServingSpec(model=str(tiny_model), dtype="bfloat16", max_model_len=4096, max_num_seqs=64,
                        max_num_batched_tokens=8192, gpu_memory_utilization=0.9, tensor_parallel=2,
-                       kv_cache_dtype="fp8", enforce_eager=True, kv_cache_memory_bytes=2**30,
+                       kv_cache_dtype="fp8", enforce_eager=True, prefix_caching=False, chunked_prefill=True,
                        native={"tgi": {"--max-concurrent-requests": 512, "--waiting-served-ratio": 1.2,
                                        "--max-waiting-tokens": 10, "image": "ignored-here"}})
     argv, env = tgi_launcher_args(spec, model_path="/models/m", target=probe(str(tiny_model)))
-    # tiny Qwen2: KV bytes per token = 2 (K, V) x 4 layers x 2 KV heads x 32 head dim x 1 byte (fp8)
     assert argv == [
         "--model-id", "/models/m", "--dtype", "bfloat16", "--kv-cache-dtype", "fp8_e4m3fn",
         "--max-total-tokens", "4096", "--max-input-tokens", "4095", "--max-batch-size", "64",
         "--max-batch-prefill-tokens", "8192", "--cuda-memory-fraction", "0.9",
-        "--max-batch-total-tokens", str(2**30 // 512), "--num-shard", "2", "--cuda-graphs", "0",
+        "--num-shard", "2", "--cuda-graphs", "0",
         "--usage-stats", "off", "--max-concurrent-requests", "512", "--waiting-served-ratio", "1.2",
         "--max-waiting-tokens", "10", "--hostname", "0.0.0.0", "--port", "80"]
-    assert env == {}
+    # no launcher flags: the launcher and the server read these from their environment
+    assert env == {"PREFIX_CACHING": "0", "PREFILL_CHUNKING": "1"}
 
 
 @pytest.mark.parametrize("quant,flag", [(q, f) for q, f in TGI_QUANTIZE.items() if f])
@@ -60,19 +60,14 @@ def test_native_quantize_methods(method, reference):
     assert validate_argv(argv, reference) == []
 
 
-def test_kv_budget_from_the_checkpoint_dtype(tiny_model):
-    # dtype auto: the tiny model is float32, 4 bytes per value -> 2048 bytes per token
-    spec = ServingSpec(model=str(tiny_model), kv_cache_memory_bytes=64 * 2**20)
-    argv, _ = tgi_launcher_args(spec, target=probe(str(tiny_model)))
-    assert argv[argv.index("--max-batch-total-tokens") + 1] == str(64 * 2**20 // 2048)
-    # the budget comes from the probed config.json, never from the disk: nothing probed, no conversion
-    with pytest.raises(UnsupportedSpecError, match="max-batch-total-tokens"):
-        tgi_launcher_args(spec)
-    cfg = {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, "torch_dtype": "bfloat16"}
-    t = Target(ModelInfo("/m", local=True, config=cfg))
-    assert kv_bytes_per_token(cfg, "auto", "auto") == 2 * 2 * 4 * 16 * 2
-    argv, _ = tgi_launcher_args(spec.model_copy(update={"model": "/m"}), target=t)
-    assert argv[argv.index("--max-batch-total-tokens") + 1] == str(64 * 2**20 // 512)
+def test_kv_budget_maps_to_what_tgi_honours():
+    """TGI 3.3 ignores --max-batch-total-tokens for flash-attention models (backends/v3/src/lib.rs) and
+    sizes the KV cache from --cuda-memory-fraction: a byte budget is refused, naming the fraction."""
+    with pytest.raises(UnsupportedSpecError) as e:
+        tgi_launcher_args(_spec(kv_cache_memory_bytes=64 * 2**20))
+    assert "ignores --max-batch-total-tokens" in str(e.value) and "gpu_memory_utilization" in str(e.value)
+    argv, _ = tgi_launcher_args(_spec(gpu_memory_utilization=0.6))
+    assert _flag(argv, "--cuda-memory-fraction") == "0.6" and "--max-batch-total-tokens" not in argv
 
 
 def test_secret_flags_are_refused_in_the_spec():
@@ -85,11 +80,10 @@ def test_secret_flags_are_refused_in_the_spec():
     ({"dtype": "float32"}, "dtype=float32"),
     ({"dtype": "float16", "quantization": "w4a16-awq"}, "--dtype cannot be used with --quantize"),
     ({"block_size": 16}, "block_size"),
-    ({"prefix_caching": True}, "prefix_caching"),
-    ({"chunked_prefill": False}, "chunked_prefill"),
+    ({"chunked_prefill": True, "native": {"tgi": {"--speculate": 2}}}, "speculation"),
     ({"load_format": "dummy"}, "dummy"),
     ({"tokenizer": "other/tok"}, "tokenizer"),
-    ({"kv_cache_memory_bytes": 2**20}, "--max-batch-total-tokens"),  # no config.json for a hub id
+    ({"kv_cache_memory_bytes": 2**20}, "--cuda-memory-fraction"),
     ({"native": {"tgi": {"--port": 8080}}}, "container layer"),
     ({"native": {"tgi": {"--no-such-flag": 1}}}, "not a text-generation-launcher 3.3 flag"),
     ({"native": {"tgi": {"--quantize": "int3"}}}, "must be one of"),
@@ -105,14 +99,15 @@ def test_unsupported_options_raise(kw, needle):
 
 def _every_option_spec(tiny_model) -> list[ServingSpec]:
     base = dict(model=str(tiny_model), max_model_len=2048, max_num_seqs=8, max_num_batched_tokens=4096,
-                gpu_memory_utilization=0.85, tensor_parallel=4, enforce_eager=True, kv_cache_memory_bytes=2**28)
+                gpu_memory_utilization=0.85, tensor_parallel=4, enforce_eager=True, prefix_caching=True,
+                chunked_prefill=True)
     specs = [ServingSpec(**base, dtype=d) for d in ("auto", "float16", "bfloat16")]
     specs += [ServingSpec(**base, quantization=q) for q in TGI_QUANTIZE]
     specs += [ServingSpec(**base, kv_cache_dtype=k) for k in ("fp8", "fp8_e4m3", "fp8_e5m2")]
     natives = {"--max-concurrent-requests": 64, "--waiting-served-ratio": 0.5, "--cuda-graphs": "1,2,4,8",
                "--max-waiting-tokens": 5, "--sharded": True, "--trust-remote-code": True,
                "--enable-prefill-logprobs": True, "--max-best-of": 1, "--rope-scaling": "dynamic",
-               "--rope-factor": 2.0, "--speculate": 2, "--max-top-n-tokens": 10}
+               "--rope-factor": 2.0, "--max-top-n-tokens": 10}
     specs.append(ServingSpec(**base, native={"tgi": natives}))
     return specs
 
@@ -176,8 +171,8 @@ def test_native_admission_limit_wins_and_plan_says_where_it_came_from():
 @pytest.mark.parametrize("kw,needle", [
     # TGI 3.3 refuses these at start (launcher/src/main.rs, backends/v3/src/main.rs)
     ({"max_model_len": 4096, "native": {"tgi": {"--max-batch-total-tokens": 2048}}}, "--max-batch-total-tokens 2048"),
-    ({"max_num_batched_tokens": 8192, "native": {"tgi": {"--max-batch-total-tokens": 4096}}},
-     "--max-batch-prefill-tokens 8192"),
+    ({"max_model_len": 8192, "max_num_batched_tokens": 2048, "chunked_prefill": False},
+     "--max-batch-prefill-tokens 2048"),
     ({"max_model_len": 512, "native": {"tgi": {"--max-input-tokens": 600}}}, "must be < --max-total-tokens 512"),
     ({"native": {"tgi": {"--max-input-tokens": 10, "--max-input-length": 10}}}, "max_input_length"),
 ])
@@ -187,20 +182,38 @@ def test_token_limits_tgi_would_refuse_fail_before_start(kw, needle):
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
-def test_kv_budget_smaller_than_one_request_is_refused(tiny_model):
-    # 1 MiB at 2048 bytes per token (tiny model, fp32) = 512 tokens < max_model_len 4096
-    spec = ServingSpec(model=str(tiny_model), max_model_len=4096, kv_cache_memory_bytes=2**20)
-    with pytest.raises(UnsupportedSpecError, match="kv_cache_memory_bytes"):
-        tgi_launcher_args(spec, target=probe(str(tiny_model)))
+def test_prefill_budget_below_max_input_is_valid_when_tgi_chunks():
+    # backends/v3/src/main.rs checks prefill >= max-input-tokens only without chunking (on by default)
+    argv, _ = tgi_launcher_args(_spec(max_model_len=8192, max_num_batched_tokens=2048), target=_load_target(8))
+    assert _flag(argv, "--max-batch-prefill-tokens") == "2048"
 
 
-def test_plan_notes_a_kv_budget_that_queues_the_load():
+def test_plan_notes_what_tgi_does_with_budgets_and_long_requests():
     from adapters.tgi import limits_plan
 
     spec = _spec(max_model_len=1024, native={"tgi": {"--max-batch-total-tokens": 4096}})
     t = _load_target(64, longest=512)
     lim = limits_plan(tgi_launcher_args(spec, target=t)[0], t.load, False)
-    assert any("about 8 requests" in n for n in lim["notes"])
+    assert any("deprecated and ignored" in n for n in lim["notes"])
+    assert not any("holds about" in n for n in lim["notes"])  # no queue estimate from an ignored flag
     t = _load_target(64, longest=2000)
     lim = limits_plan(tgi_launcher_args(spec, target=t)[0], t.load, False)
-    assert any("exceeds --max-total-tokens 1024" in n for n in lim["notes"])
+    long = [n for n in lim["notes"] if "exceeds --max-total-tokens 1024" in n]
+    assert long and "admits it" in long[0] and "`length`" in long[0] and "refuse" not in long[0]
+    assert any("1024-token chunks" in n and "re-prefills" in n for n in lim["notes"])
+
+
+def test_where_tgi_cannot_chunk_the_prefill_budget_must_hold_the_input():
+    """Below compute capability 8 TGI falls back to paged attention (launcher resolve_attention), which
+    neither chunks prefills nor caches prefixes (server models/model.py, globals.py)."""
+    from adapters.target import Machine
+
+    t4 = Target(ModelInfo("org/model"), Machine("cuda", "T4", "7.5"))
+    with pytest.raises(UnsupportedSpecError, match="when TGI cannot chunk prefills"):
+        tgi_launcher_args(_spec(max_model_len=8192, max_num_batched_tokens=2048), target=t4)
+    with pytest.raises(UnsupportedSpecError, match="paged attention"):
+        tgi_launcher_args(_spec(prefix_caching=True), target=t4)
+    h100 = Target(ModelInfo("org/model"), Machine("cuda", "H100", "9.0"))
+    argv, env = tgi_launcher_args(_spec(max_model_len=8192, max_num_batched_tokens=2048, prefix_caching=True),
+                                  target=h100)
+    assert _flag(argv, "--max-batch-prefill-tokens") == "2048" and env == {"PREFIX_CACHING": "1"}

@@ -74,7 +74,10 @@ def test_vllm_container_end_to_end(docker_client, tiny_model, tmp_path):
 
 def test_tgi_backend_on_the_tgi_protocol_double_image(docker_client, tiny_model, tmp_path):
     require_image(docker_client, TGI_DOUBLE)
-    r = run_cli("run", "--backends", "tgi", *_spec_args(tiny_model), "--native", f"tgi.image={TGI_DOUBLE}",
+    # no KV byte budget: TGI 3.3 sizes its KV cache from memory (--cuda-memory-fraction), and so
+    # does not take one; PREFIX_CACHING reaches the launcher through the container's environment
+    spec = [a for a in _spec_args(tiny_model) if a not in ("--kv-cache-memory-bytes", str(64 * 2**20))]
+    r = run_cli("run", "--backends", "tgi", *spec, "--prefix-caching", "false", "--native", f"tgi.image={TGI_DOUBLE}",
                 "--native", "tgi.gpus=none", "--native", "tgi.--max-concurrent-requests=64",
                 "--num-requests", "6", "--input-len", "32", "--output-len", "8", "--concurrency", "2",
                 "--warmup", "1", "--out", str(tmp_path), "--run-id", "tgi", "--format", "json", timeout=900,
@@ -98,7 +101,8 @@ def test_tgi_backend_on_the_tgi_protocol_double_image(docker_client, tiny_model,
     assert info["max_concurrent_requests"] == 64
     assert "test double" in info["version"]  # the double says what it is
     logs = b["describe"]["extra"]["container"]["logs_tail"]
-    assert "tgi-double:" in logs and "--kv-cache-memory-bytes 67108864" in logs  # KV budget round trip
+    assert "tgi-double:" in logs and "PREFIX_CACHING=0" in logs  # the environment round trip
+    assert "model_dtype" not in info and info["max_batch_total_tokens"] > 0  # 3.3's /info + the KV gauge
     assert _ours(docker_client, run_id=_rid("tgi")) == []
 
 

@@ -61,6 +61,8 @@ def test_http_statuses_map_to_members(status):
     ({"error": "bad", "error_type": "validation"}, FailureKind.VALIDATION),
     ({"error": "busy", "error_type": "overloaded"}, FailureKind.OVERLOADED),
     ({"error": "cut", "error_type": "incomplete_generation"}, FailureKind.DISCONNECTED),
+    # what TGI 3.3's /generate_stream sends for a stream cut before its last event (server.rs)
+    ({"error": "Incomplete generation stream", "error_type": "incomplete_generation_stream"}, FailureKind.DISCONNECTED),
     ({"error": "?", "error_type": "something_new"}, FailureKind.GENERATION),
 ])
 def test_tgi_stream_errors_are_members(payload, kind):

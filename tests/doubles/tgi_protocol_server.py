@@ -5,17 +5,25 @@ TGI itself cannot run on these machines. This server speaks TGI's wire protocol 
 (``tgi_*`` families) -- and generates with the real vLLM engine (in-process ``AsyncLLM``). It is a
 stand-in for the protocol only: its latencies are vLLM's, not TGI's. Never report its numbers as TGI.
 
-Behaviour copied from TGI's router (router/src/server.rs, validation.rs) and checked against the
-OpenAPI spec (``--openapi``, default tests/fixtures/specs/tgi-3.3-openapi.json):
-- request bodies are validated against ``GenerateRequest``; TGI's own rules on top: temperature
-  must be > 0, top_p in (0, 1), top_k > 0, max_new_tokens > 0, stop <= max_stop_sequences,
-  input + max_new_tokens <= max_total_tokens;
+Behaviour copied from TGI v3.3.7's router (router/src/server.rs, validation.rs, infer/mod.rs), each
+quirk named by its row in adapters/facts/tgi-v3.3.7.json (``fact: KEY``), and request bodies checked
+against the OpenAPI spec (``--openapi``, default tests/fixtures/specs/tgi-3.3-openapi.json):
+- request bodies are validated against ``GenerateRequest``, except the seed's ``>= 1`` annotation,
+  which TGI does not enforce (fact: behaviour.seed); TGI's own rules on top: temperature > 0,
+  0 < top_p < 1, top_k > 0, max_new_tokens > 0, stop <= max_stop_sequences;
+- the length check is input + min(max_new_tokens, 1024) <= max_total_tokens (fact:
+  behaviour.max_total_tokens_check), and generation runs in chunks of min(max_new_tokens, 1024):
+  a chunk ending `length` short of max_new_tokens is re-validated with prompt + output and re-queued
+  (a fresh prefill), ending `length` when it no longer fits (fact: behaviour.requeue);
+- the concurrency limit is checked before validation (fact: behaviour.overloaded_order);
+- special tokens stream with their text, ``generated_text`` leaves them out (fact: stream.token.text);
 - ``/generate_stream`` always answers 200; errors are events ``data:{"error":..,"error_type":..}``
-  (validation / overloaded / generation / incomplete_generation), as TGI does;
+  (validation / overloaded / generation / incomplete_generation_stream), as TGI does;
 - ``/generate`` maps them to HTTP 422 (validation), 429 (overloaded), 424 (generation);
+- ``/info`` has TGI 3.3's fields only: no model_dtype, no batch budgets (fact: info.model_dtype);
+  ``/metrics`` exports the KV budget as ``tgi_batch_max_total_tokens``;
 - a body that is not JSON or lacks ``inputs`` gets 422 text/plain (axum's Json rejection);
-- no ``ignore_eos``: generation stops at EOS; beyond ``--max-concurrent-requests`` in flight, new
-  requests are refused as overloaded.
+- no ``ignore_eos``: generation stops at EOS.
 
 - ``POST /`` is TGI's compat route (``CompatGenerateRequest``: ``"stream"`` picks the event stream
   or a one-element JSON array), the route Hugging Face's ``text-generation`` client posts to.
@@ -27,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 import uuid
 from pathlib import Path
@@ -35,7 +44,8 @@ from typing import Any, AsyncIterator
 _HERE = Path(__file__).resolve()
 # in a checkout: tests/fixtures/specs; elsewhere (e.g. copied into an image) pass --openapi
 DEFAULT_OPENAPI = _HERE.parents[1] / "fixtures" / "specs" / "tgi-3.3-openapi.json"
-VERSION = "3.3.6-dev0 (llm-compare test double on vLLM)"
+VERSION = "3.3.7-dev0 (llm-compare test double on vLLM)"
+CHUNK = 1024  # validation.rs DEFAULT_GENERATION_LENGTH (fact: default.max_new_tokens_chunk)
 
 
 # ---------------------------------------------------------------- OpenAPI 3.0 -> JSON Schema
@@ -59,13 +69,20 @@ def schema_validator(openapi: dict[str, Any], name: str) -> Any:
     from jsonschema import Draft202012Validator
 
     defs = {k: _to_jsonschema(v) for k, v in openapi["components"]["schemas"].items()}
+    # the seed's exclusiveMinimum is an annotation only: validation.rs takes any u64 (fact: behaviour.seed)
+    seed = defs.get("GenerateParameters", {}).get("properties", {}).get("seed")
+    for node in ([seed] + list(seed.get("anyOf", [])) if isinstance(seed, dict) else []):
+        if isinstance(node, dict):
+            node.pop("exclusiveMinimum", None)
+            node["minimum"] = 0
     return Draft202012Validator({"$defs": defs, **defs[name]})
 
 
 # ---------------------------------------------------------------- TGI semantics
 
 class TgiError(Exception):
-    STATUS = {"validation": 422, "overloaded": 429, "generation": 424, "incomplete_generation": 500}
+    STATUS = {"validation": 422, "overloaded": 429, "generation": 424, "incomplete_generation": 500,
+              "incomplete_generation_stream": 500}
 
     def __init__(self, error_type: str, message: str) -> None:
         super().__init__(message)
@@ -96,6 +113,8 @@ class Metrics:
                                    buckets=(1, 8, 32, 128, 512, 2048))
         self.queue_size = Gauge("tgi_queue_size", "queued", registry=self.reg)
         self.batch_size = Gauge("tgi_batch_current_size", "batch", registry=self.reg)
+        # the KV budget chosen at warm-up; TGI 3.3 exports it here, not in /info (fact: tgi_batch_max_total_tokens)
+        self.kv_budget = Gauge("tgi_batch_max_total_tokens", "kv tokens", registry=self.reg)
 
     def fail(self, kind: str) -> None:
         self.failures[kind] = self.failures.get(kind, 0) + 1
@@ -118,6 +137,7 @@ class TgiDouble:
         self.in_flight = 0
         self.metrics = Metrics()
         self.special = set(getattr(tokenizer, "all_special_ids", []) or [])
+        self.kv_tokens: int | None = None  # the KV budget in tokens, exported as tgi_batch_max_total_tokens
 
     def info(self) -> dict[str, Any]:
         a = self.args
@@ -151,15 +171,10 @@ class TgiDouble:
         stop = p.get("stop") or []
         if len(stop) > self.args.max_stop_sequences:
             raise validation(f"`stop` supports up to {self.args.max_stop_sequences} stop sequences. Given: {len(stop)}")
-        ids = list(self.tok(inputs, add_special_tokens=True)["input_ids"])
-        if len(ids) > self.args.max_input_tokens:
-            raise validation(f"`inputs` must have less than {self.args.max_input_tokens} tokens. Given: {len(ids)}")
-        max_new = p.get("max_new_tokens") or min(100, self.args.max_total_tokens - len(ids))
-        if len(ids) + max_new > self.args.max_total_tokens:
-            raise validation(f"`inputs` tokens + `max_new_tokens` must be <= {self.args.max_total_tokens}. "
-                             f"Given: {len(ids)} `inputs` tokens and {max_new} `max_new_tokens`")
-        sampling = bool(p.get("do_sample")) or (t not in (None, 1.0)) or top_p is not None or top_k is not None
-        sp: dict[str, Any] = {"max_tokens": max_new, "stop": stop or None,
+        ids, max_new, total_new = self.lengths(inputs, p.get("max_new_tokens"))
+        sampling = (bool(p.get("do_sample")) or t is not None or top_p is not None or top_k is not None
+                    or p.get("typical_p") is not None)  # validation.rs: any of them turns sampling on
+        sp: dict[str, Any] = {"max_tokens": max_new, "total_new": total_new, "stop": stop or None,
                               "logprobs": int(p.get("top_n_tokens") or 0)}
         if sampling:
             sp.update(temperature=t if t is not None else 1.0, top_p=top_p or 1.0, top_k=top_k or 0,
@@ -170,6 +185,26 @@ class TgiDouble:
             sp["repetition_penalty"] = p["repetition_penalty"]
         return ids, sp
 
+    def lengths(self, inputs: str, asked: int | None) -> tuple[list[int], int, int]:
+        """(prompt ids, this chunk's max_new_tokens, the request's total) as validation.rs computes
+        them: the chunk is min(max_new_tokens, 1024) and only it must fit max_total_tokens."""
+        ids = list(self.tok(inputs, add_special_tokens=True)["input_ids"])
+        total_new = asked if asked is not None else max(0, self.args.max_total_tokens - len(ids))
+        chunk = min(total_new, CHUNK)
+        if len(ids) + chunk > self.args.max_total_tokens:
+            raise validation(f"`inputs` tokens + `max_new_tokens` must be <= {self.args.max_total_tokens}. "
+                             f"Given: {len(ids)} `inputs` tokens and {chunk} `max_new_tokens`")
+        if len(ids) > self.args.max_input_tokens:
+            raise validation(f"`inputs` must have less than {self.args.max_input_tokens} tokens. Given: {len(ids)}")
+        return ids, chunk, total_new
+
+    def token_text(self, tid: int, delta: str, first: bool) -> str:
+        """A streamed token's text: a special token's own text (the server decodes with
+        skip_special_tokens=False), else the delta vLLM produced (on its first token)."""
+        if tid in self.special:
+            return str(self.tok.decode([tid], skip_special_tokens=False))
+        return delta if first else ""
+
     async def generate(self, body: dict[str, Any], stream: bool) -> AsyncIterator[dict[str, Any]]:
         """StreamResponse dicts, one per token; raises TgiError (before or during generation)."""
         from vllm import SamplingParams
@@ -178,50 +213,68 @@ class TgiDouble:
         t_start = time.perf_counter()
         self.metrics.counters["tgi_request_count"] += 1
         p = body.get("parameters") or {}
-        try:
+        try:  # the concurrency permit first, then validation (fact: behaviour.overloaded_order)
+            if self.in_flight >= self.args.max_concurrent_requests:
+                raise TgiError("overloaded", "Model is overloaded")
             if stream and (p.get("best_of") or 1) != 1:
                 raise validation("`best_of` != 1 is not allowed for this endpoint")
             if stream and p.get("decoder_input_details"):
                 raise validation("`decoder_input_details` == true is not supported when streaming tokens")
             ids, sp = self.validate(body)
-            if self.in_flight >= self.args.max_concurrent_requests:
-                raise TgiError("overloaded", "Model is overloaded")
         except TgiError as e:
             self.metrics.fail(e.error_type)
             raise
         self.in_flight += 1
         self.metrics.batch_size.set(self.in_flight)
-        top_n = sp["logprobs"]
-        params = SamplingParams(**sp, output_kind=RequestOutputKind.DELTA)
+        top_n, total_new = sp["logprobs"], sp.pop("total_new")
         index, n_gen, text, finish, stop_reason = 0, 0, [], None, None
         t_first = None
+        inputs, input_length = body["inputs"], len(ids)
         try:
-            async for out in self.engine.generate({"prompt_token_ids": ids}, params, request_id=uuid.uuid4().hex):
-                c = out.outputs[0]
-                t_first = t_first or time.perf_counter()
-                for j, tid in enumerate(c.token_ids):
-                    index += 1
-                    n_gen += 1
-                    step = c.logprobs[j] if c.logprobs else None
-                    tok = {"id": int(tid), "text": (c.text if j == 0 else "") if tid not in self.special else "",
-                           "logprob": float(step[tid].logprob) if step and tid in step else None,
-                           "special": tid in self.special}
-                    ev: dict[str, Any] = {"index": index, "token": tok, "generated_text": None, "details": None}
-                    if top_n and step:
-                        ev["top_tokens"] = [{"id": int(k), "text": "", "logprob": float(v.logprob),
-                                             "special": int(k) in self.special}
-                                            for k, v in sorted(step.items(), key=lambda kv: -kv[1].logprob)[:top_n]]
-                    if not tok["special"]:
-                        text.append(tok["text"])
-                    if c.finish_reason is not None and j == len(c.token_ids) - 1:
-                        finish, stop_reason = c.finish_reason, c.stop_reason
-                        reason = ("length" if finish == "length" else
-                                  "stop_sequence" if isinstance(stop_reason, str) else "eos_token")
-                        ev["generated_text"] = "".join(text)
-                        if p.get("details", True):
-                            ev["details"] = {"finish_reason": reason, "generated_tokens": n_gen,
-                                             "input_length": len(ids), "seed": sp.get("seed")}
-                    yield ev
+            while True:  # one chunk per pass (fact: behaviour.requeue)
+                params = SamplingParams(**sp, output_kind=RequestOutputKind.DELTA)
+                chunk_text, chunk_finish = [], None
+                async for out in self.engine.generate({"prompt_token_ids": ids}, params, request_id=uuid.uuid4().hex):
+                    c = out.outputs[0]
+                    t_first = t_first or time.perf_counter()
+                    for j, tid in enumerate(c.token_ids):
+                        index += 1
+                        n_gen += 1
+                        step = c.logprobs[j] if c.logprobs else None
+                        tok = {"id": int(tid), "text": self.token_text(int(tid), c.text, j == 0),
+                               "logprob": float(step[tid].logprob) if step and tid in step else None,
+                               "special": tid in self.special}
+                        ev: dict[str, Any] = {"index": index, "token": tok, "generated_text": None, "details": None}
+                        if top_n and step:
+                            ev["top_tokens"] = [{"id": int(k), "text": self.token_text(int(k), "", False) or "",
+                                                 "logprob": float(v.logprob), "special": int(k) in self.special}
+                                                for k, v in sorted(step.items(), key=lambda kv: -kv[1].logprob)[:top_n]]
+                        if not tok["special"]:
+                            chunk_text.append(tok["text"])
+                        last = c.finish_reason is not None and j == len(c.token_ids) - 1
+                        if last:
+                            chunk_finish, stop_reason = c.finish_reason, c.stop_reason
+                            text += chunk_text
+                            again = chunk_finish == "length" and n_gen < total_new
+                            if again:  # re-validate prompt + output with the same max_new_tokens
+                                inputs = inputs + "".join(chunk_text)
+                                try:
+                                    ids, sp["max_tokens"], _ = self.lengths(inputs, p.get("max_new_tokens"))
+                                except TgiError:
+                                    again = False  # no longer fits: the stream ends `length`
+                            if again:
+                                yield ev  # an intermediate token: the continuation follows
+                                continue
+                            finish = chunk_finish
+                            reason = ("length" if finish == "length" else
+                                      "stop_sequence" if isinstance(stop_reason, str) else "eos_token")
+                            ev["generated_text"] = "".join(text)
+                            if p.get("details", True):
+                                ev["details"] = {"finish_reason": reason, "generated_tokens": n_gen,
+                                                 "input_length": input_length, "seed": sp.get("seed")}
+                        yield ev
+                if finish is not None or chunk_finish is None:
+                    break
         except TgiError:
             raise
         except Exception as e:  # the engine failed mid-generation: TGI's 424 "generation"
@@ -230,8 +283,10 @@ class TgiDouble:
         finally:
             self.in_flight -= 1
             self.metrics.batch_size.set(self.in_flight)
-        if finish is None:
+        if finish is None:  # server.rs: a stream without its End event
             self.metrics.fail("incomplete")
+            if stream:
+                raise TgiError("incomplete_generation_stream", "Incomplete generation stream")
             raise TgiError("incomplete_generation", "Incomplete generation")
         now = time.perf_counter()
         m = self.metrics
@@ -335,18 +390,24 @@ async def amain(args: argparse.Namespace) -> None:
     openapi = None
     if args.openapi and Path(args.openapi).exists():
         openapi = json.loads(Path(args.openapi).read_text())
+    # TGI's server reads PREFIX_CACHING from its environment (fact: PREFIX_CACHING); so does the double
+    prefix = os.environ.get("PREFIX_CACHING", "1").lower() in ("1", "true")
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs(
         model=args.model, dtype=args.dtype, max_model_len=args.max_total_tokens, seed=0,
-        kv_cache_memory_bytes=args.kv_cache_memory_bytes, enforce_eager=True))
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes, enforce_eager=True, enable_prefix_caching=prefix))
     try:
         tok = engine.get_tokenizer()
         if asyncio.iscoroutine(tok):
             tok = await tok
-        app = build_app(TgiDouble(engine, tok, args, openapi))
+        double = TgiDouble(engine, tok, args, openapi)
+        cache = engine.vllm_config.cache_config
+        if cache.num_gpu_blocks:
+            double.metrics.kv_budget.set(int(cache.num_gpu_blocks) * int(cache.block_size))
+        app = build_app(double)
         server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
                                                timeout_graceful_shutdown=2))
         print(f"TGI protocol double (vLLM engine) on http://{args.host}:{args.port} "
-              f"schema-validation={'on' if openapi else 'off'}", flush=True)
+              f"schema-validation={'on' if openapi else 'off'} prefix-caching={prefix}", flush=True)
         await server.serve()
     finally:
         engine.shutdown()

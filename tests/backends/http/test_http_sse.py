@@ -118,7 +118,8 @@ def test_tgi_payload_maps_greedy_without_temperature_zero():
                                                 "decoder_input_details": False, "do_sample": False}}
     s = tgi.generate_payload(GenerationRequest("r", 8, prompt_text="hi", temperature=0.7, top_p=1.0, seed=0))
     assert s["parameters"]["do_sample"] is True and s["parameters"]["temperature"] == 0.7
-    assert "top_p" not in s["parameters"] and "seed" not in s["parameters"]  # TGI rejects top_p=1 and seed=0
+    assert "top_p" not in s["parameters"]  # TGI rejects top_p=1 (validation.rs: 0 < top_p < 1)
+    assert s["parameters"]["seed"] == 0  # TGI accepts seed 0 (validation.rs: any u64): a seeded run repeats
     s2 = tgi.generate_payload(GenerationRequest("r", 8, prompt_text="hi", temperature=0.7, top_p=0.9, seed=5, logprobs=3))
     assert s2["parameters"]["top_p"] == 0.9 and s2["parameters"]["seed"] == 5 and s2["parameters"]["top_n_tokens"] == 3
     with pytest.raises(ValueError):

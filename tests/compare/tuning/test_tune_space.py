@@ -53,6 +53,23 @@ def test_bad_knob_ranges_are_one_line_errors(items, needle):
         parse_knobs(space_for("vllm"), items, SPEC, gpu=False)
 
 
+def test_tgi_space_searches_only_knobs_tgi_honours():
+    """TGI 3.3 ignores --max-batch-total-tokens for flash-attention models (backends/v3/src/lib.rs):
+    the KV knob is --cuda-memory-fraction, and a prefill budget below max-input-tokens is valid
+    whenever TGI chunks prefills (backends/v3/src/main.rs)."""
+    space = space_for("tgi")
+    names = {k.name for k in space.knobs}
+    assert "max-batch-total-tokens" not in names and "cuda-memory-fraction" in names
+    long_ctx = SPEC.model_copy(update={"max_model_len": 8192})
+    grid = parse_knobs(space, [], long_ctx, gpu=True)
+    assert not [c for c in grid_points(grid) if space.rules(c, long_ctx, True)]  # chunking: all valid
+    no_chunk = long_ctx.model_copy(update={"chunked_prefill": False})
+    bad = [c for c in grid_points(grid) if space.rules(c, no_chunk, True)]
+    assert bad and all(c["max-batch-prefill-tokens"] < 8191 for c in bad)
+    with pytest.raises(KnobError, match="fraction"):
+        parse_knobs(space, ["cuda-memory-fraction=1.5"], long_ctx, gpu=True)
+
+
 def test_a_grid_with_no_accepted_combination_is_rejected():
     with pytest.raises(KnobError, match="no combination"):
         parse_knobs(space_for("vllm"), ["max_num_seqs=64,128", "max_num_batched_tokens=32"], SPEC, gpu=False)
@@ -73,8 +90,8 @@ def test_tune_cli_bad_input_exits_2_with_one_line(tmp_path):
     cases = [
         (["--knob", "block_size=48"], "not a multiple of 32"),
         (["--slo", "ttft=2s"], "SLO term"),
-        (["--backend", "tgi", "--knob", "max-batch-prefill-tokens=8192",
-          "--knob", "max-batch-total-tokens=4096"], "no combination"),
+        (["--backend", "tgi", "--max-model-len", "8192", "--chunked-prefill", "false",
+          "--knob", "max-batch-prefill-tokens=2048,4096"], "without prefill chunking"),
         (["--budget", "0"], "--budget"),
     ]
     for extra, needle in cases:
