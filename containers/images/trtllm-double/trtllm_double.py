@@ -205,8 +205,7 @@ def serve_app(upstream: str, quirks: ServeQuirks, transport=None):
         r = await client.get("/v1/models")
         return JSONResponse(r.json(), status_code=r.status_code)
 
-    @app.post("/v1/completions")
-    async def completions(request: Request):
+    async def completions(request):
         body = await request.json()
         if not body.get("stream"):
             r = await client.post("/v1/completions", json=body)
@@ -233,6 +232,9 @@ def serve_app(upstream: str, quirks: ServeQuirks, transport=None):
                 await r.aclose()
         return StreamingResponse(events(), media_type="text/event-stream")
 
+    # annotations are strings in this module (postponed evaluation): FastAPI needs the class itself
+    completions.__annotations__["request"] = Request
+    app.post("/v1/completions")(completions)
     return app
 
 
