@@ -135,3 +135,10 @@ def test_logprobs_capability_per_release():
         assert release_capabilities(caps, release).logprobs is False
     unknown = release_capabilities(caps, "1.3.0rc27")
     assert unknown.logprobs is True and "no fact sheet" in unknown.notes[-1]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_each_sheet_names_the_script_its_modelopt_pin_has(release):
+    f = facts_for(release)
+    assert f.raw["modelopt"]["ptq_script"] == modelopt_ptq_script(f.modelopt_version)
+    assert all(f.sources().values())
