@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 import yaml
 from packaging.version import Version
 
-FACTS_DIR = Path(__file__).resolve().parent / "facts"
+# package data, read like a module is imported (adapters/ does no other I/O)
+FACTS_DIR = resources.files("adapters") / "facts"
 # NVIDIA/Model-Optimizer renamed examples/llm_ptq to examples/hf_ptq (#1759, first tagged in 0.46.0,
 # which keeps llm_ptq as a symlink); the symlink was removed after 0.46 (#2182). Read from the tags.
 MODELOPT_HF_PTQ_FROM = Version("0.46.0")
@@ -48,7 +49,7 @@ def modelopt_ptq_script(modelopt_version: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _load(name: str) -> ReleaseFacts | None:
-    path = FACTS_DIR / f"trtllm-{name}.yaml"
+    path = FACTS_DIR.joinpath(f"trtllm-{name}.yaml")
     if not path.is_file():
         return None
     r = yaml.safe_load(path.read_text())
@@ -60,7 +61,8 @@ def _load(name: str) -> ReleaseFacts | None:
 
 
 def sheets() -> list[str]:
-    return sorted(p.stem.removeprefix("trtllm-") for p in FACTS_DIR.glob("trtllm-*.yaml"))
+    return sorted(p.name.removeprefix("trtllm-").removesuffix(".yaml") for p in FACTS_DIR.iterdir()
+                  if p.name.startswith("trtllm-") and p.name.endswith(".yaml"))
 
 
 def facts_for(v: Version | str) -> ReleaseFacts | None:
