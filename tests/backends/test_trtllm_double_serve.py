@@ -83,3 +83,16 @@ def test_metrics_is_empty_unless_iteration_stats_are_on():
 def test_an_unreadable_release_is_refused_in_one_line():
     with pytest.raises(SystemExit, match="TRTLLM_DOUBLE_RELEASE"):
         double.ServeQuirks("latest", {})
+
+
+@pytest.mark.parametrize("release,override,want", [
+    ("1.0.0", None, "fresh-per-chunk"), ("1.2.1", None, "fresh-per-chunk"), ("1.3.0", None, "per-request"),
+    ("1.3.0rc20", "fresh-per-chunk", "fresh-per-chunk"), ("1.3.0rc27", "per-request", "per-request"),
+])
+def test_the_chunk_id_behaviour_per_release(release, override, want):
+    assert double.chunk_ids_of(release, override) == want
+
+
+def test_a_release_candidate_that_straddles_the_fix_must_be_told():
+    with pytest.raises(SystemExit, match="TRTLLM_DOUBLE_CHUNK_IDS"):
+        double.chunk_ids_of("1.3.0rc14")

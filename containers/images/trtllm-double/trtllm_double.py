@@ -126,24 +126,36 @@ def hf_ptq(argv: list[str]) -> int:
 #   ChatCompletionStreamResponse (its own id); continuous usage carries the running completion total.
 # * GET /metrics: the JSON iteration stats drained by each read; [] unless the LlmArgs YAML sets
 #   enable_iter_perf_stats (default false). GET /prometheus/metrics: only with return_perf_metrics.
-# The release is TRTLLM_DOUBLE_RELEASE (default 1.2.0, the backend's default release).
-FIXED_CHUNK_IDS_FROM = (1, 3)  # first series assumed to carry #14708 (one id per request)
+# The release is TRTLLM_DOUBLE_RELEASE (default 1.2.0, the backend's default release). Chunk ids:
+# a fresh id per chunk for 1.0 .. 1.2.x, one per request from 1.3.0 (the PR landed before it). The
+# 1.3.0 release candidates straddle the PR, so for them TRTLLM_DOUBLE_CHUNK_IDS must say which.
+CHUNK_IDS = ("fresh-per-chunk", "per-request")
 
 
-def _series(release: str) -> tuple[int, int]:
+def chunk_ids_of(release: str, override: str | None = None) -> str:
+    if override:
+        if override not in CHUNK_IDS:
+            sys.exit(f"[double] TRTLLM_DOUBLE_CHUNK_IDS={override!r}: expected one of {', '.join(CHUNK_IDS)}")
+        return override
+    parts = release.split(".")
     try:
-        major, minor = release.split(".")[:2]
-        return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
-    except ValueError:
+        major, minor = int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
         sys.exit(f"[double] TRTLLM_DOUBLE_RELEASE={release!r}: expected a release like 1.2.0")
+    if (major, minor) < (1, 3):
+        return "fresh-per-chunk"
+    if (major, minor) == (1, 3) and any(tag in release for tag in ("rc", "dev", "a", "b")):
+        sys.exit(f"[double] TRTLLM_DOUBLE_RELEASE={release!r}: the 1.3.0 release candidates straddle upstream "
+                 f"PR #14708; set TRTLLM_DOUBLE_CHUNK_IDS=fresh-per-chunk or per-request")
+    return "per-request"
 
 
 class ServeQuirks:
     """Per-server state of the double's trtllm-serve: chunk rewriting and iteration stats."""
 
-    def __init__(self, release: str, llm_args: dict) -> None:
+    def __init__(self, release: str, llm_args: dict, chunk_ids: str | None = None) -> None:
         self.release = release
-        self.fresh_chunk_ids = _series(release) < FIXED_CHUNK_IDS_FROM
+        self.fresh_chunk_ids = chunk_ids_of(release, chunk_ids) == "fresh-per-chunk"
         self.iter_stats = bool(llm_args.get("enable_iter_perf_stats"))
         self.prometheus = bool(llm_args.get("return_perf_metrics"))
         self._stats: list[dict] = []
@@ -259,7 +271,8 @@ def serve(argv: list[str]) -> int:
         bad = sorted(set(extra) - LLM_ARGS) + sorted(set(extra.get("kv_cache_config") or {}) - KV_CACHE)
         if bad:
             sys.exit(f"[double] LlmArgs: extra inputs are not permitted: {bad}")
-    quirks = ServeQuirks(os.environ.get("TRTLLM_DOUBLE_RELEASE", "1.2.0"), extra)
+    quirks = ServeQuirks(os.environ.get("TRTLLM_DOUBLE_RELEASE", "1.2.0"), extra,
+                         os.environ.get("TRTLLM_DOUBLE_CHUNK_IDS"))
     weights = os.path.join(a.model, "hf") if os.path.isdir(os.path.join(a.model, "hf")) else a.model
     kv = extra.get("kv_cache_config") or {}
     inner = a.port + 1  # vLLM listens inside the container only; the front answers on a.port
