@@ -96,3 +96,25 @@ def test_the_chunk_id_behaviour_per_release(release, override, want):
 def test_a_release_candidate_that_straddles_the_fix_must_be_told():
     with pytest.raises(SystemExit, match="TRTLLM_DOUBLE_CHUNK_IDS"):
         double.chunk_ids_of("1.3.0rc14")
+
+
+@pytest.mark.parametrize("stats_on", [False, True])
+def test_the_level_scrape_reports_iterations_or_says_why_there_are_none(stats_on):
+    import asyncio
+
+    from backends.server_metrics import MetricsScraper
+
+    front = _front("1.2.0", {"enable_iter_perf_stats": True} if stats_on else {})
+
+    async def level():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=front.app), base_url="http://double") as c:
+            scraper = MetricsScraper(c, "trtllm-json", interval_s=0.05)
+            await scraper.start("level")
+            await asyncio.to_thread(_stream, front)  # the level's work, through the same front
+            return await scraper.stop("level")
+    out = asyncio.run(level())
+    assert out["available"] is True
+    if stats_on:
+        assert out["summary"]["iterations"] == 4 and "empty" not in out["summary"]
+    else:
+        assert out["summary"]["iterations"] == 0 and "enable_iter_perf_stats" in out["summary"]["empty"]
