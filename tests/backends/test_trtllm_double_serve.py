@@ -118,3 +118,9 @@ def test_the_level_scrape_reports_iterations_or_says_why_there_are_none(stats_on
         assert out["summary"]["iterations"] == 4 and "empty" not in out["summary"]
     else:
         assert out["summary"]["iterations"] == 0 and "enable_iter_perf_stats" in out["summary"]["empty"]
+
+
+def test_the_double_refuses_the_config_alias_before_1_2(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRTLLM_DOUBLE_RELEASE", "1.1.0")
+    with pytest.raises(SystemExit, match="No such option: --config"):
+        double.serve([str(tmp_path), "--config", str(tmp_path / "llm_args.yaml")])

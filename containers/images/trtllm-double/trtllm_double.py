@@ -132,16 +132,20 @@ def hf_ptq(argv: list[str]) -> int:
 CHUNK_IDS = ("fresh-per-chunk", "per-request")
 
 
+def release_series(release: str) -> tuple[int, int]:
+    parts = release.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        sys.exit(f"[double] TRTLLM_DOUBLE_RELEASE={release!r}: expected a release like 1.2.0")
+
+
 def chunk_ids_of(release: str, override: str | None = None) -> str:
     if override:
         if override not in CHUNK_IDS:
             sys.exit(f"[double] TRTLLM_DOUBLE_CHUNK_IDS={override!r}: expected one of {', '.join(CHUNK_IDS)}")
         return override
-    parts = release.split(".")
-    try:
-        major, minor = int(parts[0]), int(parts[1])
-    except (ValueError, IndexError):
-        sys.exit(f"[double] TRTLLM_DOUBLE_RELEASE={release!r}: expected a release like 1.2.0")
+    major, minor = release_series(release)
     if (major, minor) < (1, 3):
         return "fresh-per-chunk"
     if (major, minor) == (1, 3) and any(tag in release for tag in ("rc", "dev", "a", "b")):
@@ -264,6 +268,10 @@ def serve(argv: list[str]) -> int:
     p.add_argument("--config", "--extra_llm_api_options", dest="config")
     p.add_argument("--log_level", default="info")
     a = p.parse_args(argv)
+    release = os.environ.get("TRTLLM_DOUBLE_RELEASE", "1.2.0")
+    if "--config" in argv and release_series(release) < (1, 2):
+        # the --config alias of --extra_llm_api_options arrived in 1.2.0 (click: unknown option)
+        sys.exit(f"Error: No such option: --config (trtllm-serve {release})")
     extra = {}
     if a.config:
         with open(a.config) as f:
@@ -271,7 +279,7 @@ def serve(argv: list[str]) -> int:
         bad = sorted(set(extra) - LLM_ARGS) + sorted(set(extra.get("kv_cache_config") or {}) - KV_CACHE)
         if bad:
             sys.exit(f"[double] LlmArgs: extra inputs are not permitted: {bad}")
-    quirks = ServeQuirks(os.environ.get("TRTLLM_DOUBLE_RELEASE", "1.2.0"), extra,
+    quirks = ServeQuirks(release, extra,
                          os.environ.get("TRTLLM_DOUBLE_CHUNK_IDS"))
     weights = os.path.join(a.model, "hf") if os.path.isdir(os.path.join(a.model, "hf")) else a.model
     kv = extra.get("kv_cache_config") or {}
