@@ -25,6 +25,8 @@ from packaging.version import Version
 
 from adapters.spec import ServingSpec
 from adapters.target import Target
+from adapters.trtllm_facts import ReleaseFacts, facts_for, modelopt_ptq_script
+from adapters.trtllm_options import spec_option_table
 from adapters.trtllm_support import (  # noqa: F401  (SCHEMES, parse_version: also public from here)
     SCHEMES, V_CONFIG_ALIAS, V_KV_TOKENS_PER_BLOCK, V_PYTORCH_DEFAULT, _cc_str, _kv_fp8, _unsupported,
     check_quant, checkpoint_quant, choose_flow, parse_cc, parse_version, resolve_quant, version_and_image,
@@ -38,7 +40,7 @@ LLM_ARGS_FILE = f"{CONFIG_DIR}/llm_args.yaml"
 # Keys of spec.native["trtllm"] that steer this adapter; anything else is an error (never dropped).
 CONTROL_KEYS = ("version", "image", "flow", "quant", "compute_capability", "gpu_name", "calib_size",
                 "calib_dataset", "modelopt_dir", "llm_args", "build_args", "quantize_image", "gpus",
-                "detokenize", "step_timeout_s")
+                "detokenize", "step_timeout_s", "modelopt_version")
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,8 @@ class TrtllmPlan:
     gpu_name: str | None
     notes: tuple[str, ...] = ()
     not_applicable: dict[str, Any] = field(default_factory=dict)
+    modelopt_version: str | None = None  # the Model-Optimizer checkout the quantize step needs
+    spec_options: dict[str, Any] = field(default_factory=dict)  # spec option -> what upstream does with it
 
     def cache_fields(self) -> dict[str, Any]:
         """What decides the built artifact (engine-cache key, with checkpoint hash and image id)."""
@@ -83,8 +87,18 @@ class TrtllmPlan:
             "llm_args_yaml": self.llm_args, "serve": list(self.serve_argv),
             "gpu": {"name": self.gpu_name, "compute_capability": self.compute_capability},
             "notes": list(self.notes), "not_applicable": self.not_applicable,
+            "spec_options": self.spec_options, "facts": self.facts_summary(),
             "executed_here": "never: TensorRT-LLM has not been run on these machines",
         }
+
+    def facts_summary(self) -> dict[str, Any]:
+        f = facts_for(self.version)
+        if f is None:
+            return {"sheet": None, "note": f"no fact sheet for TensorRT-LLM {self.version}: its flags and "
+                    "fields are not checked against upstream source"}
+        return {"sheet": f"adapters/facts/trtllm-{f.release}.yaml", "sources": f.sources(),
+                "stream_chunk_ids": f.chunk_id, "completions_logprobs": f.completions_logprobs,
+                "metrics": f.raw["metrics"], "modelopt_checkout": self.modelopt_version}
 
     def _step(self, name: str) -> list[str] | None:
         return next((list(s.argv) for s in self.steps if s.name == name), None)
@@ -96,7 +110,7 @@ def _tokenizer_dir(spec: ServingSpec) -> str | None:
 
 
 def _quantize_step(spec: ServingSpec, flow: str, image: str, algo: str | None, kv_fp8: bool,
-                   native: dict[str, Any]) -> Step:
+                   native: dict[str, Any], modelopt_version: str | None = None) -> Step:
     calib = [] if native.get("calib_size") is None else ["--calib_size", str(int(native["calib_size"]))]
     if flow == "engine":
         # examples/quantization/quantize.py (0.18 .. 1.3.0rc20; /app/tensorrt_llm/examples in the
@@ -114,10 +128,13 @@ def _quantize_step(spec: ServingSpec, flow: str, image: str, algo: str | None, k
         if native.get("calib_dataset"):
             argv += ["--calib_dataset", str(native["calib_dataset"])]
         return Step("quantize", image, tuple(argv + calib))
-    # PyTorch flow: NVIDIA/Model-Optimizer examples/llm_ptq/hf_ptq.py exports a unified HF checkpoint
-    # (hf_quant_config.json) that trtllm-serve loads directly (features/quantization.md, 1.0.0).
+    # PyTorch flow: NVIDIA/Model-Optimizer's hf_ptq.py exports a unified HF checkpoint
+    # (hf_quant_config.json) that trtllm-serve loads directly (features/quantization.md, 1.0.0). Its
+    # path depends on the ModelOpt version (examples/llm_ptq before 0.46, examples/hf_ptq from 0.46);
+    # the version is the one the TensorRT-LLM release pins (its fact sheet) unless overridden.
     # --kv_cache_qformat is always explicit: newer ModelOpt defaults to fp8_cast.
-    argv = ["python3", f"{MODELOPT_DIR}/examples/llm_ptq/hf_ptq.py", "--pyt_ckpt_path", MODEL_DIR,
+    script = modelopt_ptq_script(modelopt_version or "0.0")
+    argv = ["python3", f"{MODELOPT_DIR}/{script}", "--pyt_ckpt_path", MODEL_DIR,
             "--qformat", SCHEMES[algo].qformat, "--kv_cache_qformat", "fp8" if kv_fp8 else "none",
             "--export_path", f"{WORK_DIR}/quantized", "--export_fmt", "hf"]
     if spec.tensor_parallel != 1:
@@ -181,6 +198,10 @@ def _pytorch_llm_args(spec: ServingSpec, v: Version, kv_fp8: bool, notes: list[s
         a["kv_cache_config"] = kv
     if spec.enforce_eager:
         a["cuda_graph_config"] = None  # YAML null: no CUDA graphs (CudaGraphConfig, 1.0)
+    # trtllm-serve's GET /metrics drains the executor's iteration stats, which the PyTorch executor
+    # only records with enable_iter_perf_stats (TorchLlmArgs, default false; no trtllm-serve flag
+    # sets it): without it every read is [] and the per-level server metrics would be empty.
+    a["enable_iter_perf_stats"] = True
     if spec.load_format == "dummy":
         a["load_format"] = "dummy"
     elif spec.load_format == "safetensors":
@@ -210,8 +231,17 @@ def _engine_runtime(spec: ServingSpec, v: Version, not_applicable: dict[str, Any
         not_applicable["enforce_eager"] = spec.enforce_eager  # a TensorRT engine has no eager mode
     a: dict[str, Any] = {}
     if v >= V_PYTORCH_DEFAULT:
+        # every KV setting in the YAML: trtllm-serve builds the YAML's kv_cache_config as a whole
+        # KvCacheConfig that replaces the command line's (llmapi/llm_args.py
+        # update_llm_args_with_extra_dict), so a CLI --kv_cache_free_gpu_memory_fraction next to it
+        # would silently fall back to the default 0.9.
+        kv: dict[str, Any] = {}
+        if spec.gpu_memory_utilization is not None:
+            kv["free_gpu_memory_fraction"] = spec.gpu_memory_utilization
         if spec.prefix_caching is not None:
-            a["kv_cache_config"] = {"enable_block_reuse": spec.prefix_caching}
+            kv["enable_block_reuse"] = spec.prefix_caching
+        if kv:
+            a["kv_cache_config"] = kv
         if spec.chunked_prefill is not None:
             a["enable_chunked_prefill"] = spec.chunked_prefill
     elif spec.prefix_caching or spec.chunked_prefill:
@@ -235,8 +265,10 @@ def _serve_argv(spec: ServingSpec, flow: str, v: Version, model: str, llm_args: 
         argv += ["--tokenizer", tok]
     argv += ["--host", "0.0.0.0", "--port", str(SERVE_PORT)]
     if flow == "engine":
+        # 0.x takes the KV fraction on the command line; 1.x gets it in the YAML (_engine_runtime)
         argv += _flags({"--max_batch_size": spec.max_num_seqs, "--max_num_tokens": spec.max_num_batched_tokens,
-                        "--kv_cache_free_gpu_memory_fraction": spec.gpu_memory_utilization,
+                        "--kv_cache_free_gpu_memory_fraction":
+                            spec.gpu_memory_utilization if v < V_PYTORCH_DEFAULT else None,
                         "--tp_size": spec.tensor_parallel if spec.tensor_parallel != 1 else None})
     if llm_args:
         argv += ["--config" if v >= V_CONFIG_ALIAS else "--extra_llm_api_options", LLM_ARGS_FILE]
@@ -262,23 +294,45 @@ def trtllm_plan(spec: ServingSpec, *, compute_capability: str | None = None, gpu
     kv_fp8 = _kv_fp8(spec, flow, cc)
     not_applicable: dict[str, Any] = {"seed": spec.seed}  # TRT-LLM seeds per request (SamplingParams.seed)
     steps: list[Step] = []
+    facts = facts_for(v)
+    modelopt = _modelopt_version(native, facts)
     if flow == "engine":
         steps = [_quantize_step(spec, flow, image, algo, kv_fp8, native), _build_step(spec, image, native)]
         llm_args = _engine_runtime(spec, v, not_applicable)
         model = f"{WORK_DIR}/engine"
     else:
         if algo is not None and checkpoint_quant is None:
-            steps = [_quantize_step(spec, flow, image, algo, kv_fp8, native)]
+            steps = [_quantize_step(spec, flow, image, algo, kv_fp8, native, modelopt)]
             # the exported checkpoint carries its KV-cache quantization; the YAML repeats it anyway
         model = f"{WORK_DIR}/quantized" if steps else MODEL_DIR
         llm_args = _pytorch_llm_args(spec, v, kv_fp8, notes)
     if native.get("build_args") and flow != "engine":
         raise _unsupported("trtllm.build_args", "the pytorch flow builds no engine", "trtllm.llm_args")
     llm_args.update(native.get("llm_args") or {})
+    if flow == "engine" and "enable_iter_perf_stats" not in llm_args:
+        notes.append("engine flow: trtllm-serve's /metrics iteration stats are not switched on by this plan "
+                     "(enable_iter_perf_stats is a PyTorch-backend field); per-level server metrics may be empty")
+    serve_argv = _serve_argv(spec, flow, v, model, llm_args)
+    uses_modelopt = any(s.mounts_modelopt for s in steps)
     return TrtllmPlan(version=str(v), image=image, flow=flow, quant=algo, steps=tuple(steps), llm_args=llm_args,
-                      serve_argv=_serve_argv(spec, flow, v, model, llm_args), serve_model=model,
+                      serve_argv=serve_argv, serve_model=model,
                       compute_capability=_cc_str(cc) if cc else None, gpu_name=gpu, notes=tuple(notes),
-                      not_applicable=not_applicable)
+                      not_applicable=not_applicable, modelopt_version=modelopt if uses_modelopt else None,
+                      spec_options=spec_option_table(spec, flow, llm_args, serve_argv, not_applicable))
+
+
+def _modelopt_version(native: dict[str, Any], facts: ReleaseFacts | None) -> str | None:
+    """The Model-Optimizer version the quantize step runs: trtllm.modelopt_version, else the
+    release's pin (its fact sheet); None when neither is known (the llm_ptq path is then assumed)."""
+    text = native.get("modelopt_version", facts.modelopt_version if facts else None)
+    if text is None:
+        return None
+    try:
+        Version(str(text))
+    except Exception:
+        raise _unsupported(f"trtllm.modelopt_version={text}", "not a Model-Optimizer version number",
+                           "e.g. trtllm.modelopt_version=0.37.0") from None
+    return str(text)
 
 
 def trtllm_plan_for(spec: ServingSpec, target: Target) -> TrtllmPlan:

@@ -265,6 +265,9 @@ def _trtllm_summary(its: list[Any]) -> dict[str, Any]:
     def vals(key: str) -> list[float]:
         return [float(i[key]) for i in its if isinstance(i, dict) and isinstance(i.get(key), (int, float))]
     out: dict[str, Any] = {"iterations": len(its)}
+    if not its:  # trtllm-serve's /metrics is [] unless LlmArgs enable_iter_perf_stats is true
+        out["empty"] = ("trtllm-serve returned no iteration stats: it records them only with LlmArgs "
+                        "enable_iter_perf_stats: true")
     for key in ("iterLatencyMS", "numActiveRequests", "numQueuedRequests"):
         v = vals(key)
         if v:

@@ -17,6 +17,22 @@ def not_run(caps: Capabilities) -> Capabilities:
     return dataclasses.replace(caps, notes=caps.notes + (NOT_RUN,))
 
 
+def release_capabilities(caps: Capabilities, version: str | None) -> Capabilities:
+    """The serve flow's capabilities for one release, from its fact sheet: releases whose completions
+    stream carries no logprobs do not claim them. No sheet: the capabilities stay, with a note."""
+    from adapters.trtllm_facts import facts_for
+
+    f = facts_for(version) if version else None
+    if f is None:
+        return dataclasses.replace(caps, notes=caps.notes + (
+            f"TensorRT-LLM {version or '(release unknown)'}: no fact sheet, capabilities not checked per release",))
+    if not f.completions_logprobs:
+        caps = dataclasses.replace(caps, logprobs=False, notes=caps.notes + (
+            f"TensorRT-LLM {f.release}: /v1/completions answers without logprobs "
+            f"(adapters/facts/trtllm-{f.release}.yaml)",))
+    return caps
+
+
 INPROC_CAPS = Capabilities(forced_output_length=True, token_id_prompts=True, logprobs=True,
                            continuous_batching=True, notes=(NOT_RUN,))
 # the serve flow's capabilities: those of its protocol (backend.trtllm_protocol: the completions

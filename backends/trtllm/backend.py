@@ -32,7 +32,7 @@ from backends.http.openai import COMPLETIONS, completions_payload
 from backends.http.protocol import UNKNOWN_ID, Done, Parsed
 from backends.http.sse import RawEvent
 from backends.http_backends import HttpStreamBackend
-from backends.trtllm import INPROC_CAPS, NOT_RUN, not_run
+from backends.trtllm import INPROC_CAPS, NOT_RUN, not_run, release_capabilities
 
 START_TIMEOUT_S = 1800.0  # trtllm-serve loads weights / engines and autotunes before /health
 
@@ -174,7 +174,9 @@ class TrtllmBackend(HttpStreamBackend):
 
     @property
     def capabilities(self) -> Capabilities:
-        return not_run(super().capabilities)
+        """Per release: the plan's, or for trtllm@URL the --native trtllm.version given (if any)."""
+        version = self.plan.version if self.plan else self.spec.native_for("trtllm").get("version")
+        return release_capabilities(not_run(super().capabilities), str(version) if version else None)
 
     async def _start_server(self) -> None:
         if self.plan is None:  # trtllm@URL: an already running trtllm-serve

@@ -1,4 +1,8 @@
-"""The LLM API options `compare tune` searches for TensorRT-LLM and the rules they must satisfy."""
+"""The LLM API options `compare tune` searches for TensorRT-LLM and the rules they must satisfy.
+
+Knobs carry TRT-LLM's names but set the ServingSpec fields the plan maps onto those LlmArgs
+(adapters/trtllm.py), so a trial's spec goes through the same checks and the same single place for
+KV settings as any run; a native dotted key would be refused by the plan as an unknown option."""
 from __future__ import annotations
 
 from adapters.spec import ServingSpec
@@ -13,9 +17,9 @@ def _rules(cfg: Config, spec: ServingSpec, gpu: bool) -> str | None:
 
 
 SPACE = Space("trtllm", (
-    Knob("max_batch_size", (64, 256, 1024), int, native="max_batch_size"),
-    Knob("max_num_tokens", (2048, 8192), int, native="max_num_tokens"),
-    Knob("kv_free_fraction", (0.85, 0.9, 0.95), float,
-         native="kv_cache_config.free_gpu_memory_fraction", gpu_only=True),
-    Knob("enable_block_reuse", (True, False), bool, native="kv_cache_config.enable_block_reuse"),
+    Knob("max_batch_size", (64, 256, 1024), int, field="max_num_seqs", help="LlmArgs max_batch_size"),
+    Knob("max_num_tokens", (2048, 8192), int, field="max_num_batched_tokens", help="LlmArgs max_num_tokens"),
+    Knob("kv_free_fraction", (0.85, 0.9, 0.95), float, field="gpu_memory_utilization", gpu_only=True,
+         help="kv_cache_config.free_gpu_memory_fraction"),
+    Knob("enable_block_reuse", (True, False), bool, field="prefix_caching", help="kv_cache_config.enable_block_reuse"),
 ), _rules)

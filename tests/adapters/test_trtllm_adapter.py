@@ -56,14 +56,15 @@ def test_pytorch_unquantized_golden_1_2_uses_config():
         "dtype": "bfloat16", "max_batch_size": 64, "max_num_tokens": 8192, "max_seq_len": 4096,
         "tensor_parallel_size": 2, "enable_chunked_prefill": True,
         "kv_cache_config": {"free_gpu_memory_fraction": 0.85, "enable_block_reuse": True},
-        "cuda_graph_config": None,
+        "cuda_graph_config": None, "enable_iter_perf_stats": True,
     }
     assert list(p.serve_argv) == ["trtllm-serve", "/model", "--host", "0.0.0.0", "--port", "8000",
                                   "--config", "/config/llm_args.yaml"]
     assert yaml.safe_dump(p.llm_args, sort_keys=False) == (
         "dtype: bfloat16\nmax_batch_size: 64\nmax_num_tokens: 8192\nmax_seq_len: 4096\n"
         "tensor_parallel_size: 2\nenable_chunked_prefill: true\nkv_cache_config:\n"
-        "  free_gpu_memory_fraction: 0.85\n  enable_block_reuse: true\ncuda_graph_config: null\n")
+        "  free_gpu_memory_fraction: 0.85\n  enable_block_reuse: true\ncuda_graph_config: null\n"
+        "enable_iter_perf_stats: true\n")
 
 
 def test_pytorch_1_0_uses_extra_llm_api_options():
@@ -152,11 +153,13 @@ def test_engine_full_golden_1_x_with_kv_fp8_reuse_and_serve():
                             "--max_batch_size", "64", "--max_num_tokens", "8192", "--max_seq_len", "4096",
                             "--max_input_len", "4096", "--tokens_per_block", "64", "--use_paged_context_fmha",
                             "enable", "--gemm_plugin", "auto", "--strip_plan"]
-    assert p.llm_args == {"kv_cache_config": {"enable_block_reuse": True}, "enable_chunked_prefill": True}
+    # every KV setting in the YAML: its kv_cache_config replaces the command line's upstream
+    assert p.llm_args == {"kv_cache_config": {"free_gpu_memory_fraction": 0.85, "enable_block_reuse": True},
+                          "enable_chunked_prefill": True}
     assert list(p.serve_argv) == [
         "trtllm-serve", "/work/engine", "--tokenizer", "/model", "--backend", "tensorrt", "--host", "0.0.0.0",
         "--port", "8000", "--max_batch_size", "64", "--max_num_tokens", "8192",
-        "--kv_cache_free_gpu_memory_fraction", "0.85", "--extra_llm_api_options", "/config/llm_args.yaml"]
+        "--extra_llm_api_options", "/config/llm_args.yaml"]
 
 
 def test_engine_0_x_serve_has_no_backend_flag_nor_yaml():

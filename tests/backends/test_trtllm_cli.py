@@ -16,7 +16,8 @@ def test_plan_prints_flow_commands_and_llm_args_yaml(tiny_model):
     t = yaml.safe_load(p.stdout)["backends"]["trtllm"]
     assert t["flow"] == "pytorch" and t["trtllm_version"] == "1.2.0" and t["build"] is None
     assert t["quantize"][1].endswith("hf_ptq.py") and "fp8" in t["quantize"]
-    assert t["llm_args_yaml"] == {"max_batch_size": 16, "kv_cache_config": {"enable_block_reuse": True}}
+    assert t["llm_args_yaml"] == {"max_batch_size": 16, "kv_cache_config": {"enable_block_reuse": True},
+                                  "enable_iter_perf_stats": True}
     assert "max_batch_size: 16" in t["llm_args_yaml_text"]
     assert t["serve"][-2:] == ["--config", "/config/llm_args.yaml"]
     assert "never" in t["executed_here"]

@@ -9,7 +9,8 @@ the LlmArgs YAML may only hold LlmArgs fields (TRT-LLM's LlmArgs is a strict pyd
     quantize.py   examples/quantization/quantize.py (TRT-LLM 0.18 .. 1.3.0rc20): copies the checkpoint
     trtllm-build  tensorrt_llm/commands/build.py: writes engine/config.json + a copy of the weights
     hf_ptq.py     NVIDIA/Model-Optimizer examples/llm_ptq/hf_ptq.py: copies the checkpoint
-    trtllm-serve  tensorrt_llm/commands/serve.py: execs the REAL vLLM OpenAI server on the weights
+    trtllm-serve  tensorrt_llm/commands/serve.py: the REAL vLLM OpenAI server on the weights behind a
+                  front that reproduces trtllm-serve's stream ids and /metrics per release
 
 Each tool writes ``trtllm_double.json`` (its exact argv) into its output so tests can check that
 what the backend generated is what ran in the container.
@@ -20,7 +21,10 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
+import time
+import uuid
 
 import yaml
 
@@ -28,6 +32,7 @@ QFORMATS = ["nvfp4", "fp8", "int8_sq", "int4_awq", "w4a8_awq", "int8_wo", "int4_
 # LlmArgs / KvCacheConfig fields the backend may emit (llmapi/llm_args.py; KvCacheConfig reference 1.3.0rc27)
 LLM_ARGS = {"dtype", "max_batch_size", "max_num_tokens", "max_seq_len", "tensor_parallel_size",
             "enable_chunked_prefill", "kv_cache_config", "cuda_graph_config", "load_format", "print_iter_log",
+            "enable_iter_perf_stats", "enable_iter_req_stats", "return_perf_metrics",
             "trust_remote_code", "max_beam_width", "pipeline_parallel_size", "backend"}
 KV_CACHE = {"free_gpu_memory_fraction", "enable_block_reuse", "dtype", "tokens_per_block",
             "max_gpu_total_bytes", "max_tokens"}
@@ -115,6 +120,140 @@ def hf_ptq(argv: list[str]) -> int:
     return 0
 
 
+# What the double reproduces of trtllm-serve's HTTP surface, per release (adapters/facts/trtllm-*.yaml):
+# * completions stream: before upstream PR #14708 (merged 2026-05-28; releases 1.0, 1.1, 1.2.x) every
+#   chunk is a new CompletionStreamResponse with a fresh random id, the final usage-only chunk a
+#   ChatCompletionStreamResponse (its own id); continuous usage carries the running completion total.
+# * GET /metrics: the JSON iteration stats drained by each read; [] unless the LlmArgs YAML sets
+#   enable_iter_perf_stats (default false). GET /prometheus/metrics: only with return_perf_metrics.
+# The release is TRTLLM_DOUBLE_RELEASE (default 1.2.0, the backend's default release). Chunk ids:
+# a fresh id per chunk for 1.0 .. 1.2.x, one per request from 1.3.0 (the PR landed before it). The
+# 1.3.0 release candidates straddle the PR, so for them TRTLLM_DOUBLE_CHUNK_IDS must say which.
+CHUNK_IDS = ("fresh-per-chunk", "per-request")
+
+
+def release_series(release: str) -> tuple[int, int]:
+    parts = release.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        sys.exit(f"[double] TRTLLM_DOUBLE_RELEASE={release!r}: expected a release like 1.2.0")
+
+
+def chunk_ids_of(release: str, override: str | None = None) -> str:
+    if override:
+        if override not in CHUNK_IDS:
+            sys.exit(f"[double] TRTLLM_DOUBLE_CHUNK_IDS={override!r}: expected one of {', '.join(CHUNK_IDS)}")
+        return override
+    major, minor = release_series(release)
+    if (major, minor) < (1, 3):
+        return "fresh-per-chunk"
+    if (major, minor) == (1, 3) and any(tag in release for tag in ("rc", "dev", "a", "b")):
+        sys.exit(f"[double] TRTLLM_DOUBLE_RELEASE={release!r}: the 1.3.0 release candidates straddle upstream "
+                 f"PR #14708; set TRTLLM_DOUBLE_CHUNK_IDS=fresh-per-chunk or per-request")
+    return "per-request"
+
+
+class ServeQuirks:
+    """Per-server state of the double's trtllm-serve: chunk rewriting and iteration stats."""
+
+    def __init__(self, release: str, llm_args: dict, chunk_ids: str | None = None) -> None:
+        self.release = release
+        self.fresh_chunk_ids = chunk_ids_of(release, chunk_ids) == "fresh-per-chunk"
+        self.iter_stats = bool(llm_args.get("enable_iter_perf_stats"))
+        self.prometheus = bool(llm_args.get("return_perf_metrics"))
+        self._stats: list[dict] = []
+        self._iter = 0
+        self._last = time.monotonic()
+        self.active = 0
+
+    def chunk(self, obj: dict) -> dict:
+        """One streamed completions chunk as this release's postprocessor would build it."""
+        usage_only = not obj.get("choices") and obj.get("usage") is not None
+        if self.fresh_chunk_ids:
+            obj = dict(obj, id=f"{'chatcmpl' if usage_only else 'cmpl'}-{uuid.uuid4().hex}")
+            if usage_only:
+                obj["object"] = "chat.completion.chunk"
+        if self.iter_stats and not usage_only:
+            now = time.monotonic()
+            self._iter += 1
+            self._stats.append({"iter": self._iter, "iterLatencyMS": round((now - self._last) * 1e3, 3),
+                                "numActiveRequests": self.active, "numQueuedRequests": 0,
+                                "double": "synthesised from streamed chunks, not engine iterations"})
+            self._last = now
+        return obj
+
+    def drain_stats(self) -> list[dict]:
+        out, self._stats = self._stats, []
+        return out
+
+
+def serve_app(upstream: str, quirks: ServeQuirks, transport=None):
+    """The double's trtllm-serve front: the real vLLM server behind it, trtllm-serve's quirks in front."""
+    import httpx
+    from fastapi import FastAPI, Request, Response
+    from fastapi.responses import JSONResponse, StreamingResponse
+
+    app = FastAPI()
+    client = httpx.AsyncClient(base_url=upstream, timeout=None, transport=transport)
+
+    @app.get("/health")
+    async def health():
+        try:
+            r = await client.get("/health")
+            return Response(status_code=r.status_code)
+        except httpx.HTTPError:
+            return Response(status_code=503)
+
+    @app.get("/metrics")
+    async def metrics():
+        return JSONResponse(quirks.drain_stats())
+
+    @app.get("/prometheus/metrics")
+    async def prometheus():
+        if not quirks.prometheus:
+            return Response(status_code=404)
+        r = await client.get("/metrics")
+        return Response(r.text, media_type="text/plain")
+
+    @app.get("/v1/models")
+    async def models():
+        r = await client.get("/v1/models")
+        return JSONResponse(r.json(), status_code=r.status_code)
+
+    async def completions(request):
+        body = await request.json()
+        if not body.get("stream"):
+            r = await client.post("/v1/completions", json=body)
+            return JSONResponse(r.json(), status_code=r.status_code)
+        req = client.build_request("POST", "/v1/completions", json=body)
+        r = await client.send(req, stream=True)
+        if r.status_code != 200:
+            data = await r.aread()
+            await r.aclose()
+            return Response(data, status_code=r.status_code, media_type="application/json")
+
+        async def events():
+            quirks.active += 1
+            try:
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    payload = line[len("data: "):]
+                    if payload.strip() != "[DONE]":
+                        payload = json.dumps(quirks.chunk(json.loads(payload)))
+                    yield f"data: {payload}\n\n"
+            finally:
+                quirks.active -= 1
+                await r.aclose()
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    # annotations are strings in this module (postponed evaluation): FastAPI needs the class itself
+    completions.__annotations__["request"] = Request
+    app.post("/v1/completions")(completions)
+    return app
+
+
 def serve(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="trtllm-serve")
     p.add_argument("model")
@@ -129,6 +268,10 @@ def serve(argv: list[str]) -> int:
     p.add_argument("--config", "--extra_llm_api_options", dest="config")
     p.add_argument("--log_level", default="info")
     a = p.parse_args(argv)
+    release = os.environ.get("TRTLLM_DOUBLE_RELEASE", "1.2.0")
+    if "--config" in argv and release_series(release) < (1, 2):
+        # the --config alias of --extra_llm_api_options arrived in 1.2.0 (click: unknown option)
+        sys.exit(f"Error: No such option: --config (trtllm-serve {release})")
     extra = {}
     if a.config:
         with open(a.config) as f:
@@ -136,10 +279,13 @@ def serve(argv: list[str]) -> int:
         bad = sorted(set(extra) - LLM_ARGS) + sorted(set(extra.get("kv_cache_config") or {}) - KV_CACHE)
         if bad:
             sys.exit(f"[double] LlmArgs: extra inputs are not permitted: {bad}")
+    quirks = ServeQuirks(release, extra,
+                         os.environ.get("TRTLLM_DOUBLE_CHUNK_IDS"))
     weights = os.path.join(a.model, "hf") if os.path.isdir(os.path.join(a.model, "hf")) else a.model
     kv = extra.get("kv_cache_config") or {}
+    inner = a.port + 1  # vLLM listens inside the container only; the front answers on a.port
     vllm = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", weights,
-            "--served-model-name", a.model, "--host", a.host, "--port", str(a.port),
+            "--served-model-name", a.model, "--host", "127.0.0.1", "--port", str(inner),
             "--kv-cache-memory-bytes", os.environ.get("TRTLLM_DOUBLE_KV_BYTES", str(64 * 2**20))]
     if a.tokenizer:
         vllm += ["--tokenizer", a.tokenizer]
@@ -153,9 +299,20 @@ def serve(argv: list[str]) -> int:
     if "enable_block_reuse" in kv:
         vllm.append("--enable-prefix-caching" if kv["enable_block_reuse"] else "--no-enable-prefix-caching")
     vllm.append("--enforce-eager")  # always: torch.compile on a shared 2-core CPU is too slow for tests
-    print("[double] trtllm-serve -> " + " ".join(vllm), flush=True)
-    os.execv(sys.executable, vllm)
-    return 1
+    print(f"[double] trtllm-serve {quirks.release} (fresh chunk ids: {quirks.fresh_chunk_ids}, iteration "
+          f"stats: {quirks.iter_stats}) -> " + " ".join(vllm), flush=True)
+    child = subprocess.Popen(vllm)
+    try:
+        import uvicorn
+
+        uvicorn.run(serve_app(f"http://127.0.0.1:{inner}", quirks), host=a.host, port=a.port, log_level="warning")
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+    return 0
 
 
 def main(argv: list[str]) -> int:

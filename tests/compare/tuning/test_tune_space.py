@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from adapters.spec import ServingSpec
+from adapters.trtllm import trtllm_plan
 from adapters.vllm import vllm_engine_args
 from core.results.tune import Trial
 from core.slo import SLO
@@ -36,8 +37,12 @@ def test_vllm_knobs_reach_the_engine_args_through_the_adapter():
 def test_native_knobs_of_tgi_and_trtllm_land_in_spec_native():
     spec = apply_config(space_for("tgi"), SPEC, {"max-waiting-tokens": 5, "waiting-served-ratio": 1.2})
     assert spec.native["tgi"] == {"--max-waiting-tokens": 5, "--waiting-served-ratio": 1.2}
-    spec = apply_config(space_for("trtllm"), SPEC, {"max_batch_size": 64, "enable_block_reuse": False})
-    assert spec.native["trtllm"] == {"max_batch_size": 64, "kv_cache_config.enable_block_reuse": False}
+    # TRT-LLM's knobs set the spec fields the plan maps (a dotted native key would be refused by it)
+    spec = apply_config(space_for("trtllm"), SPEC, {"max_batch_size": 64, "enable_block_reuse": False,
+                                                    "kv_free_fraction": 0.9})
+    plan = trtllm_plan(spec)
+    assert plan.llm_args["max_batch_size"] == 64
+    assert plan.llm_args["kv_cache_config"] == {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False}
 
 
 @pytest.mark.parametrize("items, needle", [
