@@ -36,7 +36,7 @@ _BYTES = {"f32": 4, "bf16": 2, "f16": 2}
 CPU_BLOCK_TOKENS = 32
 # the exporter options of each weight format the quantization table names for openvino (NNCF
 # weight-only compression: activations stay in the inference precision, W8A16 / W4A16 numerics)
-EXPORT_OPTIONS = {"int8": {"weight_format": "int8"},
+EXPORT_OPTIONS: dict[str, dict[str, object]] = {"int8": {"weight_format": "int8"},
                   "int4": {"weight_format": "int4", "group_size": 128, "sym": True, "ratio": 1.0}}
 
 

@@ -33,9 +33,9 @@ SECRET_FLAGS = {"--api-key", "--ngrok-authtoken"}
 FLAG_TYPES: dict[str, str] = {k: f.type for k, f in FACTS.of("flag").items() if k not in SECRET_FLAGS}
 # TGI 3.3's --max-concurrent-requests default: beyond it the router answers "Model is overloaded"
 # instead of queueing: an `overloaded` error event in /generate_stream's HTTP 200, a 429 on /generate (router/src/infer/mod.rs: a semaphore, try_acquire)
-TGI_DEFAULT_MAX_CONCURRENT = int(FACTS.get("--max-concurrent-requests").value)
+TGI_DEFAULT_MAX_CONCURRENT = int(FACTS.require("--max-concurrent-requests").value)
 # validation.rs DEFAULT_GENERATION_LENGTH: a stream is generated in chunks of at most this many tokens
-GENERATION_CHUNK = int(FACTS.get("default.max_new_tokens_chunk").value)
+GENERATION_CHUNK = int(FACTS.require("default.max_new_tokens_chunk").value)
 # Flags our container layer owns: an override would break the port mapping / model mount.
 RESERVED = {"--hostname", "--port", "--model-id"}
 KV_BUDGET_WHY = ("TGI 3.3 sizes the KV cache from the GPU memory free after warm-up x --cuda-memory-fraction x "
@@ -157,8 +157,8 @@ def tgi_launcher_args(spec: ServingSpec, model_path: str | None = None,
     if "--max-concurrent-requests" not in flags and load.max_in_flight:
         flags["--max-concurrent-requests"] = str(admission_limit(load.max_in_flight))
     attention_problem(spec, flags, target)
-    if (why := limits_problem(flags, chunking_off(spec, flags, target))) is not None:
-        raise UnsupportedSpecError("tgi", why[0], why[1], why[2])
+    if (broken := limits_problem(flags, chunking_off(spec, flags, target))) is not None:
+        raise UnsupportedSpecError("tgi", broken[0], broken[1], broken[2])
     flags["--hostname"] = "0.0.0.0"  # inside the container; Docker publishes it on 127.0.0.1 only
     flags["--port"] = str(CONTAINER_PORT)
     argv: list[str] = []

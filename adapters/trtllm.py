@@ -23,7 +23,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from adapters.spec import ServingSpec
+from adapters.spec import ServingSpec, UnsupportedSpecError
 from adapters.target import Target
 from adapters.trtllm_facts import ReleaseFacts, facts_for, modelopt_ptq_script
 from adapters.trtllm_options import spec_option_table
@@ -109,6 +109,15 @@ def _tokenizer_dir(spec: ServingSpec) -> str | None:
     return "/tokenizer" if spec.tokenizer and spec.tokenizer != spec.model else None
 
 
+def _qformat(algo: str | None) -> str:
+    """The producer's --qformat (``full_prec``: convert without quantizing)."""
+    q = SCHEMES[algo].qformat if algo else "full_prec"
+    if q is None:  # refused before a plan gets here (a scheme only a pre-quantized checkpoint has)
+        raise UnsupportedSpecError("trtllm", f"quantization={algo}", "no producer makes this checkpoint type",
+                                   "a pre-quantized checkpoint as --model")
+    return q
+
+
 def _quantize_step(spec: ServingSpec, flow: str, image: str, algo: str | None, kv_fp8: bool,
                    native: dict[str, Any], modelopt_version: str | None = None) -> Step:
     calib = [] if native.get("calib_size") is None else ["--calib_size", str(int(native["calib_size"]))]
@@ -118,7 +127,7 @@ def _quantize_step(spec: ServingSpec, flow: str, image: str, algo: str | None, k
         # converts without quantizing, so every engine goes through the same ModelOpt exporter.
         argv = ["python3", "/app/tensorrt_llm/examples/quantization/quantize.py", "--model_dir", MODEL_DIR,
                 "--output_dir", f"{WORK_DIR}/checkpoint",
-                "--qformat", SCHEMES[algo].qformat if algo else "full_prec"]
+                "--qformat", _qformat(algo)]
         if spec.dtype != "auto":
             argv += ["--dtype", spec.dtype]
         if kv_fp8:
@@ -135,7 +144,7 @@ def _quantize_step(spec: ServingSpec, flow: str, image: str, algo: str | None, k
     # --kv_cache_qformat is always explicit: newer ModelOpt defaults to fp8_cast.
     script = modelopt_ptq_script(modelopt_version or "0.0")
     argv = ["python3", f"{MODELOPT_DIR}/{script}", "--pyt_ckpt_path", MODEL_DIR,
-            "--qformat", SCHEMES[algo].qformat, "--kv_cache_qformat", "fp8" if kv_fp8 else "none",
+            "--qformat", _qformat(algo), "--kv_cache_qformat", "fp8" if kv_fp8 else "none",
             "--export_path", f"{WORK_DIR}/quantized", "--export_fmt", "hf"]
     if spec.tensor_parallel != 1:
         argv += ["--inference_tensor_parallel", str(spec.tensor_parallel)]

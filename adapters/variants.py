@@ -143,7 +143,9 @@ def split_variant(name: str) -> tuple[str, dict[str, str]]:
 def split_names(text: str) -> list[str]:
     """A comma-separated list of backend names whose variant names hold commas themselves:
     ``vllm[a=1,b=2],hf`` -> ["vllm[a=1,b=2]", "hf"]."""
-    out, cur, depth = [], [], 0
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for c in text:
         depth += (c == "[") - (c == "]")
         if c == "," and depth == 0:

@@ -39,6 +39,13 @@ class FactSheet:
     def get(self, key: str, kind: str | None = None) -> Fact | None:
         return next((r for r in self.rows if r.key == key and (kind is None or r.kind == kind)), None)
 
+    def require(self, key: str, kind: str | None = None) -> Fact:
+        """A row the tool cannot do without: a missing one is a broken fact sheet, not a user's error."""
+        row = self.get(key, kind)
+        if row is None:
+            raise KeyError(f"{self.repo}@{self.tag} fact sheet has no row {key!r}")
+        return row
+
     def of(self, kind: str) -> dict[str, Fact]:
         return {r.key: r for r in self.rows if r.kind == kind}
 
