@@ -39,6 +39,7 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from backends.base import Backend
+from backends.http.protocols import protocols
 from core.records import GenerationRequest, RequestRecord
 from compare.analysis.client_health import LagSamples
 from compare.running import multiproc_worker as worker
@@ -65,6 +66,10 @@ def not_shardable(backend: Backend) -> str | None:
             break
         if "stream" in c.__dict__ and c.__name__ not in _STREAMING_CLASSES:
             return f"{backend.name} streams through {c.__name__}, which a client process cannot rebuild"
+    proto = getattr(backend, "protocol", None)
+    if protocols().get(getattr(proto, "name", None)) is not proto:  # a client process resolves it by name
+        return (f"{backend.name} speaks a protocol that is not registered (backends/http/protocols.py), "
+                f"so a client process cannot rebuild it")
     return None
 
 
