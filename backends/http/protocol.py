@@ -18,7 +18,7 @@ its ids are ``-1`` placeholders (``UNKNOWN_ID``); the server's ``usage`` total i
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Protocol as _Interface
+from typing import Any, Callable, Protocol as _Interface, runtime_checkable
 
 from core.records import GenerationRequest, TokenBatch, TokenEvent
 from core.errors import BackendRequestError, FailureKind
@@ -160,6 +160,7 @@ Parsed = TokenEvent | Done | Error
 _NO_METRICS: dict[str, float] = {}
 
 
+@runtime_checkable
 class StreamParser(_Interface):
     """One response's parser: ``feed`` each event in order; ``engine_metrics`` at its end."""
 
