@@ -10,16 +10,21 @@ from backends.http import openai, tgi, trtllm_openai
 from backends.http.protocol import Protocol
 
 
+_HERE = {p.name: p for p in (openai.COMPLETIONS, openai.CHAT, tgi.GENERATE_STREAM, trtllm_openai.TEXT,
+                             trtllm_openai.IDS)}
+
+
 def protocols() -> dict[str, Protocol]:
-    # llama.cpp's format lives with its backend; imported here, not at module level, because the
-    # backends package registers itself on import (backends/llamacpp/__init__.py)
+    # llama.cpp's format lives with its backend; imported only when asked for, because registering
+    # the backends (which resolves "openai" for capabilities) must not import an engine's modules
     from backends.llamacpp.protocol import COMPLETION as LLAMACPP
 
-    return {p.name: p for p in (openai.COMPLETIONS, openai.CHAT, tgi.GENERATE_STREAM, trtllm_openai.TEXT,
-                                trtllm_openai.IDS, LLAMACPP)}
+    return {**_HERE, LLAMACPP.name: LLAMACPP}
 
 
 def get_protocol(name: str) -> Protocol:
+    if name in _HERE:
+        return _HERE[name]
     table = protocols()
     if name not in table:
         raise ValueError(f"unknown HTTP protocol {name!r}; known: {', '.join(sorted(table))}")
