@@ -156,6 +156,15 @@ async def run_level_procs(backend: Backend, requests: list[GenerationRequest], l
                           on_start: Callable[[list[int]], None] | None = None) -> LevelOutcome:
     """``executor.run_level`` with the level's requests sent by ``procs`` client processes.
     ``on_start``: called with their pids once all are ready and the start instant is set."""
+    hook = getattr(backend, "_stream_metrics", None)
+    if hook is not None:  # what each request's server said (llama-server's timings) reaches the
+        # backend's level summary as when this process streamed it (HttpStreamBackend._stream_metrics)
+        def released(rec: RequestRecord, then=on_record) -> None:
+            if rec.ok and rec.engine_metrics:
+                hook(rec.engine_metrics)
+            if then is not None:
+                then(rec)
+        on_record = released
     with gc_quiet():
         level_run = _Level(backend, requests, level, procs, seed, timeout_s, max_errors, on_record)
         level_run.on_start = on_start

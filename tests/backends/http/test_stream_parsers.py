@@ -143,9 +143,14 @@ def test_llamacpp_level_timings_from_the_common_stream(double):
         async with b:
             await b.on_level_start("c1")
             items = [x async for x in b.stream(_reqs(1)[0])]
-            return items, await b.on_level_end("c1")
+            one = await b.on_level_end("c1")
+            await b.on_level_start("c4")  # sent by client processes: their records' timings reach the summary
+            await run_level_procs(b, _reqs(4), LoadLevel("concurrency", 4), procs=2, seed=1, timeout_s=30,
+                                  max_errors=0)
+            return items, one, await b.on_level_end("c4")
 
-    items, summary = asyncio.run(go())
+    items, summary, sharded = asyncio.run(go())
+    assert sharded["server_prefill_ms"]["count"] == 4 and sharded["prompt_cache"]["processed_tokens"] == 4 * PROMPT_TOKENS
     assert sum(x.n_tokens for x in items if isinstance(x, TokenEvent)) == TOKENS
     assert items[-1].completion_tokens == TOKENS and items[-1].engine_metrics["decode_s"] == pytest.approx(2.5e-3)
     assert summary["server_decode_ms"]["mean"] == pytest.approx(2.5) and summary["server_decode_ms"]["count"] == 1
