@@ -9,9 +9,11 @@ Reuse (e.g. a container backend): start your server, then stream through ``HttpS
         async for item in backend.stream(request): ...      # TokenEvent... StreamEnd, or BackendRequestError
 
 Subclass and override ``_start_server()`` / ``_stop_server()`` to own a server's lifecycle (see
-backends/vllm/server.py); ``base_url`` may be set there. Protocols: "openai" (completions),
-"openai-chat", "tgi" (native /generate_stream) -- backends/http/. Every protocol goes through the
-same SSE reader, so timing is identical across them.
+backends/vllm/server.py); ``base_url`` may be set there; do not override ``stream`` (client
+processes rebuild this class's). Protocols: those of backends/http/protocols.py -- "openai"
+(completions), "openai-chat", "tgi" (native /generate_stream), "trtllm-openai", "llamacpp" ... Every
+protocol goes through the same SSE reader, each response with its own parser, so timing is
+identical across them.
 
 Registered names: ``openai@URL``, ``openai-chat@URL``, ``tgi@URL`` (already running servers) and
 ``vllm-server`` (launches vLLM's OpenAI server with the in-process backend's engine config).

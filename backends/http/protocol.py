@@ -206,7 +206,7 @@ class Protocol:
 
     def __post_init__(self) -> None:
         if (self.parse_event is None) == (self.stream_parser is None):
-            raise ValueError(f"protocol {self.name!r}: give parse_event (stateless) or stream_parser, not both")
+            raise ValueError(f"protocol {self.name!r}: give exactly one of parse_event (stateless) and stream_parser")
 
     def new_stream(self) -> StreamParser:
         """A parser for one response, holding whatever this stream needs between its events."""
