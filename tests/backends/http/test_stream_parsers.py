@@ -161,3 +161,21 @@ def test_a_stream_cut_before_llamacpp_last_event_fails():
     assert isinstance(ev, TokenEvent) and get_protocol("llamacpp").terminated_by_done
     assert not get_protocol("openai").terminated_by_done  # a finish reason also ends an OpenAI stream
     assert get_protocol("openai").new_stream().feed(_raw("[DONE]")) == [Done(terminal=True)]
+
+
+@pytest.mark.parametrize("native", [(), ("--native", "trtllm.detokenize=false")], ids=["text", "ids"])
+def test_compare_run_trtllm_at_url_with_two_client_processes(double, tmp_path, native):
+    """``compare run --backends trtllm@URL --client-procs 2``: both processes stream (each resolves
+    the trtllm protocol by name) and a server that gives every chunk a fresh id counts each token once."""
+    from backends.models.tiny import ensure_tiny_model
+    from tests.conftest import run_cli
+
+    p = run_cli("run", "--backends", f"trtllm@{double}", "--model", str(ensure_tiny_model()), *native,
+                "--num-requests", "8", "--input-len", "16", "--output-len", "8", "--concurrency", "4",
+                "--client-procs", "2", "--warmup", "1", "--out", str(tmp_path), "--run-id", "t", "--format", "json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    b = json.loads((tmp_path / "t" / "run.json").read_text())["backends"][f"trtllm@{double}"]
+    s = b["levels"]["c4"]
+    assert b["status"] == "complete" and s["client_procs"]["n"] == 2
+    assert s["ok"] == 8 and s["output_tokens"] == 8 * 8  # 36 per request when counted per chunk id
+    assert b["describe"]["native_config"]["protocol"] == ("trtllm-openai-ids" if native else "trtllm-openai")
