@@ -9,9 +9,11 @@ Reuse (e.g. a container backend): start your server, then stream through ``HttpS
         async for item in backend.stream(request): ...      # TokenEvent... StreamEnd, or BackendRequestError
 
 Subclass and override ``_start_server()`` / ``_stop_server()`` to own a server's lifecycle (see
-backends/vllm/server.py); ``base_url`` may be set there. Protocols: "openai" (completions),
-"openai-chat", "tgi" (native /generate_stream) -- backends/http/. Every protocol goes through the
-same SSE reader, so timing is identical across them.
+backends/vllm/server.py); ``base_url`` may be set there; do not override ``stream`` (client
+processes rebuild this class's). Protocols: those of backends/http/protocols.py -- "openai"
+(completions), "openai-chat", "tgi" (native /generate_stream), "trtllm-openai", "llamacpp" ... Every
+protocol goes through the same SSE reader, each response with its own parser, so timing is
+identical across them.
 
 Registered names: ``openai@URL``, ``openai-chat@URL``, ``tgi@URL`` (already running servers) and
 ``vllm-server`` (launches vLLM's OpenAI server with the in-process backend's engine config).
@@ -30,7 +32,7 @@ from adapters.spec import ServingSpec, UnsupportedSpecError
 from core.records import (ACCEPTS_BATCHES, LANE, BackendDescription, Capabilities, GenerationRequest,
                           StreamEnd, StreamItem)
 from core.errors import BackendRequestError, BackendStartError, FailureKind
-from backends.http.protocol import FAST_FORMATS, EventSink, Protocol
+from backends.http.protocol import EventSink, Protocol
 from backends.http.protocols import get_protocol
 from backends.http.sse import RawEvent, read_events
 from backends.http.transport import Chain, StreamingTransport
@@ -239,12 +241,14 @@ class HttpStreamBackend:
             payload = self.protocol.build_payload(self._adapt(req), self.model or "")
         except ValueError as e:
             raise BackendRequestError(FailureKind.PROMPT, str(e)) from None
-        # tokens are parsed where they are framed (sse.py); this loop only hands batches over
-        sink = EventSink(self.protocol.parse_event, self.raw_observer, req.request_id)
+        # tokens are parsed where they are framed (sse.py), by this stream's own parser (whatever
+        # the format keeps between events lives there); this loop only hands batches over
+        parser = self.protocol.new_stream()
+        sink = EventSink(parser.feed, self.raw_observer, req.request_id)
         if ACCEPTS_BATCHES.get() and self._post is not None and (self.raw_observer is None or self.batch_observer):
             # the receive thread may parse this stream (backends/http/_fastsse.h): the consumer
             # takes TokenBatch items, and no per-event observer needs the raw events
-            sink.fast = FAST_FORMATS.get(self.protocol.name, 0)
+            sink.fast = self.protocol.fast
             sink.observe_batch = self.batch_observer
             lane = LANE.get()
             if sink.fast and lane is not None:  # a closed loop: the receive thread may send the next request
@@ -261,11 +265,19 @@ class HttpStreamBackend:
                 raise BackendRequestError(FailureKind.ENGINE_DEAD, f"the server at {self.base_url} refused the "
                                           f"connection: it is gone ({e.message})") from None
             raise
-        if not sink.terminal and sink.finish is None:
-            raise BackendRequestError(FailureKind.DISCONNECTED, "stream closed before the server said it was done "
-                                      "(no finish reason / terminal event): the server died or cut it")
+        if not sink.terminal and (sink.finish is None or self.protocol.terminated_by_done):
+            raise BackendRequestError(FailureKind.DISCONNECTED, f"stream closed before the server said it was done "
+                                      f"(no {'last event' if self.protocol.terminated_by_done else 'finish reason / terminal event'}"
+                                      f" of the {self.protocol.name} protocol): the server died or cut it")
+        metrics = parser.engine_metrics()
+        if metrics:
+            self._stream_metrics(metrics)
         yield StreamEnd(t_ns=sink.end_ns or time.perf_counter_ns(), finish_reason=sink.finish, prompt_tokens=sink.prompt_tokens,
-                        completion_tokens=sink.completion_tokens)
+                        completion_tokens=sink.completion_tokens, engine_metrics=dict(metrics))
+
+    def _stream_metrics(self, metrics: dict[str, float]) -> None:
+        """Hook: what the server said about one finished request (its parser's engine_metrics);
+        a backend that sums them per level keeps them here (backends/llamacpp/server.py)."""
 
     # ------------------------------------------------------------------ server metrics hooks
     async def on_level_start(self, label: str) -> None:

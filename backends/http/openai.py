@@ -10,9 +10,10 @@ from typing import Any
 
 from core.errors import FailureKind
 from core.records import GenerationRequest, TokenEvent
-from backends.http.protocol import (UNKNOWN_ID, BadEvent, Done, Error, Parsed, Protocol, bad_event, int_ids,
-                                    number, obj as _obj, objects, opt_int, opt_str, token_event)
-from backends.http.sse import RawEvent, loads, snippet
+from backends.http.protocol import (FAST_OPENAI, FAST_OPENAI_CHAT, UNKNOWN_ID, BadEvent, Done, Parsed, Protocol,
+                                    bad_event, decode_event, int_ids, number, obj as _obj, objects, opt_int, opt_str,
+                                    token_event)
+from backends.http.sse import RawEvent
 
 try:
     import msgspec
@@ -55,28 +56,12 @@ def chat_payload(req: GenerationRequest, model: str) -> dict[str, Any]:
     return p
 
 
-_CODE_KIND = {429: FailureKind.OVERLOADED, 422: FailureKind.VALIDATION}
-
-
 def parse_envelope(raw: RawEvent) -> tuple[dict[str, Any] | None, list[Parsed]]:
     """What every OpenAI-protocol chunk shares: its JSON object, or (None, the end or the error it
-    carries); also for servers whose chunks differ only in how they count tokens (backends/trtllm/backend.py)."""
+    carries); also for servers whose chunks differ only in how they count tokens (backends/http/trtllm_openai.py)."""
     if raw.data == "[DONE]":
         return None, [Done(terminal=True)]
-    try:
-        obj = loads(raw.data)
-    except ValueError:
-        return None, [Error(FailureKind.PROTOCOL, f"event is not JSON: {snippet(raw.data)}")]
-    if not isinstance(obj, dict):
-        return None, [Error(FailureKind.PROTOCOL, f"event is not a JSON object: {snippet(raw.data)}")]
-    if "error" in obj:  # vLLM/OpenAI report mid-stream errors as {"error": {...}}
-        err = obj["error"]
-        msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
-        code = err.get("code") if isinstance(err, dict) else None
-        kind = _CODE_KIND.get(code) if type(code) is int else None
-        return None, [Error(kind or (FailureKind.HTTP_4XX if type(code) is int and code < 500
-                                     else FailureKind.GENERATION), str(msg))]
-    return obj, []
+    return decode_event(raw)  # vLLM/OpenAI report mid-stream errors as {"error": {...}}
 
 
 def _add_choice(out: list[Parsed], ch: dict[str, Any], ev: Parsed | None) -> None:
@@ -215,7 +200,7 @@ def parse_chat(raw: RawEvent) -> list[Parsed]:
 
 COMPLETIONS = Protocol(name="openai", path="/v1/completions", build_payload=completions_payload,
                        parse_event=parse_completions, prompt="ids_or_text", info_path="/v1/models",
-                       token_id_prompts=True, forced_output_length=True)
+                       fast=FAST_OPENAI, token_id_prompts=True, forced_output_length=True)
 CHAT = Protocol(name="openai-chat", path="/v1/chat/completions", build_payload=chat_payload,
                 parse_event=parse_chat, prompt="messages", info_path="/v1/models",
-                token_id_prompts=False, forced_output_length=True)
+                fast=FAST_OPENAI_CHAT, token_id_prompts=False, forced_output_length=True)

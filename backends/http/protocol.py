@@ -1,9 +1,13 @@
-"""What a wire protocol is: two pure functions plus where to send and how to check health.
+"""What a wire protocol is: a payload builder, a parser per stream, where to send and how to check health.
 
 ``build_payload(request, model) -> dict``: the JSON body for one GenerationRequest.
-``parse_event(raw) -> list[TokenEvent | Done | Error]``: one SSE event -> what it means
-(empty list for events that carry nothing, e.g. the chat role chunk). A single event may carry
-tokens AND the finish reason (OpenAI's last chunk), hence a list.
+``new_stream() -> StreamParser``: one response's parser. ``feed(raw) -> list[TokenEvent | Done |
+Error]``: one SSE event -> what it means (empty list for events that carry nothing, e.g. the chat
+role chunk); a single event may carry tokens AND the finish reason (OpenAI's last chunk), hence a
+list. ``engine_metrics()``: what the server said about this request, for its StreamEnd. Whatever
+a format must remember between events (a running token count, the server's timings) lives in
+that parser object, one per stream: never in a module global, never keyed on ids the server
+chooses. Formats that need nothing between events give ``parse_event`` and get a stateless parser.
 
 Token counting: tokens are counted from the token ids the server streams (vLLM
 ``return_token_ids``, TGI ``token.id``) or from logprob entries; several tokens in one event are
@@ -14,15 +18,15 @@ its ids are ``-1`` placeholders (``UNKNOWN_ID``); the server's ``usage`` total i
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import Any, Callable, Protocol as _Interface, runtime_checkable
 
 from core.records import GenerationRequest, TokenBatch, TokenEvent
 from core.errors import BackendRequestError, FailureKind
-from backends.http.sse import BATCH, RawEvent, Sink, one_line, snippet
+from backends.http.sse import BATCH, RawEvent, Sink, loads, one_line, snippet
 
 UNKNOWN_ID = -1
-# protocol name -> the receive thread's parser of its stream (backends/http/_fastsse.h FAST_*)
-FAST_FORMATS = {"openai": 1, "openai-chat": 2, "tgi": 3}
+# Protocol.fast: the receive thread's parser of a format (backends/http/_fastsse.h FAST_*); 0: none
+FAST_OPENAI, FAST_OPENAI_CHAT, FAST_TGI = 1, 2, 3
 
 # TokenEvent (frozen slots dataclass) built without its generated __init__ (5 object.__setattr__
 # calls, ~1 us): one is built per streamed event on the client's one core. Same object; the
@@ -100,6 +104,37 @@ def bad_event(raw: RawEvent, e: BadEvent) -> "Error":
     return Error(FailureKind.PROTOCOL, f"{e}: {snippet(raw.data)}")
 
 
+# HTTP-style codes in an error event's body -> the failure kind (others: 4xx / generation)
+_CODE_KIND = {429: FailureKind.OVERLOADED, 422: FailureKind.VALIDATION}
+
+
+def error_event(obj: dict[str, Any]) -> "Error":
+    """``{"error": {"message": .., "code": ..}}`` or ``{"error": "..."}`` (OpenAI servers, vLLM,
+    llama-server): a code of 429 is overload, 422 validation, other codes below 500 a client error,
+    the rest a generation failure."""
+    err = obj["error"]
+    msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+    code = err.get("code") if isinstance(err, dict) else None
+    kind = _CODE_KIND.get(code) if type(code) is int else None
+    return Error(kind or (FailureKind.HTTP_4XX if type(code) is int and code < 500 else FailureKind.GENERATION),
+                 str(msg))
+
+
+def decode_event(raw: RawEvent, on_error: Callable[[dict[str, Any]], "Error"] = error_event
+                 ) -> tuple[dict[str, Any] | None, list["Parsed"]]:
+    """What every JSON event format shares: the event's object, or (None, [the Error]) when it is
+    not JSON, not a JSON object, or an error event (an object with "error", read by ``on_error``)."""
+    try:
+        ev = loads(raw.data)
+    except ValueError:
+        return None, [Error(FailureKind.PROTOCOL, f"event is not JSON: {snippet(raw.data)}")]
+    if type(ev) is not dict:
+        return None, [Error(FailureKind.PROTOCOL, f"event is not a JSON object: {snippet(raw.data)}")]
+    if "error" in ev:
+        return None, [on_error(ev)]
+    return ev, []
+
+
 @dataclass(frozen=True, slots=True)
 class Done:
     """End-of-generation information. ``terminal``: the stream is complete after this event."""
@@ -122,6 +157,29 @@ class Error:
 
 
 Parsed = TokenEvent | Done | Error
+_NO_METRICS: dict[str, float] = {}
+
+
+@runtime_checkable
+class StreamParser(_Interface):
+    """One response's parser: ``feed`` each event in order; ``engine_metrics`` at its end."""
+
+    def feed(self, raw: RawEvent) -> list[Parsed]: ...
+
+    def engine_metrics(self) -> dict[str, float]: ...
+
+
+class StatelessParser:
+    """The parser of a format that needs nothing between events. ``feed`` IS the protocol's
+    ``parse_event`` (an attribute, not a method): the per-event path pays no extra call."""
+
+    __slots__ = ("feed",)
+
+    def __init__(self, parse: Callable[[RawEvent], list[Parsed]]) -> None:
+        self.feed = parse
+
+    def engine_metrics(self) -> dict[str, float]:
+        return _NO_METRICS
 
 
 @dataclass(frozen=True)
@@ -129,14 +187,32 @@ class Protocol:
     name: str
     path: str  # POST endpoint, relative to the base URL
     build_payload: Callable[[GenerationRequest, str], dict[str, Any]]
-    parse_event: Callable[[RawEvent], list[Parsed]]
     # what prompts the wire format takes: "ids_or_text" (completions), "text" (TGI), "messages" (chat)
     prompt: str
     info_path: str | None  # GET for server identity (/v1/models, /info)
+    # a stateless format's parser of one event; a stateful one gives ``stream_parser`` instead
+    parse_event: Callable[[RawEvent], list[Parsed]] | None = None
+    # a new parser for each stream (a class or factory), for formats that keep state between events
+    stream_parser: Callable[[], StreamParser] | None = None
+    # FAST_* code: the receive thread may parse this format itself (backends/http/_fastsse.h); it
+    # must give what ``new_stream()`` gives for every event. 0: every event is parsed in Python
+    fast: int = 0
     health_path: str = "/health"
     token_id_prompts: bool = False
     forced_output_length: bool = False  # the server honours ignore_eos
-    terminated_by_done: bool = True  # the stream must end with a terminal Done
+    # the stream must end with a terminal Done; False: a finish reason also ends it (OpenAI
+    # servers that omit ``[DONE]``)
+    terminated_by_done: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.parse_event is None) == (self.stream_parser is None):
+            raise ValueError(f"protocol {self.name!r}: give exactly one of parse_event (stateless) and stream_parser")
+
+    def new_stream(self) -> StreamParser:
+        """A parser for one response, holding whatever this stream needs between its events."""
+        if self.stream_parser is not None:
+            return self.stream_parser()
+        return StatelessParser(self.parse_event)  # type: ignore[arg-type]
 
 
 class EventSink(Sink):

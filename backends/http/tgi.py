@@ -24,9 +24,9 @@ from typing import Any
 
 from core.errors import FailureKind
 from core.records import GenerationRequest
-from backends.http.protocol import (BadEvent, Done, Error, Parsed, Protocol, bad_event, number, obj as _obj, objects,
-                                    opt_int, opt_str, token_event)
-from backends.http.sse import RawEvent, loads, snippet
+from backends.http.protocol import (FAST_TGI, BadEvent, Done, Error, Parsed, Protocol, bad_event, decode_event, number,
+                                    obj as _obj, objects, opt_int, opt_str, token_event)
+from backends.http.sse import RawEvent, snippet
 
 # TGI FinishReason -> the OpenAI-style reason the rest of the tool uses
 FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop"}
@@ -55,17 +55,16 @@ def generate_payload(req: GenerationRequest, model: str = "") -> dict[str, Any]:
     return {"inputs": req.prompt_text, "parameters": params}
 
 
+def _error(obj: dict[str, Any]) -> Error:
+    etype = obj.get("error_type")
+    return Error(ERROR_KIND.get(etype, FailureKind.GENERATION) if type(etype) is str else FailureKind.GENERATION,
+                 str(obj["error"]))
+
+
 def parse_generate_stream(raw: RawEvent) -> list[Parsed]:
-    try:
-        obj = loads(raw.data)
-    except ValueError:
-        return [Error(FailureKind.PROTOCOL, f"event is not JSON: {snippet(raw.data)}")]
-    if not isinstance(obj, dict):
-        return [Error(FailureKind.PROTOCOL, f"event is not a JSON object: {snippet(raw.data)}")]
-    if "error" in obj:
-        etype = obj.get("error_type")
-        return [Error(ERROR_KIND.get(etype, FailureKind.GENERATION) if type(etype) is str else FailureKind.GENERATION,
-                      str(obj["error"]))]
+    obj, out = decode_event(raw, _error)
+    if obj is None:
+        return out
     try:
         return _tokens(raw, obj)
     except BadEvent as e:
@@ -102,4 +101,4 @@ def _tokens(raw: RawEvent, obj: dict[str, Any]) -> list[Parsed]:
 
 GENERATE_STREAM = Protocol(name="tgi", path="/generate_stream", build_payload=generate_payload,
                            parse_event=parse_generate_stream, prompt="text", info_path="/info",
-                           token_id_prompts=False, forced_output_length=False)
+                           fast=FAST_TGI, token_id_prompts=False, forced_output_length=False)

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.http.protocol import (UNKNOWN_ID, BadEvent, Done, Error, Parsed, Protocol, bad_event, int_ids, obj, opt_int,
-                                    opt_str, token_event)
-from backends.http.sse import RawEvent, loads, snippet
-from core.errors import FailureKind
+from backends.http.protocol import (UNKNOWN_ID, BadEvent, Done, Parsed, Protocol, bad_event, decode_event, int_ids, obj,
+                                    opt_int, opt_str, token_event)
+from backends.http.sse import RawEvent
 from core.records import GenerationRequest
 
 # llama.cpp stop_type -> the OpenAI-style finish reason the tool uses
@@ -48,59 +47,69 @@ def completion_payload(req: GenerationRequest, model: str = "") -> dict[str, Any
     return p
 
 
-def parse_completion(raw: RawEvent, state: dict[str, Any] | None = None) -> list[Parsed]:
-    """One event -> its tokens and, in the last one, the end. ``state`` (one dict per stream)
-    keeps the server's generated-token count between events and receives, under "timings", the
-    server's per-request timings from the last event.
+def timing_metrics(t: dict[str, Any]) -> dict[str, float]:
+    """llama-server's per-request ``timings`` -> engine_metrics (seconds, token counts)."""
+    out: dict[str, float] = {}
+    for key, name, scale in (("prompt_ms", "prefill_s", 1e-3), ("predicted_ms", "decode_s", 1e-3),
+                             ("prompt_n", "prompt_processed_tokens", 1.0), ("cache_n", "prompt_cached_tokens", 1.0),
+                             ("predicted_n", "num_generation_tokens", 1.0)):
+        v = t.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[name] = float(v) * scale
+    return out
+
+
+class LlamaCppStream:
+    """One /completion stream: the server's generated-token count so far and, from its last event,
+    the server's timings of this request.
 
     A token whose text ends inside a UTF-8 character is never sent on its own: llama-server sends
     nothing for that step, and the next event carries only the next token's id while its
-    ``tokens_predicted`` has grown by two (server-context.cpp ``process_token``). With ``state``
-    the count is kept exact: the missing token is placed before the known one, in the same event,
-    with the unknown id -1 (its bytes are in this event's text). Tokens still held when the
-    generation ends are never sent: the last event's count adds them, ids -1, at its stamp."""
-    try:
-        ev = loads(raw.data)
-    except ValueError:
-        return [Error(FailureKind.PROTOCOL, f"event is not JSON: {snippet(raw.data)}")]
-    if not isinstance(ev, dict):
-        return [Error(FailureKind.PROTOCOL, f"event is not a JSON object: {snippet(raw.data)}")]
-    if "error" in ev:
-        err = ev["error"]
-        msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
-        code = err.get("code") if isinstance(err, dict) else None
-        kind = FailureKind.HTTP_4XX if type(code) is int and code < 500 else FailureKind.GENERATION
-        return [Error(kind, str(msg))]
-    try:
-        out: list[Parsed] = []
-        ids = int_ids(ev["tokens"], "tokens") if ev.get("tokens") is not None else ()
-        n = opt_int(ev.get("tokens_predicted"), "tokens_predicted")
-        if state is not None and n is not None and ev.get("stop") is not True:
-            held = n - state.get("n", 0) - len(ids)
-            if ids and held > 0:
-                ids = (UNKNOWN_ID,) * held + ids
-            state["n"] = n
-        if ids:
-            out.append(token_event(raw.t_ns, ids, opt_str(ev.get("content"), "content") or ""))
-        if ev.get("stop") is True:
-            if state is not None and n is not None and n > state.get("n", 0) + len(ids):
-                # the last token(s) ended inside a UTF-8 character: never streamed, counted here
-                out.append(token_event(raw.t_ns, (UNKNOWN_ID,) * (n - state.get("n", 0) - len(ids)), ""))
-            stop_type = opt_str(ev.get("stop_type"), "stop_type")
-            if state is not None:
-                timings = state.setdefault("timings", {})
-                timings.update(obj(ev.get("timings"), "timings"))
+    ``tokens_predicted`` has grown by two (server-context.cpp ``process_token``). The count keeps
+    it exact: the missing token is placed before the known one, in the same event, with the unknown
+    id -1 (its bytes are in this event's text). Tokens still held when the generation ends are
+    never sent: the last event's count adds them, ids -1, at its stamp."""
+
+    __slots__ = ("n", "timings")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.timings: dict[str, Any] = {}
+
+    def engine_metrics(self) -> dict[str, float]:
+        return timing_metrics(self.timings)
+
+    def feed(self, raw: RawEvent) -> list[Parsed]:
+        ev, out = decode_event(raw)  # llama-server: {"error": {"code": .., "message": .., "type": ..}}
+        if ev is None:
+            return out
+        try:
+            ids = int_ids(ev["tokens"], "tokens") if ev.get("tokens") is not None else ()
+            n = opt_int(ev.get("tokens_predicted"), "tokens_predicted")
+            stop = ev.get("stop") is True
+            if n is not None and not stop:
+                held = n - self.n - len(ids)
+                if ids and held > 0:
+                    ids = (UNKNOWN_ID,) * held + ids
+                self.n = n
+            if ids:
+                out.append(token_event(raw.t_ns, ids, opt_str(ev.get("content"), "content") or ""))
+            if stop:
+                if n is not None and n > self.n + len(ids):
+                    # the last token(s) ended inside a UTF-8 character: never streamed, counted here
+                    out.append(token_event(raw.t_ns, (UNKNOWN_ID,) * (n - self.n - len(ids)), ""))
+                stop_type = opt_str(ev.get("stop_type"), "stop_type")
+                self.timings.update(obj(ev.get("timings"), "timings"))
                 if ev.get("tokens_cached") is not None:
-                    timings["tokens_cached"] = opt_int(ev.get("tokens_cached"), "tokens_cached")
-            out.append(Done(finish_reason=FINISH.get(stop_type, stop_type) if stop_type else None,
-                            prompt_tokens=opt_int(ev.get("tokens_evaluated"), "tokens_evaluated"),
-                            completion_tokens=opt_int(ev.get("tokens_predicted"), "tokens_predicted"),
-                            terminal=True))
-        return out
-    except BadEvent as e:
-        return [bad_event(raw, e)]
+                    self.timings["tokens_cached"] = opt_int(ev.get("tokens_cached"), "tokens_cached")
+                out.append(Done(finish_reason=FINISH.get(stop_type, stop_type) if stop_type else None,
+                                prompt_tokens=opt_int(ev.get("tokens_evaluated"), "tokens_evaluated"),
+                                completion_tokens=n, terminal=True))
+            return out
+        except BadEvent as e:
+            return [bad_event(raw, e)]
 
 
 COMPLETION = Protocol(name="llamacpp", path="/completion", build_payload=completion_payload,
-                      parse_event=parse_completion, prompt="ids_or_text", info_path="/props",
-                      token_id_prompts=True, forced_output_length=True)
+                      stream_parser=LlamaCppStream, prompt="ids_or_text", info_path="/props",
+                      token_id_prompts=True, forced_output_length=True, terminated_by_done=True)

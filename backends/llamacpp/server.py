@@ -25,21 +25,17 @@ from __future__ import annotations
 import asyncio
 import statistics
 import tempfile
-import time
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import httpx
 
 from adapters.llamacpp import LlamaCppPlan, llamacpp_plan
 from adapters.spec import ServingSpec
-from backends.http.protocol import EventSink
-from backends.http.sse import read_events
 from backends.http_backends import HttpStreamBackend
 from backends.llamacpp import CAPS
 from backends.llamacpp.protocol import COMPLETION
-from core.errors import BackendRequestError, FailureKind
-from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem
+from core.records import BackendDescription, Capabilities
 
 HOST = "127.0.0.1"
 # llama.cpp's file-type name (``/props`` model_ftype) -> (neutral dtype, quantization method)
@@ -109,17 +105,6 @@ def gguf_tensor_types(path: Path) -> tuple[dict[str, int], float | None]:
             nbytes += int(t.n_bytes)
             nelem += int(t.n_elements)
     return counts, (nbytes * 8 / nelem if nelem else None)
-
-
-def _timing_metrics(t: dict[str, Any]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for key, name, scale in (("prompt_ms", "prefill_s", 1e-3), ("predicted_ms", "decode_s", 1e-3),
-                             ("prompt_n", "prompt_processed_tokens", 1.0), ("cache_n", "prompt_cached_tokens", 1.0),
-                             ("predicted_n", "num_generation_tokens", 1.0)):
-        v = t.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[name] = float(v) * scale
-    return out
 
 
 def level_timings(per_request: list[dict[str, float]]) -> dict[str, Any]:
@@ -220,32 +205,10 @@ class LlamaCppBackend(HttpStreamBackend):
         self._info = {k: v for k, v in self._props.items() if isinstance(v, (str, int, float, bool))
                       and k not in ("chat_template",)}
 
-    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
-        if self._client is None:
-            raise BackendRequestError(FailureKind.CONNECT, f"{self.name} is not started")
-        try:
-            payload = COMPLETION.build_payload(self._adapt(req), "")
-        except ValueError as e:
-            raise BackendRequestError(FailureKind.PROMPT, str(e)) from None
-        state: dict[str, Any] = {}  # this stream's token count and, at its end, the server's timings
-        sink = EventSink(lambda raw: COMPLETION.parse_event(raw, state), self.raw_observer, req.request_id)
-        try:
-            async for batch in read_events(self._client, COMPLETION.path, payload, sink, self._post):
-                for item in batch:
-                    yield item
-        except BackendRequestError as e:
-            if e.kind == FailureKind.CONNECT and "refused" in e.message.lower():
-                raise BackendRequestError(FailureKind.ENGINE_DEAD, f"llama-server at {self.base_url} refused the "
-                                          f"connection: it is gone ({e.message})") from None
-            raise
-        if not sink.terminal:
-            raise BackendRequestError(FailureKind.DISCONNECTED, "stream closed before llama-server's last event "
-                                      "(stop: true): the server died or cut it")
-        metrics = _timing_metrics(state.get("timings") or {})
+    # streams go through HttpStreamBackend.stream with COMPLETION's per-stream parser; its timings
+    # (the parser's engine_metrics) are each request's and, summed here, the level's
+    def _stream_metrics(self, metrics: dict[str, float]) -> None:
         self._level.append(metrics)
-        yield StreamEnd(t_ns=sink.end_ns or time.perf_counter_ns(), finish_reason=sink.finish,
-                        prompt_tokens=sink.prompt_tokens, completion_tokens=sink.completion_tokens,
-                        engine_metrics=metrics)
 
     async def on_level_start(self, label: str) -> None:
         self._level = []

@@ -15,7 +15,6 @@ import asyncio
 import dataclasses
 import tempfile
 import time
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -27,9 +26,8 @@ from adapters.target import Target
 from adapters.trtllm import CONFIG_DIR, LLM_ARGS_FILE, MODEL_DIR, SERVE_PORT, WORK_DIR, TrtllmPlan, trtllm_plan_for
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
 from core.errors import BackendRequestError, BackendStartError, FailureKind
-from backends.http import openai as openai_proto
-from backends.http.openai import COMPLETIONS, completions_payload
-from backends.http.protocol import UNKNOWN_ID, Done, Parsed
+from backends.http.protocol import Parsed
+from backends.http.trtllm_openai import TrtllmStream, trtllm_payload, trtllm_protocol
 from backends.http.sse import RawEvent
 from backends.http_backends import HttpStreamBackend
 from backends.trtllm import INPROC_CAPS, NOT_RUN, not_run, release_capabilities
@@ -37,62 +35,14 @@ from backends.trtllm import INPROC_CAPS, NOT_RUN, not_run, release_capabilities
 START_TIMEOUT_S = 1800.0  # trtllm-serve loads weights / engines and autotunes before /health
 
 
-def trtllm_payload(detokenize: bool = True):
-    """trtllm-serve's CompletionRequest is ``extra="forbid"`` (serve/openai_protocol.py, read at main
-    2026): vLLM's ``return_token_ids`` would be a 400, so it is dropped. Token counts per event come
-    from ``stream_options.continuous_usage_stats`` (cumulative completion_tokens in every chunk; a
-    StreamOptions field in TRT-LLM and vLLM), so an event whose text is empty (a partial UTF-8
-    character) still counts. ``detokenize: false`` (a TRT-LLM CompletionRequest field) streams the
-    token ids themselves, with empty text."""
-    def build(req: GenerationRequest, model: str) -> dict[str, Any]:
-        p = completions_payload(req, model)
-        p.pop("return_token_ids", None)
-        p["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
-        if not detokenize:
-            p["detokenize"] = False
-        return p
-    return build
+# the stream parsing (tokens counted per stream, never per chunk id) lives with the other wire formats
+__all__ = ["parse_trtllm_completions", "trtllm_payload", "trtllm_protocol"]
 
 
-_SEEN: "OrderedDict[str, int]" = OrderedDict()  # chunk id -> cumulative completion tokens so far
-_SEEN_MAX = 65536  # bounded: streams cut off before their usage chunk must not leak
-
-
-def parse_trtllm_completions(raw: RawEvent) -> list[Parsed]:
-    """OpenAI completions chunks, counting tokens from cumulative usage when no ids are streamed.
-    Chunks of one request share their ``id`` (both servers), which keys the running count."""
-    obj, out = openai_proto.parse_envelope(raw)
-    if obj is None:
-        return out
-    usage = obj.get("usage") or {}
-    cid = str(obj.get("id", ""))
-    total = usage.get("completion_tokens")
-    for ch in obj.get("choices") or ():
-        ids = ch.get("token_ids")
-        n = 0
-        if not ids and isinstance(total, int):
-            n = max(total - _SEEN.get(cid, 0), 0)
-        text = ch.get("text") or ""
-        if ids or n:
-            out.append(TokenEvent(t_ns=raw.t_ns, token_ids=tuple(ids) if ids else (UNKNOWN_ID,) * n, text=text))
-        elif text:  # no usage in this chunk: one event, one token (the reader's documented fallback)
-            out.append(TokenEvent(t_ns=raw.t_ns, token_ids=(UNKNOWN_ID,), text=text))
-        if ch.get("finish_reason"):
-            out.append(Done(finish_reason=ch["finish_reason"]))
-    if isinstance(total, int):
-        _SEEN[cid] = total
-        _SEEN.move_to_end(cid)
-        while len(_SEEN) > _SEEN_MAX:
-            _SEEN.popitem(last=False)
-        out.append(Done(prompt_tokens=usage.get("prompt_tokens"), completion_tokens=total))
-        if not obj.get("choices"):  # the final usage-only chunk: this request is done
-            _SEEN.pop(cid, None)
-    return out
-
-
-def trtllm_protocol(detokenize: bool = True):
-    return dataclasses.replace(COMPLETIONS, name="trtllm-openai", build_payload=trtllm_payload(detokenize),
-                               parse_event=parse_trtllm_completions)
+def parse_trtllm_completions(raw: RawEvent, stream: TrtllmStream | None = None) -> list[Parsed]:
+    """One chunk, parsed by ``stream`` (one per request: it holds the running usage count); a
+    chunk on its own with none."""
+    return (stream or TrtllmStream()).feed(raw)
 
 
 def detect_gpu() -> tuple[str | None, str | None]:

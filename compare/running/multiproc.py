@@ -39,6 +39,7 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from backends.base import Backend
+from backends.http.protocols import protocols
 from core.records import GenerationRequest, RequestRecord
 from compare.analysis.client_health import LagSamples
 from compare.running import multiproc_worker as worker
@@ -65,6 +66,10 @@ def not_shardable(backend: Backend) -> str | None:
             break
         if "stream" in c.__dict__ and c.__name__ not in _STREAMING_CLASSES:
             return f"{backend.name} streams through {c.__name__}, which a client process cannot rebuild"
+    proto = getattr(backend, "protocol", None)
+    if protocols().get(getattr(proto, "name", None)) is not proto:  # a client process resolves it by name
+        return (f"{backend.name} speaks a protocol that is not registered (backends/http/protocols.py), "
+                f"so a client process cannot rebuild it")
     return None
 
 
@@ -151,6 +156,15 @@ async def run_level_procs(backend: Backend, requests: list[GenerationRequest], l
                           on_start: Callable[[list[int]], None] | None = None) -> LevelOutcome:
     """``executor.run_level`` with the level's requests sent by ``procs`` client processes.
     ``on_start``: called with their pids once all are ready and the start instant is set."""
+    hook = getattr(backend, "_stream_metrics", None)
+    if hook is not None:  # what each request's server said (llama-server's timings) reaches the
+        # backend's level summary as when this process streamed it (HttpStreamBackend._stream_metrics)
+        def released(rec: RequestRecord, then=on_record) -> None:
+            if rec.ok and rec.engine_metrics:
+                hook(rec.engine_metrics)
+            if then is not None:
+                then(rec)
+        on_record = released
     with gc_quiet():
         level_run = _Level(backend, requests, level, procs, seed, timeout_s, max_errors, on_record)
         level_run.on_start = on_start

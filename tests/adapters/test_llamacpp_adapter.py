@@ -7,7 +7,7 @@ from adapters.spec import ServingSpec, UnsupportedSpecError
 from adapters.target import Machine, ModelInfo, Target
 from backends.http.protocol import Done, Error
 from backends.http.sse import RawEvent
-from backends.llamacpp.protocol import completion_payload, parse_completion
+from backends.llamacpp.protocol import COMPLETION, completion_payload
 from backends.llamacpp.server import level_timings, loaded_report
 from core.records import GenerationRequest, TokenEvent
 
@@ -124,27 +124,29 @@ def test_completion_payload_and_events():
     assert greedy["return_tokens"] and greedy["ignore_eos"] and greedy["seed"] == 5 and "top_k" not in greedy
     sampled = completion_payload(GenerationRequest("r", max_tokens=7, prompt_text="hi", temperature=0.7, top_p=0.9))
     assert sampled["top_k"] == 0 and sampled["min_p"] == 0.0 and sampled["top_p"] == 0.9  # no hidden truncation
-    tok = parse_completion(RawEvent(5, '{"content":"","tokens":[17],"stop":false}', "", 5))
+    tok = COMPLETION.new_stream().feed(RawEvent(5, '{"content":"","tokens":[17],"stop":false}', "", 5))
     assert len(tok) == 1 and isinstance(tok[0], TokenEvent) and tok[0].token_ids == (17,)  # empty text: still a token
-    state: dict = {}
-    first = parse_completion(RawEvent(5, '{"content":"a","tokens":[17],"stop":false,"tokens_predicted":1}', "", 5), state)
+    stream = COMPLETION.new_stream()  # one per request: the running count and the timings
+    first = stream.feed(RawEvent(5, '{"content":"a","tokens":[17],"stop":false,"tokens_predicted":1}', "", 5))
     assert first[0].token_ids == (17,)
     # the server sent nothing for a token that ended inside a UTF-8 character: its count is restored
-    held = parse_completion(RawEvent(6, '{"content":"\u00e9","tokens":[18],"stop":false,"tokens_predicted":3}',
-                                     "", 6), state)
+    held = stream.feed(RawEvent(6, '{"content":"\u00e9","tokens":[18],"stop":false,"tokens_predicted":3}', "", 6))
     assert held[0].token_ids == (-1, 18) and held[0].text == "\u00e9"
-    last = parse_completion(RawEvent(9, '{"content":"","tokens":[],"stop":true,"stop_type":"limit",'
+    last = stream.feed(RawEvent(9, '{"content":"","tokens":[],"stop":true,"stop_type":"limit",'
                                         '"tokens_predicted":3,"tokens_evaluated":2,"tokens_cached":8,'
                                         '"timings":{"prompt_ms":1.5,"predicted_ms":3.0,"cache_n":0,"prompt_n":2}}',
-                                     "", 9), state)
+                               "", 9))
     assert last == [Done(finish_reason="length", prompt_tokens=2, completion_tokens=3, terminal=True)]
-    assert state["timings"]["prompt_ms"] == 1.5 and state["timings"]["tokens_cached"] == 8
+    assert stream.timings["prompt_ms"] == 1.5 and stream.timings["tokens_cached"] == 8
+    assert stream.engine_metrics() == {"prefill_s": 0.0015, "decode_s": 0.003, "prompt_cached_tokens": 0.0,
+                                       "prompt_processed_tokens": 2.0}
     # the generation ended on a held token: the last event's count restores it
-    state = {"n": 2}
-    end = parse_completion(RawEvent(9, '{"content":"","tokens":[],"stop":true,"stop_type":"limit",'
-                                       '"tokens_predicted":3,"tokens_evaluated":2}', "", 9), state)
+    stream = COMPLETION.new_stream()
+    stream.n = 2
+    end = stream.feed(RawEvent(9, '{"content":"","tokens":[],"stop":true,"stop_type":"limit",'
+                                       '"tokens_predicted":3,"tokens_evaluated":2}', "", 9))
     assert end[0].token_ids == (-1,) and end[0].t_ns == 9 and end[1].completion_tokens == 3
-    err = parse_completion(RawEvent(1, '{"error":{"code":400,"message":"bad"}}', "", 1))
+    err = COMPLETION.new_stream().feed(RawEvent(1, '{"error":{"code":400,"message":"bad"}}', "", 1))
     assert isinstance(err[0], Error) and err[0].message == "bad"
 
 

@@ -20,6 +20,8 @@ import pytest
 
 from adapters.spec import ServingSpec
 from backends.llamacpp.server import LlamaCppBackend
+from compare.running.multiproc import not_shardable, run_level_procs
+from compare.workload.schedule import LoadLevel
 from core.records import GenerationRequest, StreamEnd, TokenEvent
 from tests.conftest import TINY_SPEC_ARGS, VENV_BIN, run_cli
 from tests.reference import collect, reference_greedy
@@ -50,11 +52,17 @@ def test_one_server_streams_greedy_tokens_with_its_own_timings(tiny_model):
                     break
                 await asyncio.sleep(0.1)
             after = await collect(b, GenerationRequest("after", max_tokens=5, prompt_token_ids=(4, 5, 6)))
+            # the same requests sent by two client processes (each rebuilds the client by protocol name)
+            assert not_shardable(b) is None
+            await b.on_level_start("c4-procs")
+            two = await run_level_procs(b, reqs, LoadLevel("concurrency", 4), procs=2, seed=0, timeout_s=120,
+                                        max_errors=0)
+            two_level = await b.on_level_end("c4-procs")
             # the declared pre-tokenizer is the right one: llama-server's /tokenize equals transformers'
             r = await b._client.post("/tokenize", json={"content": TEXT, "add_special": False})
-            return outs, level, after, slots, r.json()["tokens"], b.describe()
+            return outs, level, after, slots, r.json()["tokens"], b.describe(), two, two_level
 
-    outs, level, after, slots, server_ids, desc = asyncio.run(go())
+    outs, level, after, slots, server_ids, desc, two, two_level = asyncio.run(go())
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model))
@@ -78,6 +86,13 @@ def test_one_server_streams_greedy_tokens_with_its_own_timings(tiny_model):
         assert m["prefill_s"] > 0 and m["decode_s"] > 0 and m["num_generation_tokens"] == 24
         assert m["prompt_processed_tokens"] + m["prompt_cached_tokens"] == len(prompt)
     assert unknown < 4 * 24 // 4  # most ids are streamed
+    assert two.aborted is None and two.client_procs["n"] == 2
+    by_id = {r.request_id: r for r in two.records}
+    for req, items in zip(reqs, outs):  # what the client processes read is what this process read
+        rec, one = by_id[req.request_id], [t for e in items[:-1] for t in e.token_ids]
+        assert rec.ok and sum(rec.event_token_counts) == rec.usage_completion_tokens == 24, rec
+        assert list(rec.token_ids) == one and rec.engine_metrics["num_generation_tokens"] == 24
+    assert two_level["server_decode_ms"]["count"] == 4
     assert sum(len(i.token_ids) for i in after[:-1]) == 5 and after[-1].finish_reason == "length"
     assert not any(s.get("is_processing") for s in slots), slots  # the abandoned request was stopped
     # per level: exact means of the timings, and the Prometheus counters of /metrics

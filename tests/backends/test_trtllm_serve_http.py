@@ -47,22 +47,52 @@ def _raw(obj, t=1):
 
 
 def test_parser_counts_tokens_from_cumulative_usage_even_with_empty_text():
-    from backends.trtllm.backend import parse_trtllm_completions as parse
+    from backends.trtllm.backend import trtllm_protocol
 
     u = lambda n: {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n}  # noqa: E731
-    chunks = [{"id": "cmpl-a", "choices": [{"index": 0, "text": "He"}], "usage": u(1)},
-              {"id": "cmpl-a", "choices": [{"index": 0, "text": ""}], "usage": u(2)},  # partial UTF-8
-              {"id": "cmpl-b", "choices": [{"index": 0, "text": "x"}], "usage": u(1)},  # another request
-              {"id": "cmpl-a", "choices": [{"index": 0, "text": "llo", "finish_reason": "length"}], "usage": u(4)},
-              {"id": "cmpl-a", "choices": [], "usage": u(4)}]
-    events = [x for c in chunks for x in parse(_raw(c)) if isinstance(x, TokenEvent)]
+    a, b = trtllm_protocol().new_stream(), trtllm_protocol().new_stream()  # two requests in flight
+    chunks = [(a, {"id": "cmpl-a", "choices": [{"index": 0, "text": "He"}], "usage": u(1)}),
+              (a, {"id": "cmpl-a", "choices": [{"index": 0, "text": ""}], "usage": u(2)}),  # partial UTF-8
+              (b, {"id": "cmpl-a", "choices": [{"index": 0, "text": "x"}], "usage": u(1)}),  # same id, other stream
+              (a, {"id": "cmpl-a", "choices": [{"index": 0, "text": "llo", "finish_reason": "length"}], "usage": u(4)}),
+              (a, {"id": "cmpl-a", "choices": [], "usage": u(4)})]
+    events = [x for s, c in chunks for x in s.feed(_raw(c)) if isinstance(x, TokenEvent)]
     assert [e.n_tokens for e in events] == [1, 1, 1, 2]
-    done = [x for x in parse(_raw({"id": "cmpl-z", "choices": [], "usage": u(0)})) if not isinstance(x, TokenEvent)]
+    done = [x for x in trtllm_protocol().new_stream().feed(_raw({"id": "cmpl-z", "choices": [], "usage": u(0)}))
+            if not isinstance(x, TokenEvent)]
     assert done[0].completion_tokens == 0
     # detokenize=false: the ids themselves
-    (ev, _) = parse(_raw({"id": "cmpl-c", "choices": [{"index": 0, "text": "", "token_ids": [7, 8]}], "usage": u(2)}))
+    (ev, _) = trtllm_protocol(False).new_stream().feed(
+        _raw({"id": "cmpl-c", "choices": [{"index": 0, "text": "", "token_ids": [7, 8]}], "usage": u(2)}))
     assert ev.token_ids == (7, 8)
-    assert parse(_raw("[DONE]"))[0].terminal
+    assert trtllm_protocol().new_stream().feed(_raw("[DONE]"))[0].terminal
+
+
+@pytest.mark.parametrize("with_ids", [False, True])
+def test_parser_counts_chunks_with_fresh_ids_once(with_ids):
+    """trtllm-serve 1.0-1.2.0 gives every chunk a fresh random id: 8 one-token chunks with
+    continuous usage are 8 tokens (a count keyed on the id made them 1+2+...+8 = 36)."""
+    import uuid
+
+    from backends.trtllm.backend import trtllm_protocol
+
+    def chunk(i):
+        ch = {"index": 0, "text": "" if with_ids else f"t{i}", "finish_reason": "length" if i == 8 else None}
+        if with_ids:
+            ch["token_ids"] = [100 + i]
+        return {"id": f"cmpl-{uuid.uuid4().hex}", "choices": [ch],
+                "usage": {"prompt_tokens": 3, "completion_tokens": i, "total_tokens": 3 + i}}
+
+    for _ in range(2):  # a second request after the first counts from 0 again
+        parser = trtllm_protocol(detokenize=not with_ids).new_stream()
+        out = [x for i in range(1, 9) for x in parser.feed(_raw(chunk(i)))]
+        out += parser.feed(_raw({"id": "cmpl-last", "choices": [],
+                                 "usage": {"prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11}}))
+        toks = [x for x in out if isinstance(x, TokenEvent)]
+        assert sum(e.n_tokens for e in toks) == 8
+        if with_ids:
+            assert [t for e in toks for t in e.token_ids] == list(range(101, 109))
+        assert [x.completion_tokens for x in out if not isinstance(x, TokenEvent)][-1] == 8
 
 
 @pytest.fixture(scope="module")

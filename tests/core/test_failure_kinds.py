@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from backends.http import openai, sse, tgi
+from backends.http import openai, protocol, sse, tgi
 from backends.http.protocol import Error
 from backends.http.sse import RawEvent
 from core.errors import BackendRequestError, FailureKind
@@ -44,7 +44,7 @@ def test_every_kind_the_code_produces_is_written_as_a_member():
 
 def test_the_kind_tables_hold_members():
     tables = {"sse._STATUS_KIND": sse._STATUS_KIND, "tgi.ERROR_KIND": tgi.ERROR_KIND,
-              "openai._CODE_KIND": openai._CODE_KIND}
+              "protocol._CODE_KIND": protocol._CODE_KIND}
     for name, table in tables.items():
         assert all(type(v) is FailureKind for v in table.values()), name
 
