@@ -82,7 +82,7 @@ def test_engine_flow_quantize_build_serve_and_cache(docker_client, tiny_model, t
     assert json.loads((entry.path / "engine" / "trtllm_double.json").read_text())["argv"] == list(bld.argv[1:])
     assert "qformat int8_sq NOT applied" in (entry.path / "logs" / "quantize.log").read_text()
     serve_log = desc["extra"]["container"]["logs_tail"]
-    assert "[double] trtllm-serve ->" in serve_log and "/work/engine/hf" in serve_log
+    assert "[double] trtllm-serve " in serve_log and " -> " in serve_log and "/work/engine/hf" in serve_log
     assert "--no-enable-prefix-caching" in serve_log  # the LlmArgs YAML reached the server
     assert desc["native_config"]["serve"][:6] == ["trtllm-serve", "/work/engine", "--tokenizer", "/model",
                                                   "--backend", "tensorrt"]
