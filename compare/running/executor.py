@@ -8,7 +8,7 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Protocol, Sequence
+from typing import Awaitable, Callable, Coroutine, Protocol, Sequence
 
 from core.errors import BackendRequestError, FailureKind, RunFailed
 from core.records import (ACCEPTS_BATCHES, LANE, SEND_STAMP, GenerationRequest, Lane, RequestRecord, StreamEnd,
@@ -303,14 +303,17 @@ class LevelLoop:
         if not self.stopped():
             await self._one(r, t0 + off)
 
-    async def run(self, t0: int, *, streams: int = 0,
-                  arrivals: Sequence[tuple[GenerationRequest, int]] = ()) -> bool:
+    send = _one  # (a caller's own tasks send through the level's error policy: compare/running/sessions.py)
+
+    async def run(self, t0: int, *, streams: int = 0, arrivals: Sequence[tuple[GenerationRequest, int]] = (),
+                  jobs: Sequence[Coroutine[object, object, None]] = ()) -> bool:
         """``streams`` closed-loop streams, or ``arrivals`` (request, offset from ``t0``) sent on
         time, until done or stopped. True when cancelled from outside (the run is being stopped):
         sending stops, what was measured is kept."""
         tasks = [asyncio.create_task(closed_loop_stream(self._pop, self._pop_early, self.source.started,
                                                         self._one, self.stopped)) for _ in range(streams)]
         tasks += [asyncio.create_task(self._timed(t0, r, o)) for r, o in arrivals]
+        tasks += [asyncio.create_task(j) for j in jobs]
         stopper = asyncio.create_task(self._stop.wait())
         # one future for "all tasks done (or one crashed)": O(1) per finished task; re-waiting on
         # the whole pending set each time one finishes is O(n^2) and stalls the loop at 2000 streams

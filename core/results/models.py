@@ -158,6 +158,26 @@ class _Measured(_Closed):
     slo_met: bool | None = None
 
 
+class TurnStats(_Closed):
+    """One turn index of a level's multi-turn sessions (compare/analysis/turns.py)."""
+
+    turn: int  # 0: a session's first turn
+    requests: int
+    ok: int
+    prompt_tokens_mean: float | None = None
+    ttft_ms: Dist | None = None
+    itl_ms: Dist | None = None
+
+
+class SessionStats(_Closed):
+    """A level's multi-turn sessions: latency by turn index and how long each session lasted."""
+
+    sessions: int  # sessions that sent a turn
+    completed: int  # sessions whose every turn succeeded
+    duration_s: Dist | None = None  # first turn's send to the last reply's end (think times included)
+    turns: list[TurnStats] = Field(default_factory=list)
+
+
 class LevelSummary(_Measured):
     """One backend at one load level (one repeat, or every repeat pooled)."""
 
@@ -186,6 +206,7 @@ class LevelSummary(_Measured):
     aborted: str | None = None  # why the level stopped early
     repeats: int | None = None  # pooled summary: how many repeats it pools
     telemetry: Telemetry | None = None  # CPU per process, GPUs (backends/telemetry.py)
+    sessions: SessionStats | None = None  # multi-turn sessions: by turn index (compare/analysis/turns.py)
 
     def server_histogram(self, key: str) -> ServerHistogram | None:
         """``server_metrics[key]`` (e.g. "server_queue_ms") typed, whatever version wrote it."""
