@@ -248,7 +248,14 @@ PLOTS = (
     ("bars_ci", "Per-backend metrics with confidence intervals", bars_with_ci),
     ("server_vs_client_ttft", "Server-side vs client-side TTFT", server_vs_client_ttft),
     ("time_breakdown", "Where the time goes", time_breakdown),
+    ("ttft_by_turn", "TTFT by turn", lambda d: _turns_plot(d)),
 )
+
+
+def _turns_plot(d: ReportData) -> bytes | None:
+    from compare.report.turns import plot  # multi-turn sessions only
+
+    return plot(d)
 
 
 def all_plots(d: ReportData) -> list[tuple[str, str, bytes]]:

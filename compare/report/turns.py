@@ -1,0 +1,88 @@
+"""The report's multi-turn part: TTFT by turn index per column (backend or ``--vary`` variant),
+each later column against the first, with each column's prefix-cache hit rate over the level and
+its session duration; from run.json's ``levels[LABEL].sessions`` (compare/analysis/turns.py)."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from core.results import RunResults
+
+MEANING = ("turn k's prompt is the conversation so far (system prompt, every earlier turn and its reply, the new "
+           "turn), identical on every column; TTFT p50 in ms per turn index, later columns against the first "
+           "(negative: faster). prefix hit: the engine's prefix-cache hit rate over the whole level")
+
+
+def has_sessions(run: RunResults) -> bool:
+    return any(s.sessions for b in run.backends.values() for s in b.levels.values())
+
+
+def headers(run: RunResults, names: list[str], label: Callable[[str], str]) -> list[str]:
+    first = label(names[0]) if names else ""
+    return ["load", "turn", "prompt tok", *(label(n) if i == 0 else f"{label(n)} (vs {first})"
+                                            for i, n in enumerate(names))]
+
+
+def rows(run: RunResults, names: list[str]) -> list[list[str]]:
+    """One row per (level, turn index), then the level's prefix-hit and session-duration rows."""
+    out: list[list[str]] = []
+    for level in run.level_labels:
+        per = {n: run.backends[n].levels.get(level) for n in names}
+        stats = {n: s.sessions for n, s in per.items() if s is not None and s.sessions is not None}
+        if not stats:
+            continue
+        turns = sorted({t.turn for st in stats.values() for t in st.turns})
+        for k in turns:
+            ttft = {n: _p50(st.turns, k) for n, st in stats.items()}
+            prompt = next((t.prompt_tokens_mean for st in stats.values() for t in st.turns
+                           if t.turn == k and t.prompt_tokens_mean), None)
+            ref = ttft.get(names[0])
+            out.append([level, str(k + 1), "-" if prompt is None else f"{prompt:.0f}",
+                        *(_cell(ttft.get(n), ref if i else None) for i, n in enumerate(names))])
+        hit = []
+        for n in names:
+            pc = per[n].prefix_cache if per[n] is not None else None
+            hit.append("-" if pc is None or pc.hit_rate is None else f"{pc.hit_rate:.0%}")
+        out.append([level, "prefix hit", "", *hit])
+        dur = []
+        for n in names:
+            d = stats[n].duration_s if n in stats else None
+            dur.append("-" if d is None else f"{d.p50:.2f} s")
+        out.append([level, "session p50", "", *dur])
+    return out
+
+
+def _p50(turns: list[Any], k: int) -> float | None:
+    return next((t.ttft_ms.p50 for t in turns if t.turn == k and t.ttft_ms is not None), None)
+
+
+def _cell(v: float | None, ref: float | None) -> str:
+    if v is None:
+        return "-"
+    if ref is None or ref <= 0:
+        return f"{v:.1f}"
+    return f"{v:.1f} ({(v - ref) / ref:+.0%})"
+
+
+def plot(d: Any) -> bytes | None:
+    """TTFT p50 by turn index: one line per column and level (the HTML report's per-turn plot)."""
+    run = d.run
+    if not has_sessions(run):
+        return None
+    from compare.report.plots import _plt, _png
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for n in d.backends:
+        for level, s in run.backends[n].levels.items():
+            if s.sessions is None:
+                continue
+            pts = [(t.turn + 1, t.ttft_ms.p50) for t in s.sessions.turns if t.ttft_ms is not None]
+            if pts:
+                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=f"{d.label(n)} {level}")
+    ax.set_xlabel("turn")
+    ax.set_ylabel("TTFT p50 (ms)")
+    ax.set_title("TTFT by turn (prompt = conversation so far)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
