@@ -8,7 +8,7 @@ from typing import Sequence
 from compare.analysis.metrics import dist
 from core.metrics import itls_ns, ttft_ns
 from core.records import GenerationRequest, RequestRecord
-from core.results.models import SessionStats, TurnStats
+from core.results.sessions import SessionStats, TurnStats
 
 
 def session_stats(records: Sequence[RequestRecord], requests: Sequence[GenerationRequest]) -> SessionStats | None:

@@ -61,28 +61,3 @@ def _cell(v: float | None, ref: float | None) -> str:
     if ref is None or ref <= 0:
         return f"{v:.1f}"
     return f"{v:.1f} ({(v - ref) / ref:+.0%})"
-
-
-def plot(d: Any) -> bytes | None:
-    """TTFT p50 by turn index: one line per column and level (the HTML report's per-turn plot)."""
-    run = d.run
-    if not has_sessions(run):
-        return None
-    from compare.report.plots import _plt, _png
-
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for n in d.backends:
-        for level, s in run.backends[n].levels.items():
-            if s.sessions is None:
-                continue
-            pts = [(t.turn + 1, t.ttft_ms.p50) for t in s.sessions.turns if t.ttft_ms is not None]
-            if pts:
-                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=f"{d.label(n)} {level}")
-    ax.set_xlabel("turn")
-    ax.set_ylabel("TTFT p50 (ms)")
-    ax.set_title("TTFT by turn (prompt = conversation so far)")
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _png(fig)

@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from compare.workload.lengths import LengthDist
 from core.records import GenerationRequest
-
-if TYPE_CHECKING:
-    from compare.workload.build import WorkloadSpec
 
 # one conversation of a file: (system prompt or "", [(user text, reply text), ...])
 Conversation = tuple[str, list[tuple[str, str]]]
@@ -60,7 +57,7 @@ def group_sessions(requests: list[GenerationRequest]) -> list[list[GenerationReq
     return [sorted(turns, key=lambda r: r.turn or 0) for turns in by.values()]
 
 
-def build_sessions(spec: WorkloadSpec, rng: np.random.Generator, tokenizer: Any | None,
+def build_sessions(spec: Any, rng: np.random.Generator, tokenizer: Any | None,
                    conversations: list[Conversation] | None = None) -> list[GenerationRequest]:
     ss = spec.sessions
     assert ss is not None
@@ -89,7 +86,7 @@ def _think_times(ss: SessionsSpec, rng: np.random.Generator, n: int) -> list[flo
     return [0.0] + t[1:]  # a session's first turn is sent when the session starts
 
 
-def _render(spec: WorkloadSpec, s: int, system: Any, turns: list[tuple[Any, Any]], outs: list[int],
+def _render(spec: Any, s: int, system: Any, turns: list[tuple[Any, Any]], outs: list[int],
             think: list[float], tokenizer: Any | None) -> list[GenerationRequest]:
     """One session's requests; ``system`` and each (user, reply) are token-id lists, or text (ShareGPT)."""
     fmt = spec.prompt_format
@@ -130,7 +127,7 @@ def _text(part: Any, tokenizer: Any | None, fmt: str) -> str:
     return tokenizer.decode(part, skip_special_tokens=True)
 
 
-def _sharegpt_sessions(spec: WorkloadSpec, rng: np.random.Generator, tokenizer: Any | None,
+def _sharegpt_sessions(spec: Any, rng: np.random.Generator, tokenizer: Any | None,
                        convs: list[Conversation]) -> list[GenerationRequest]:
     ss = spec.sessions
     assert ss is not None

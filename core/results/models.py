@@ -22,28 +22,14 @@ from core.results.max_rate import MaxRate
 from core.results.quality import Quality
 from core.results.sections import LevelShards, QuantVerification, RayCell, RayNode
 from core.results.slo import SloCheck, SloLimit
+from core.results.dist import Dist
+from core.results.sessions import SessionStats
 from core.results.telemetry import Telemetry
 
 SCHEMA_VERSION = 2
 
 
 # ---------------------------------------------------------------- one level's numbers
-
-
-class Dist(_Closed):
-    """Distribution of one per-request (or per-token) metric, in ms unless the name says otherwise."""
-
-    n: int
-    mean: float
-    p50: float
-    p90: float
-    p95: float
-    p99: float
-    min: float
-    max: float
-
-    def stat(self, name: str) -> float:
-        return float(getattr(self, name))
 
 
 class LoopLag(_Closed):
@@ -156,26 +142,6 @@ class _Measured(_Closed):
     slo_attainment: float | None = None
     slo_checks: dict[str, SloCheck] | None = None
     slo_met: bool | None = None
-
-
-class TurnStats(_Closed):
-    """One turn index of a level's multi-turn sessions (compare/analysis/turns.py)."""
-
-    turn: int  # 0: a session's first turn
-    requests: int
-    ok: int
-    prompt_tokens_mean: float | None = None
-    ttft_ms: Dist | None = None
-    itl_ms: Dist | None = None
-
-
-class SessionStats(_Closed):
-    """A level's multi-turn sessions: latency by turn index and how long each session lasted."""
-
-    sessions: int  # sessions that sent a turn
-    completed: int  # sessions whose every turn succeeded
-    duration_s: Dist | None = None  # first turn's send to the last reply's end (think times included)
-    turns: list[TurnStats] = Field(default_factory=list)
 
 
 class LevelSummary(_Measured):
