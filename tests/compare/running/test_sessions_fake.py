@@ -99,3 +99,20 @@ def test_run_json_and_reports_show_ttft_by_turn(tmp_path, tiny_model):
     assert p2.returncode == 0, p2.stderr[-2000:]
     assert (out / "r" / "workload.jsonl").read_text() == (out / "s" / "workload.jsonl").read_text()
     assert json.loads((out / "r" / "run.json").read_text())["backends"]["fake"]["levels"]["c2"]["sessions"]["completed"] == 4
+
+
+def test_sessions_with_repeats_require_slo_and_find_max_rate(tmp_path, tiny_model):
+    wl = tmp_path / "sessions.yaml"
+    wl.write_text("sessions:\n  num_sessions: 3\n  turns: {value: 2}\n  user_tokens: {value: 4}\n"
+                  "  reply_tokens: {value: 3}\n")
+    out = tmp_path / "out"
+    p = run_cli("run", "--backends", "fake", "--model", str(tiny_model), "--workload", str(wl), "--concurrency", "1",
+                "--warmup", "0", "--repeats", "2", "--slo", "ttft_p95=60s", "--require-slo", "--find-max-rate",
+                "--max-rate-start", "8", "--max-rate-probes", "1", "--out", str(out), "--run-id", "m", timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    b = json.loads((out / "m" / "run.json").read_text())["backends"]["fake"]
+    assert [r["levels"]["c1"]["sessions"]["completed"] for r in b["repeats"]] == [3, 3]
+    assert b["levels"]["c1"]["sessions"]["completed"] == 3  # the pooled row shows the latest repeat's
+    assert b["levels"]["c1"]["slo_met"] is True
+    # each probe sent every turn of every session (through compare/running/sessions.py)
+    assert all(s["met"] and s["probes"][0]["ok"] == s["probes"][0]["requests"] == 6 for s in b["max_rate"]["repeats"])
