@@ -13,7 +13,7 @@ from tests.conftest import TINY_SPEC_ARGS, run_cli
 
 pytestmark = pytest.mark.engine
 
-WORKLOAD = ("name: chat\nseed: 1\nsessions:\n  num_sessions: 2\n  turns: {value: 3}\n  system_prompt_tokens: 64\n"
+WORKLOAD = ("name: chat\nseed: 1\nsessions:\n  num_sessions: 2\n  turns: {value: 3}\n  system_prompt_tokens: 256\n"
             "  user_tokens: {value: 16}\n  reply_tokens: {value: 8}\n")
 
 
