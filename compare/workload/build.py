@@ -54,6 +54,9 @@ class WorkloadSpec(BaseModel):
         lo, hi = self.token_id_range
         if not 0 <= lo < hi:
             raise ValueError("token_id_range must be [low, high) with 0 <= low < high")
+        if self.sessions is not None and (self.shared_prefix or self.sharegpt):
+            raise ValueError("sessions replace shared_prefix and sharegpt: give ShareGPT conversations as "
+                             "sessions.sharegpt, a shared prefix as sessions.system_prompt_tokens")
         return self
 
 

@@ -123,3 +123,12 @@ def test_bad_session_file_cli_one_line_exit_2_nothing_written(tmp_path):
     r = run_cli("run", "--backends", "fake", "--workload", str(wl), "--out", str(out), timeout=120)
     lines = [x for x in r.stderr.splitlines() if x.startswith("error")]
     assert r.returncode == 2 and len(lines) == 1 and str(bad) in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
+def test_sessions_beside_single_request_sources_is_one_line_exit_2(tmp_path):
+    wl = tmp_path / "w.yaml"
+    wl.write_text("sharegpt: x.json\nsessions:\n  num_sessions: 2\n")
+    r = run_cli("run", "--backends", "fake", "--workload", str(wl), "--out", str(tmp_path / "out"), timeout=120)
+    lines = [x for x in r.stderr.splitlines() if x.startswith("error")]
+    assert r.returncode == 2 and len(lines) == 1 and "sessions.sharegpt" in lines[0], r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
