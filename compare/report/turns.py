@@ -37,7 +37,8 @@ def rows(run: RunResults, names: list[str]) -> list[list[str]]:
                            if t.turn == k and t.prompt_tokens_mean), None)
             ref = ttft.get(names[0])
             out.append([level, str(k + 1), "-" if prompt is None else f"{prompt:.0f}",
-                        *(_cell(ttft.get(n), ref if i else None) for i, n in enumerate(names))])
+                        *(_cell(ttft.get(n), ref if i else None) + _failed(stats.get(n), k)
+                          for i, n in enumerate(names))])
         hit = []
         for n in names:
             pc = per[n].prefix_cache if per[n] is not None else None
@@ -49,6 +50,12 @@ def rows(run: RunResults, names: list[str]) -> list[list[str]]:
             dur.append("-" if d is None else f"{d.p50:.2f} s")
         out.append([level, "session p50", "", *dur])
     return out
+
+
+def _failed(st: Any, k: int) -> str:
+    """' [1/4 ok]' where some of the turn's requests failed (a failed turn ends its session)."""
+    t = next((t for t in st.turns if t.turn == k), None) if st is not None else None
+    return f" [{t.ok}/{t.requests} ok]" if t is not None and t.ok < t.requests else ""
 
 
 def _p50(turns: list[Any], k: int) -> float | None:
