@@ -23,6 +23,11 @@ class GenerationRequest:
     top_p: float = 1.0
     seed: int | None = None
     logprobs: int | None = None  # number of top logprobs per output token, None = off
+    # a multi-turn session's turn (compare/workload/sessions.py): its turns are sent in order, each
+    # ``think_time_s`` after the reply before it ended; None: a single request
+    session_id: str | None = None
+    turn: int | None = None
+    think_time_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.prompt_token_ids is None and self.prompt_text is None and self.messages is None:

@@ -55,6 +55,11 @@ def level_extras(records: Sequence[RequestRecord], server_metrics: dict[str, Any
 
 def prefix_cache(sm: dict[str, Any] | None, framework: str) -> dict[str, Any]:
     counters = (sm or {}).get("counters") or {}
+    pc = (sm or {}).get("prompt_cache")  # llama-server: each request's cache_n / prompt_n (backends/llamacpp/server.py)
+    if _QUERIES not in counters and isinstance(pc, dict) and "cached_tokens" in pc:
+        cached, processed = float(pc["cached_tokens"]), float(pc.get("processed_tokens") or 0.0)
+        return {"source": "llama-server per-request cached / processed prompt tokens", "queries": cached + processed,
+                "hits": cached, "hit_rate": cached / (cached + processed) if cached + processed > 0 else None}
     if _QUERIES not in counters:
         if sm is None:
             return {"source": f"not exposed by {framework}"}

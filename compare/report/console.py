@@ -300,6 +300,12 @@ def print_summary(console: Console, results_dir: Path, price: float | None = Non
         console.print(comparison_table(run, console.width, labels))
         for line in legend(labels):
             console.print(f"  {escape(line)}", highlight=False)
+        from compare.report import turns  # multi-turn sessions: TTFT by turn per column
+
+        if turns.has_sessions(run):
+            console.print(_plain_table("TTFT p50 by turn (ms)", turns.headers(run, list(run.backends),
+                                                                               lambda n: labels.get(n, n)),
+                                       turns.rows(run, list(run.backends))))
         for line in v.quality:  # measured (with deltas), or skipped/refused and why, and how to switch it
             said = line if line.startswith(("quality ", "--quality")) else f"quality: {line}"
             console.print(Text(said, style="dim" if line.startswith("--") else ""))
@@ -314,3 +320,12 @@ def print_summary(console: Console, results_dir: Path, price: float | None = Non
                   soft_wrap=True)
     if not quiet:
         console.print(f"report with plots: compare report {results_dir} --html", highlight=False, soft_wrap=True)
+
+
+def _plain_table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
+    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    for i, h in enumerate(headers):
+        t.add_column(h, justify="left" if i < 2 else "right")
+    for r in rows:
+        t.add_row(*r)
+    return t

@@ -69,6 +69,12 @@ def sections(d: ReportData) -> list[Section]:
                        paragraphs=[matched_note(lm)] if lm else [],
                        headers=["backend", "load", "ok", "out tok/s", *(head.replace("\n", " ") for *_, head, _ in lat),
                                 "goodput req/s", "$/M out tok"], rows=rows))
+    from compare.report import turns  # multi-turn sessions: TTFT by turn per column
+
+    if turns.has_sessions(run):
+        out.append(Section("Multi-turn sessions: TTFT by turn", paragraphs=[turns.MEANING],
+                           headers=turns.headers(run, d.backends, name), rows=turns.rows(run, d.backends),
+                           plots=["ttft_by_turn"]))
     out.append(Section("Verdict per metric", paragraphs=[header_line(v, name)], bullets=summary_lines(v, name),
                        headers=DECISION_HEADERS if v.comparisons else [], rows=decision_rows(v, name)))
     if max_rate.probe_rows(run, name):

@@ -241,6 +241,29 @@ def time_breakdown(d: ReportData) -> bytes | None:
     return _png(fig)
 
 
+def ttft_by_turn(d: ReportData) -> bytes | None:
+    """TTFT p50 by turn index: one line per column and level (the HTML report's per-turn plot)."""
+    run = d.run
+    if not any(s.sessions for b in run.backends.values() for s in b.levels.values()):
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for n in d.backends:
+        for level, s in run.backends[n].levels.items():
+            if s.sessions is None:
+                continue
+            pts = [(t.turn + 1, t.ttft_ms.p50) for t in s.sessions.turns if t.ttft_ms is not None]
+            if pts:
+                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=f"{d.label(n)} {level}")
+    ax.set_xlabel("turn")
+    ax.set_ylabel("TTFT p50 (ms)")
+    ax.set_title("TTFT by turn (prompt = conversation so far)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
 PLOTS = (
     ("latency_vs_throughput", "Latency vs throughput", latency_vs_throughput),
     ("ttft_cdf", "TTFT distribution", ttft_cdf),
@@ -248,7 +271,11 @@ PLOTS = (
     ("bars_ci", "Per-backend metrics with confidence intervals", bars_with_ci),
     ("server_vs_client_ttft", "Server-side vs client-side TTFT", server_vs_client_ttft),
     ("time_breakdown", "Where the time goes", time_breakdown),
+    ("ttft_by_turn", "TTFT by turn", ttft_by_turn),
 )
+
+
+
 
 
 def all_plots(d: ReportData) -> list[tuple[str, str, bytes]]:

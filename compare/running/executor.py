@@ -8,7 +8,7 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Protocol, Sequence
+from typing import Awaitable, Callable, Coroutine, Protocol, Sequence
 
 from core.errors import BackendRequestError, FailureKind, RunFailed
 from core.records import (ACCEPTS_BATCHES, LANE, SEND_STAMP, GenerationRequest, Lane, RequestRecord, StreamEnd,
@@ -278,7 +278,7 @@ class LevelLoop:
         if not rec.ok and (reason := self.source.failed(rec, self._stop.is_set())) is not None:
             self.stop(reason)
 
-    async def _one(self, r: GenerationRequest, t_scheduled_ns: int | None = None,
+    async def send(self, r: GenerationRequest, t_scheduled_ns: int | None = None,
                    t_ready_ns: int | None = None) -> RequestRecord:
         try:
             rec = await run_one(self.backend, r, self.label, self.timeout_s, t_scheduled_ns=t_scheduled_ns,
@@ -301,16 +301,16 @@ class LevelLoop:
         while (delay := t0 + off - time.perf_counter_ns()) > 0:
             await asyncio.sleep(delay / 1e9)
         if not self.stopped():
-            await self._one(r, t0 + off)
+            await self.send(r, t0 + off)
 
-    async def run(self, t0: int, *, streams: int = 0,
-                  arrivals: Sequence[tuple[GenerationRequest, int]] = ()) -> bool:
-        """``streams`` closed-loop streams, or ``arrivals`` (request, offset from ``t0``) sent on
-        time, until done or stopped. True when cancelled from outside (the run is being stopped):
-        sending stops, what was measured is kept."""
+    async def run(self, t0: int, *, streams: int = 0, arrivals: Sequence[tuple[GenerationRequest, int]] = (),
+                  jobs: Sequence[Coroutine[object, object, None]] = ()) -> bool:
+        """``streams`` closed-loop streams, ``arrivals`` (request, offset from ``t0``) sent on time, or
+        ``jobs`` (compare/running/sessions.py: each sends through ``send``), until done or stopped.
+        True when cancelled from outside (the run is being stopped): sending stops, measured is kept."""
         tasks = [asyncio.create_task(closed_loop_stream(self._pop, self._pop_early, self.source.started,
-                                                        self._one, self.stopped)) for _ in range(streams)]
-        tasks += [asyncio.create_task(self._timed(t0, r, o)) for r, o in arrivals]
+                                                        self.send, self.stopped)) for _ in range(streams)]
+        tasks += [asyncio.create_task(c) for c in [*(self._timed(t0, r, o) for r, o in arrivals), *jobs]]
         stopper = asyncio.create_task(self._stop.wait())
         # one future for "all tasks done (or one crashed)": O(1) per finished task; re-waiting on
         # the whole pending set each time one finishes is O(n^2) and stalls the loop at 2000 streams

@@ -33,6 +33,8 @@ from compare.running.load import offered_load
 from core.hardware import fingerprint
 from backends.http.urls import redact_url
 from compare.analysis.metrics import summarize
+from compare.analysis.turns import session_stats
+from compare.workload.sessions import is_sessions
 from compare.quality.deferred import score_quality, unscored
 from compare.quality.parity import QualityOptions
 from core.slo import SLO
@@ -243,6 +245,8 @@ async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resul
                 add.update(level_extras(records, add.get("server_metrics"),
                                         int(level.value) if level.kind == "concurrency" else None,
                                         backend.describe().framework))
+                if (turns := session_stats(records, level.take(cfg.requests))) is not None:
+                    add["sessions"] = turns  # multi-turn sessions: by turn index (compare/analysis/turns.py)
                 if outcome.schedule_offsets_ns is not None:
                     add["schedule_offsets_ns"] = outcome.schedule_offsets_ns
                 if outcome.aborted:
@@ -255,7 +259,7 @@ async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resul
                     pooled = level_summary(cfg, pool.records[key], pool.wall_ns[key], pool.lag[key])
                     # server-side samples are per level run; the pooled row shows the latest one
                     latest = {k: getattr(summary, k) for k in ("server_metrics", "server_gauges", "prefix_cache",
-                                                               "time_breakdown", "telemetry", "aborted")
+                                                               "time_breakdown", "telemetry", "aborted", "sessions")
                               if k in summary.model_fields_set}
                     # (client_lagged: some repeat's client fell behind)
                     shown = evolve(pooled, client_lagged=pool.lagged[key], **latest, repeats=rep + 1)
@@ -367,6 +371,11 @@ async def _run_level(cfg: RunConfig, backend: Backend, level: LoadLevel, writer:
         progress.request_done(rec)
 
     max_errors = cfg.max_errors if cfg.max_errors is not None else max(1, len(requests) // 2)
+    if is_sessions(requests):  # a session's turns wait on each other's replies: one client process
+        from compare.running.sessions import run_session_level
+
+        return await run_session_level(backend, requests, level, seed=cfg.workload.seed, timeout_s=cfg.timeout_s,
+                                       max_errors=max_errors, on_record=on_record)
     if cfg.scaleout is not None and cfg.scaleout.load_shards:  # load generators as Ray actors (ray_load.py)
         return await cfg.scaleout.run_level(cfg, backend, level, writer, max_errors, on_record)
     if cfg.client_procs != 1:

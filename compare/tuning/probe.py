@@ -88,7 +88,11 @@ class _Prober:
         lv = self.level(value)
         if self.hooks.level_start:
             self.hooks.level_start(lv, len(self.requests))
-        out = await run_level(self.backend, self.requests, lv, seed=self.search.seed + seed_offset,
+        from compare.running.sessions import run_session_level
+        from compare.workload.sessions import is_sessions
+
+        send = run_session_level if is_sessions(self.requests) else run_level  # multi-turn: turns in order
+        out = await send(self.backend, self.requests, lv, seed=self.search.seed + seed_offset,
                               timeout_s=self.search.timeout_s, max_errors=len(self.requests),
                               on_record=self.hooks.record)
         p = compact(lv, summarize(out.records, out.t_end_ns - out.t_start_ns, self.slo))

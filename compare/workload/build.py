@@ -12,48 +12,11 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from compare.workload.lengths import LengthDist
+from compare.workload.sessions import SessionsSpec
 from core.records import GenerationRequest
 
-
-class LengthDist(BaseModel):
-    """A token-length distribution. ``fixed``: value; ``uniform``: [min, max];
-    ``normal``: mean/std; ``lognormal``: mean/std of the *lengths* (not of the log)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
-    value: int | None = Field(None, gt=0)
-    min: int | None = Field(None, gt=0)
-    max: int | None = Field(None, gt=0)
-    mean: float | None = Field(None, gt=0)
-    std: float | None = Field(None, ge=0)
-
-    @model_validator(mode="after")
-    def _check(self) -> "LengthDist":
-        need = {"fixed": ("value",), "uniform": ("min", "max"), "normal": ("mean", "std"),
-                "lognormal": ("mean", "std")}[self.dist]
-        missing = [k for k in need if getattr(self, k) is None]
-        if missing:
-            raise ValueError(f"length dist '{self.dist}' needs {', '.join(missing)}")
-        if self.dist == "uniform" and self.min > self.max:  # type: ignore[operator]
-            raise ValueError("uniform length: min must be <= max")
-        return self
-
-    def sample(self, rng: np.random.Generator, n: int) -> list[int]:
-        lo = self.min or 1
-        hi = self.max or 1 << 20
-        if self.dist == "fixed":
-            out = np.full(n, self.value)
-        elif self.dist == "uniform":
-            out = rng.integers(self.min, self.max + 1, size=n)  # type: ignore[operator]
-        elif self.dist == "normal":
-            out = np.rint(rng.normal(self.mean, self.std, size=n))
-        else:
-            # parametrise so that the lengths themselves have the given mean and std
-            m, s = float(self.mean), float(self.std or 0.0)  # type: ignore[arg-type]
-            sigma2 = np.log1p((s / m) ** 2)
-            out = np.rint(rng.lognormal(np.log(m) - sigma2 / 2, np.sqrt(sigma2), size=n))
-        return [int(x) for x in np.clip(out, lo, hi)]
+__all__ = ["LengthDist", "SharedPrefix", "WorkloadSpec", "build_requests"]
 
 
 class SharedPrefix(BaseModel):
@@ -77,6 +40,8 @@ class WorkloadSpec(BaseModel):
     # text: prompts are text decoded from seeded token ids; chat: one user message of that text
     prompt_format: Literal["token_ids", "text", "chat"] = "token_ids"
     shared_prefix: SharedPrefix | None = None
+    # multi-turn sessions (compare/workload/sessions.py): num_requests and input/output do not apply
+    sessions: SessionsSpec | None = None
     # ShareGPT-format JSON/JSONL: conversations[0] (human) is the prompt, the next turn's
     # length in tokens (when a tokenizer is given) or output dist is the output length
     sharegpt: str | None = None
@@ -89,6 +54,9 @@ class WorkloadSpec(BaseModel):
         lo, hi = self.token_id_range
         if not 0 <= lo < hi:
             raise ValueError("token_id_range must be [low, high) with 0 <= low < high")
+        if self.sessions is not None and (self.shared_prefix or self.sharegpt):
+            raise ValueError("sessions replace shared_prefix and sharegpt: give ShareGPT conversations as "
+                             "sessions.sharegpt, a shared prefix as sessions.system_prompt_tokens")
         return self
 
 
@@ -97,10 +65,15 @@ def _random_ids(rng: np.random.Generator, n: int, id_range: tuple[int, int]) -> 
 
 
 def build_requests(spec: WorkloadSpec, tokenizer: Any | None = None,
-                   sharegpt: list[tuple[str, str]] | None = None) -> list[GenerationRequest]:
+                   sharegpt: list[Any] | None = None) -> list[GenerationRequest]:
     """Deterministic in (spec, tokenizer): the same spec gives the same requests on any machine.
-    ``sharegpt``: the conversations of ``spec.sharegpt`` already read (load_sharegpt)."""
+    ``sharegpt``: the conversations of ``spec.sharegpt`` (load_sharegpt) or of ``spec.sessions.sharegpt``
+    (compare/workload/sessions.py load_conversations) already read."""
     rng = np.random.default_rng(spec.seed)
+    if spec.sessions is not None:
+        from compare.workload.sessions import build_sessions
+
+        return build_sessions(spec, rng, tokenizer, sharegpt)  # type: ignore[arg-type]
     if spec.sharegpt:
         return _sharegpt_requests(spec, rng, tokenizer, sharegpt)
     n = spec.num_requests
@@ -187,6 +160,8 @@ def request_to_dict(r: GenerationRequest) -> dict[str, Any]:
         d["prompt_text"] = r.prompt_text
     if r.messages is not None:
         d["messages"] = [list(m) for m in r.messages]
+    if r.session_id is not None:
+        d.update(session_id=r.session_id, turn=r.turn, think_time_s=r.think_time_s)
     return d
 
 

@@ -22,28 +22,14 @@ from core.results.max_rate import MaxRate
 from core.results.quality import Quality
 from core.results.sections import LevelShards, QuantVerification, RayCell, RayNode
 from core.results.slo import SloCheck, SloLimit
+from core.results.dist import Dist
+from core.results.sessions import SessionStats
 from core.results.telemetry import Telemetry
 
 SCHEMA_VERSION = 2
 
 
 # ---------------------------------------------------------------- one level's numbers
-
-
-class Dist(_Closed):
-    """Distribution of one per-request (or per-token) metric, in ms unless the name says otherwise."""
-
-    n: int
-    mean: float
-    p50: float
-    p90: float
-    p95: float
-    p99: float
-    min: float
-    max: float
-
-    def stat(self, name: str) -> float:
-        return float(getattr(self, name))
 
 
 class LoopLag(_Closed):
@@ -186,6 +172,7 @@ class LevelSummary(_Measured):
     aborted: str | None = None  # why the level stopped early
     repeats: int | None = None  # pooled summary: how many repeats it pools
     telemetry: Telemetry | None = None  # CPU per process, GPUs (backends/telemetry.py)
+    sessions: SessionStats | None = None  # multi-turn sessions: by turn index (compare/analysis/turns.py)
 
     def server_histogram(self, key: str) -> ServerHistogram | None:
         """``server_metrics[key]`` (e.g. "server_queue_ms") typed, whatever version wrote it."""

@@ -118,8 +118,16 @@ def _requests(replay: str | None, spec, workload, served=None):
             convs = load_sharegpt(workload.sharegpt)
         except ValueError as e:
             raise UserError(f"workload: {e}") from None
+    if workload.sessions is not None and workload.sessions.sharegpt:  # (also before the tokenizer load)
+        from compare.workload.sessions import load_conversations
+
+        try:
+            convs = load_conversations(workload.sessions.sharegpt)
+        except ValueError as e:
+            raise UserError(str(e)) from None
     tokenizer = served.prompt_tokenizer(workload) if served is not None else None
-    if (served is None or served.tokenizer) and (workload.prompt_format != "token_ids" or workload.sharegpt):
+    shared = workload.sharegpt or (workload.sessions is not None and workload.sessions.sharegpt)
+    if (served is None or served.tokenizer) and (workload.prompt_format != "token_ids" or shared):
         try:
             from transformers import AutoTokenizer
 

@@ -1,0 +1,48 @@
+"""Token-length distributions of a workload (its input, output and session turn lengths)."""
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class LengthDist(BaseModel):
+    """A token-length distribution. ``fixed``: value; ``uniform``: [min, max];
+    ``normal``: mean/std; ``lognormal``: mean/std of the *lengths* (not of the log)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
+    value: int | None = Field(None, gt=0)
+    min: int | None = Field(None, gt=0)
+    max: int | None = Field(None, gt=0)
+    mean: float | None = Field(None, gt=0)
+    std: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "LengthDist":
+        need = {"fixed": ("value",), "uniform": ("min", "max"), "normal": ("mean", "std"),
+                "lognormal": ("mean", "std")}[self.dist]
+        missing = [k for k in need if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"length dist '{self.dist}' needs {', '.join(missing)}")
+        if self.dist == "uniform" and self.min > self.max:  # type: ignore[operator]
+            raise ValueError("uniform length: min must be <= max")
+        return self
+
+    def sample(self, rng: np.random.Generator, n: int) -> list[int]:
+        lo = self.min or 1
+        hi = self.max or 1 << 20
+        if self.dist == "fixed":
+            out = np.full(n, self.value)
+        elif self.dist == "uniform":
+            out = rng.integers(self.min, self.max + 1, size=n)  # type: ignore[operator]
+        elif self.dist == "normal":
+            out = np.rint(rng.normal(self.mean, self.std, size=n))
+        else:
+            # parametrise so that the lengths themselves have the given mean and std
+            m, s = float(self.mean), float(self.std or 0.0)  # type: ignore[arg-type]
+            sigma2 = np.log1p((s / m) ** 2)
+            out = np.rint(rng.lognormal(np.log(m) - sigma2 / 2, np.sqrt(sigma2), size=n))
+        return [int(x) for x in np.clip(out, lo, hi)]
