@@ -40,5 +40,5 @@ def option_table(spec: ServingSpec) -> dict[str, dict[str, Any]]:
     """Every spec option with the value this spec gives it and TGI's handling of it."""
     out: dict[str, dict[str, Any]] = {}
     for name, (what, how, key) in OPTIONS.items():
-        out[name] = {"value": getattr(spec, name), "tgi": what, "how": how, "upstream": FACTS.cite(key)}
+        out[name] = {"value": getattr(spec, name), "status": what, "how": how, "upstream": FACTS.cite(key)}
     return out

@@ -50,7 +50,7 @@ def spec_option_table(spec: ServingSpec, flow: str, llm_args: dict[str, Any], se
         if name in not_applicable:
             why = ("TensorRT-LLM seeds per request (SamplingParams.seed), not per server" if name == "seed"
                    else "a TensorRT engine has no eager mode")
-            out[name] = {"value": value, "status": "not_applicable", "why": why}
+            out[name] = {"value": value, "status": "not_applicable", "how": why}
             continue
         if value is None or value == _DEFAULTS.get(name):
             continue
@@ -64,7 +64,8 @@ def spec_option_table(spec: ServingSpec, flow: str, llm_args: dict[str, Any], se
             where.append(f"trtllm-build {build_flag}" if build_flag.startswith("--") else build_flag)
         if name == "quantization":
             where.append("quantize step")
-        row: dict[str, Any] = {"value": value, "status": "mapped" if where else "default", "to": where}
+        row: dict[str, Any] = {"value": value, "status": "mapped" if where else "default",
+                               "how": "; ".join(where) or "the release's default"}
         if caveat:
             row["meaning"] = caveat
         out[name] = row

@@ -155,8 +155,8 @@ def test_plan_shows_per_option_what_tgi_does():
     assert "-e PREFIX_CACHING=1" in plan["container"]["docker_run"]  # what the launcher reads reaches it
     opts = plan["spec_options"]
     assert set(opts) == set(ServingSpec.model_fields) - {"native"}
-    assert opts["prefix_caching"]["tgi"] == "mapped" and opts["prefix_caching"]["value"] is True
-    assert opts["kv_cache_memory_bytes"]["tgi"] == "refused" and "backends/v3/src/lib.rs" in opts["kv_cache_memory_bytes"]["upstream"]
+    assert opts["prefix_caching"]["status"] == "mapped" and opts["prefix_caching"]["value"] is True
+    assert opts["kv_cache_memory_bytes"]["status"] == "refused" and "backends/v3/src/lib.rs" in opts["kv_cache_memory_bytes"]["upstream"]
     assert all(o["upstream"].endswith("@v3.3.7") for o in opts.values())
 
 

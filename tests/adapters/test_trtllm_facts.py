@@ -85,7 +85,7 @@ def test_engine_flow_1x_keeps_the_memory_fraction_next_to_block_reuse():
     t = json.loads(p.stdout)["backends"]["trtllm"]
     assert t["llm_args_yaml"]["kv_cache_config"] == {"free_gpu_memory_fraction": 0.6, "enable_block_reuse": True}
     assert "--kv_cache_free_gpu_memory_fraction" not in t["serve"]
-    assert t["spec_options"]["gpu_memory_utilization"]["to"] == ["LlmArgs YAML kv_cache_config.free_gpu_memory_fraction"]
+    assert t["spec_options"]["gpu_memory_utilization"]["how"] == "LlmArgs YAML kv_cache_config.free_gpu_memory_fraction"
 
 
 def test_engine_flow_0x_still_takes_the_fraction_on_the_command_line():
@@ -123,9 +123,9 @@ def test_plan_shows_what_upstream_does_with_each_spec_option():
                 "--seed", "3", "--format", "json")
     assert p.returncode == 0, p.stderr
     opts = json.loads(p.stdout)["backends"]["trtllm"]["spec_options"]
-    assert opts["max_num_seqs"] == {"value": 8, "status": "mapped", "to": ["LlmArgs YAML max_batch_size"]}
+    assert opts["max_num_seqs"] == {"value": 8, "status": "mapped", "how": "LlmArgs YAML max_batch_size"}
     assert "FREE after weights" in opts["gpu_memory_utilization"]["meaning"]
-    assert opts["seed"]["status"] == "not_applicable" and "per request" in opts["seed"]["why"]
+    assert opts["seed"]["status"] == "not_applicable" and "per request" in opts["seed"]["how"]
 
 
 def test_logprobs_capability_per_release():
