@@ -73,7 +73,8 @@ WEIGHTS = {
     # a 3-node local Ray cluster (6 fake-engine cells, 2 load shards), the run without Ray to match,
     # and `ray start --head` + one transformers cell + a fake-engine cell stopped by Ctrl-C + `ray stop`
     "ray": 64,
-    "test_two_engines_e2e.py": 80,  # one vllm,openvino,hf-cb,llamacpp run
+    "test_two_engines_e2e.py": 80,
+    "test_sessions_e2e.py": 60,  # a session workload on vLLM and llama.cpp, prefix caching on and off  # one vllm,openvino,hf-cb,llamacpp run
     # OpenVINO: streams, cancels, a crash, timeouts, int8/int4 runs (exports cached by setup)
     "test_openvino.py": 39,
     "test_http_fastsse.py": 35,  # every scripted stream twice (C and Python parser) + the loopback server
