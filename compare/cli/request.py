@@ -75,7 +75,8 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     # typed targets: --topology tp=N,replicas=N wraps each backend (backends/topology/target.py)
     targets = apply_topology(parse_backends(args.backends), args.topology, args.lb, args.kill_replica_after,
                              args.kill_level)
-    levels = _levels(args.concurrency, args.rate, args.requests_per_stream)
+    levels = _levels(args.concurrency, args.rate, args.requests_per_stream,
+                     getattr(args, "arrival", "poisson"), getattr(args, "burstiness", 1.0))
     if args.warmup < 0:
         raise UserError("--warmup must be >= 0")
     if args.repeats < 1:
@@ -135,13 +136,19 @@ def _spec_and_workload(args: argparse.Namespace, targets: list[Any]) -> tuple[Se
     return served, spec, workload
 
 
-def _levels(concurrency: str | None, rate: str | None, per_stream: int | None) -> list[LoadLevel]:
+def _levels(concurrency: str | None, rate: str | None, per_stream: int | None,
+            arrival: str = "poisson", burstiness: float = 1.0) -> list[LoadLevel]:
     """``--concurrency``/``--rate`` as load levels (DEFAULT_LEVELS when neither is given)."""
     from compare.workload.schedule import parse_levels
 
     conc = concurrency if (concurrency or rate) else DEFAULT_LEVELS
+    if arrival != "poisson" and not rate:
+        raise UserError(f"--arrival {arrival} shapes open-loop levels: give --rate too, e.g. --rate 2,8 "
+                        f"--arrival {arrival}")
+    if burstiness != 1.0 and arrival != "gamma":
+        raise UserError(f"--burstiness {burstiness:g} applies to gamma arrivals: add --arrival gamma")
     try:
-        levels = parse_levels(conc, rate)
+        levels = parse_levels(conc, rate, arrival, burstiness)
     except ValueError as e:
         msg = str(e)
         raise UserError(msg if msg.startswith("--") else f"--{msg}") from None  # "rate must be > 0, got nan"

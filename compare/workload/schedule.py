@@ -1,7 +1,8 @@
 """Load strategies: they decide *when* each request is sent, nothing else.
 
 - ``concurrency=C``: closed loop, C requests in flight; a new one is sent when one finishes.
-- ``rate=R``: open loop, Poisson arrivals at R requests/s (seeded exponential gaps).
+- ``rate=R``: open loop at R requests/s; the gaps are Poisson (seeded exponential, the default),
+  constant (exactly 1/R) or gamma with a burstiness value (compare/workload/arrivals.py).
 - ``rate=inf``: every request at t=0 (a burst).
 
 The executor (compare/running/executor.py) owns the tasks, timeouts and cancellation.
@@ -11,8 +12,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 
 @dataclass(frozen=True, slots=True)
 class LoadLevel:
@@ -21,6 +20,9 @@ class LoadLevel:
     # the level sends the workload's first ``requests`` requests (None: all of them); every
     # backend gets the same prefix (``--requests-per-stream``)
     requests: int | None = None
+    # open loop only: how the gaps between sends are drawn (compare/workload/arrivals.py)
+    arrival: str = "poisson"
+    burstiness: float = 1.0
 
     def __post_init__(self) -> None:
         if self.kind not in ("concurrency", "rate"):
@@ -31,6 +33,9 @@ class LoadLevel:
             raise ValueError(f"concurrency must be a whole number, got {self.value}")
         if self.requests is not None and self.requests < 1:
             raise ValueError(f"a level sends at least one request, got {self.requests}")
+        from compare.workload.arrivals import check_arrival
+
+        check_arrival(self.arrival, self.burstiness)
 
     def take(self, requests: list) -> list:
         """The requests this level sends: the workload's first ``self.requests`` (all when unset)."""
@@ -40,13 +45,21 @@ class LoadLevel:
     def label(self) -> str:
         if self.kind == "concurrency":
             return f"c{int(self.value)}"
-        return "burst" if math.isinf(self.value) else f"r{self.value:g}"
+        if math.isinf(self.value):
+            return "burst"
+        from compare.workload.arrivals import label_suffix
+
+        return f"r{self.value:g}{label_suffix(self.arrival, self.burstiness)}"
 
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"kind": self.kind, "value": "inf" if math.isinf(self.value) else self.value,
                                   "label": self.label}
         if self.requests is not None:
             out["requests"] = self.requests
+        if self.kind == "rate" and self.arrival != "poisson":
+            out["arrival"] = self.arrival
+            if self.arrival == "gamma":
+                out["burstiness"] = self.burstiness
         return out
 
 
@@ -59,8 +72,9 @@ def per_stream(levels: list[LoadLevel], k: int, n: int) -> list[LoadLevel]:
             for lv in levels]
 
 
-def parse_levels(concurrency: str | None, rate: str | None) -> list[LoadLevel]:
-    """``--concurrency 1,4,16`` and/or ``--rate 2,8,inf``."""
+def parse_levels(concurrency: str | None, rate: str | None, arrival: str = "poisson",
+                 burstiness: float = 1.0) -> list[LoadLevel]:
+    """``--concurrency 1,4,16`` and/or ``--rate 2,8,inf`` (its gaps drawn per ``--arrival``)."""
     levels: list[LoadLevel] = []
     for text, kind in ((concurrency, "concurrency"), (rate, "rate")):
         if not text:
@@ -72,15 +86,13 @@ def parse_levels(concurrency: str | None, rate: str | None) -> list[LoadLevel]:
             except ValueError:
                 raise ValueError(f"--{kind} {text!r}: {part!r} is not a number "
                                  f"(use e.g. --{kind} 1,4,16)") from None
-            levels.append(LoadLevel(kind, value))
+            levels.append(LoadLevel(kind, value, arrival=arrival, burstiness=burstiness) if kind == "rate"
+                          else LoadLevel(kind, value))
     return levels
 
 
 def poisson_offsets_ns(n: int, rate: float, seed: int) -> list[int]:
     """Send offsets (ns from the level's start) for n Poisson arrivals; the first is at 0."""
-    if math.isinf(rate):
-        return [0] * n
-    rng = np.random.default_rng(seed)
-    gaps = rng.exponential(1.0 / rate, size=n)
-    gaps[0] = 0.0
-    return [int(x) for x in np.cumsum(gaps) * 1e9]
+    from compare.workload.arrivals import offsets_ns
+
+    return offsets_ns(n, rate, seed)

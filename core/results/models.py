@@ -292,6 +292,8 @@ class LevelDef(_Closed):
     value: float | str | None = None
     label: str
     requests: int | None = None  # the workload's first N requests (--requests-per-stream); None: all
+    arrival: str | None = None  # open loop: constant | gamma (absent: Poisson)
+    burstiness: float | None = None  # gamma arrivals: the gaps' squared coefficient of variation
 
 
 class GpuInfo(_Closed):

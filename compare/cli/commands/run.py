@@ -29,7 +29,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("load and measurement")
     g.add_argument("--concurrency", help=f"closed-loop levels, e.g. 1,4,16 (default {DEFAULT_LEVELS} "
                                          "when no --rate is given)")
-    g.add_argument("--rate", help="open-loop Poisson rates in req/s, e.g. 2,8,inf")
+    g.add_argument("--rate", help="open-loop rates in req/s, e.g. 2,8,inf (gaps per --arrival)")
+    g.add_argument("--arrival", default="poisson", metavar="poisson|constant|gamma",
+                   help="how a --rate level's gaps are drawn (seeded, the same on every backend): poisson "
+                        "(default), constant (exactly 1/rate) or gamma (bursty; see --burstiness)")
+    g.add_argument("--burstiness", type=float, default=1.0,
+                   help="--arrival gamma: the gaps' squared coefficient of variation (1 = Poisson-like, "
+                        ">1 clumps of sends with quiet spells, <1 smoother); default 1")
     g.add_argument("--requests-per-stream", type=int, metavar="K",
                    help="each closed-loop level at concurrency C sends the workload's first min(N, K*C) requests "
                         "(the same prefix on every backend), so single-stream levels stay short while saturated "
