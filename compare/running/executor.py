@@ -4,7 +4,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -396,6 +395,3 @@ async def _cancel_all(tasks: list[asyncio.Task], grace_s: float = CANCEL_GRACE_S
     if live:
         await asyncio.wait(live, timeout=grace_s)
 
-
-def default_max_errors(n: int) -> int:
-    return max(1, math.ceil(n / 2))
