@@ -46,7 +46,7 @@ register(BackendEntry(
     factory="backends.llamacpp.server:LlamaCppBackend", plan="backends.llamacpp:plan",
     resolve="adapters.llamacpp:llamacpp_plan", requires=("httpx",),
     extra="bash scripts/setup.d/70-llamacpp.sh (or LLM_COMPARE_LLAMA_SERVER=/path/to/llama-server)",
-    check="backends.llamacpp:check", capabilities=CAPS,
+    check="backends.llamacpp:check", capabilities=CAPS, native_keys="backends.llamacpp.native:checked_keys",
     notes=("dtype -> GGUF f32/f16/bf16; gguf-q8_0 / gguf-q4_k_m via llama-quantize",
            "prebuilt server: LLM_COMPARE_LLAMA_SERVER=/path or --native llamacpp.server_bin=/path"),
 ))

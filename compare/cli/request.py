@@ -123,6 +123,13 @@ def _spec_and_workload(args: argparse.Namespace, targets: list[Any]) -> tuple[Se
     if served is None and not tiny and "://" not in spec.model and not Path(spec.model).exists() and spec.load_format != "dummy":
         raise UserError(f"model path {spec.model} does not exist; pass a local model directory "
                         f"(no hub downloads here)")
+    if served is None and not tiny and "://" not in spec.model:  # what the engines would refuse minutes later
+        from compare.cli.model_check import check_gguf, check_model_dir
+
+        check_model_dir(spec.model)
+        for section, options in spec.native.items():  # a GGUF served as is (llama.cpp's native gguf)
+            if (options or {}).get("gguf") is not None:
+                check_gguf(f"--native {section}.gguf", str(options["gguf"]))
     if served is None:
         # machine-dependent engine defaults (vLLM on CPU needs an explicit KV-cache size), each
         # under its engine's native section: other frameworks keep their own defaults
