@@ -7,8 +7,8 @@ CPU kernels); the rest does not change much. So the suite's time on such a host 
 ``wall x (rest + 2 x engine) / (rest + engine)`` of worker time, which is what the budget in
 docs/benchmarks.md#test-tiers-and-the-fake-engine is stated in.
 
-    bash scripts/test.sh --junitxml=suite.xml            # or any pytest run with --junitxml
-    .venv/bin/python benchmarks/suite_share.py suite.xml --wall 470
+    LLM_COMPARE_TEST_REPORTS=reports bash scripts/test.sh   # or any pytest run with --junitxml
+    .venv/bin/python benchmarks/suite_share.py reports/host.xml --wall 470
 
 ``--wall``: pytest's wall seconds (its last line), to scale worker time to the wall clock. The
 markers are read by collecting the suite (``pytest --collect-only -m ...``): nothing is run.

@@ -55,8 +55,13 @@ fi
 # instruction sets) again as an AVX2-only CPU and as an AVX-512 one without AMX would answer
 # (LLM_COMPARE_CPU_ISA lowers what the tool believes: core/hardware.py), so no assertion holds on
 # one kind of host only. One closing line counts all three passes.
-reports="$(mktemp -d)"
-trap 'rm -rf "$reports"' EXIT
+# LLM_COMPARE_TEST_REPORTS=DIR keeps the passes' JUnit reports there (benchmarks/suite_share.py reads them)
+reports="${LLM_COMPARE_TEST_REPORTS:-}"
+if [ -z "$reports" ]; then
+  reports="$(mktemp -d)"
+  trap 'rm -rf "$reports"' EXIT
+fi
+mkdir -p "$reports"
 rc=0
 .venv/bin/python -m pytest -p no:cacheprovider "${xdist[@]}" -ra --junitxml="$reports/host.xml" tests || rc=$?
 for isa in avx2 avx512; do
