@@ -6,7 +6,6 @@ import contextlib
 import gc
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Coroutine, Protocol, Sequence
 
 from core.errors import BackendRequestError, FailureKind, RunFailed
@@ -15,6 +14,7 @@ from core.records import (ACCEPTS_BATCHES, LANE, SEND_STAMP, GenerationRequest, 
 from backends.base import Backend
 from compare.analysis.client_health import LagSamples
 from compare.workload.arrivals import level_offsets_ns
+from compare.running.outcome import LevelInterrupted, LevelOutcome
 from compare.workload.schedule import LoadLevel
 
 
@@ -24,31 +24,6 @@ class RunAborted(RunFailed):
 
 # how long requests in flight get to end once cancelled (a backend's stream may await its abort)
 CANCEL_GRACE_S = 5.0
-
-
-@dataclass
-class LevelOutcome:
-    level: LoadLevel
-    records: list[RequestRecord]
-    t_start_ns: int
-    t_end_ns: int
-    schedule_offsets_ns: list[int] | None
-    loop_lag_ms: dict[str, float] = field(default_factory=dict)
-    lag_samples: LagSamples | None = None  # each wake-up of the lag monitor (compare/analysis/client_health.py)
-    # several client processes: each one's wake-ups with the records it sent (judged one by one)
-    lag_samples_by_proc: list[tuple[LagSamples, list[RequestRecord]]] | None = None
-    aborted: str | None = None
-    planned: int = 0  # requests the level was to send
-    client_procs: dict | None = None  # sent by several client processes (compare/running/multiproc.py)
-
-
-class LevelInterrupted(asyncio.CancelledError):
-    """The run was stopped (a signal) mid-level: ``outcome`` holds every finished request and
-    each one in flight as a cancelled record, for a summary of the part that was measured."""
-
-    def __init__(self, outcome: LevelOutcome) -> None:
-        super().__init__()
-        self.outcome = outcome
 
 
 class LoopLagMonitor:
@@ -378,9 +353,15 @@ async def _run_level(backend: Backend, requests: list[GenerationRequest], level:
             offsets = list(offsets_ns) if offsets_ns is not None else level_offsets_ns(level, len(requests), seed)
             loop = LevelLoop(backend, level.label, LocalSource([], 0, max_errors), timeout_s, keep)
             interrupted = await loop.run(t0, arrivals=list(zip(requests, offsets)))
+    return level_outcome(level, records, t0, offsets, lag, loop, len(requests), interrupted)
+
+
+def level_outcome(level: LoadLevel, records: list[RequestRecord], t0: int, offsets: list[int] | None,
+                  lag: LoopLagMonitor, loop: LevelLoop, planned: int, interrupted: bool) -> LevelOutcome:
+    """A level's outcome (raised in LevelInterrupted when a signal stopped it)."""
     outcome = LevelOutcome(level=level, records=records, t_start_ns=t0, t_end_ns=time.perf_counter_ns(),
                            schedule_offsets_ns=offsets, loop_lag_ms=lag.summary(), lag_samples=lag.samples(),
-                           aborted=loop.aborted[0] if loop.aborted else None, planned=len(requests))
+                           aborted=loop.aborted[0] if loop.aborted else None, planned=planned)
     if interrupted:
         raise LevelInterrupted(outcome)
     return outcome

@@ -18,8 +18,8 @@ from collections import deque
 from typing import Callable
 
 from backends.base import Backend
-from compare.running.executor import (LevelInterrupted, LevelLoop, LevelOutcome, LocalSource, LoopLagMonitor,
-                                      gc_quiet)
+from compare.running.executor import (LevelLoop, LevelOutcome, LocalSource, LoopLagMonitor, gc_quiet,
+                                      level_outcome)
 from compare.workload.schedule import LoadLevel, poisson_offsets_ns
 from compare.workload.sessions import group_sessions
 from core.records import GenerationRequest, RequestRecord
@@ -55,12 +55,7 @@ async def _run(backend: Backend, requests: list[GenerationRequest], level: LoadL
             offsets = poisson_offsets_ns(len(sessions), level.value, seed)
             jobs = [_session(loop, turns, t0 + off, open_loop=True) for turns, off in zip(sessions, offsets)]
         interrupted = await loop.run(t0, jobs=jobs)
-    outcome = LevelOutcome(level=level, records=records, t_start_ns=t0, t_end_ns=time.perf_counter_ns(),
-                           schedule_offsets_ns=offsets, loop_lag_ms=lag.summary(), lag_samples=lag.samples(),
-                           aborted=loop.aborted[0] if loop.aborted else None, planned=len(requests))
-    if interrupted:
-        raise LevelInterrupted(outcome)
-    return outcome
+    return level_outcome(level, records, t0, offsets, lag, loop, len(requests), interrupted)
 
 
 async def _stream(loop: LevelLoop, queue: deque[list[GenerationRequest]]) -> None:
