@@ -15,8 +15,7 @@ from core.records import (ACCEPTS_BATCHES, LANE, SEND_STAMP, GenerationRequest, 
                           TokenBatch)
 from backends.base import Backend
 from compare.analysis.client_health import LagSamples
-from compare.workload.arrivals import level_offsets_ns
-from compare.workload.schedule import LoadLevel
+from compare.workload.schedule import LoadLevel, level_offsets_ns
 
 
 class RunAborted(RunFailed):

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from compare.workload.arrivals import level_offsets_ns  # noqa: F401 (the executors draw a level's sends through it)
+
 
 @dataclass(frozen=True, slots=True)
 class LoadLevel:
