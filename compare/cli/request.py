@@ -99,6 +99,12 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     ray = scaleout(args.ray, args.ray_load_shards, args.ray_max_clock_error_ms, args.backends)
     served, spec, workload = _spec_and_workload(args, targets)
     levels = _bounded(levels, getattr(args, "duration", None), workload)
+    if search is not None:  # --find-max-rate probes the same kind of open-loop level as --rate
+        import dataclasses
+
+        search = dataclasses.replace(search, arrival=getattr(args, "arrival", "poisson"),
+                                     burstiness=getattr(args, "burstiness", 1.0),
+                                     duration_s=getattr(args, "duration", None))
     return RunRequest(
         targets=tuple(targets), levels=tuple(levels), slo=slo, spec=spec, workload=workload, quality=quality,
         served=served, replay=args.replay, requests_per_stream=args.requests_per_stream, max_rate=search,

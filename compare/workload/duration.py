@@ -38,3 +38,14 @@ def bound_levels(levels: list[LoadLevel], duration_s: float | None, n_requests: 
                              f"{n_requests} requests; raise --num-requests to at least {need}")
         out.append(dataclasses.replace(lv, requests=max(1, inside), duration_s=duration_s))
     return out
+
+
+def time_bounded(level: LoadLevel, duration_s: float | None, n_requests: int, seed: int) -> LoadLevel:
+    """One open-loop level cut to the sends inside ``duration_s`` (a search probe): when the list
+    runs out first, the probe sends it all and stays count-bounded (no ``duration_s`` recorded)."""
+    if duration_s is None or level.kind != "rate" or math.isinf(level.value):
+        return level
+    inside = bisect.bisect_left(level_offsets_ns(level, n_requests, seed), int(duration_s * 1e9))
+    if inside >= n_requests:
+        return level
+    return dataclasses.replace(level, requests=max(1, inside), duration_s=duration_s)

@@ -48,3 +48,18 @@ def test_a_time_bounded_level_runs_on_the_fake_engine(tiny_model, tmp_path):
     doc = json.loads((tmp_path / "d" / "run.json").read_text())
     level = doc["backends"]["fake"]["levels"]["r100-const"]
     assert level["schedule_offsets_ns"] == offsets_ns(5, 100.0, 0, "constant")  # 0, 10, ... 40 ms
+
+
+def test_max_rate_probes_are_time_bounded_with_the_runs_arrivals():
+    from compare.tuning.probe import LoadSearch, _Prober
+
+    search = LoadSearch(kind="rate", arrival="constant", duration_s=1.0)
+    prober = _Prober(None, list(range(50)), None, search)  # type: ignore[arg-type]
+    lv = prober.level(10.0)
+    assert (lv.label, lv.requests, lv.duration_s) == ("r10-const", 10, 1.0)
+    assert prober.level(100.0).requests is None  # the list runs out first: the probe sends all of it
+    assert _Prober(None, list(range(50)), None, LoadSearch(kind="rate")).level(10.0).requests is None
+    opts = run_request(build_parser().parse_args([
+        "run", "--backends", "fake", "--rate", "4", "--arrival", "gamma", "--burstiness", "2", "--duration", "3",
+        "--num-requests", "64", "--find-max-rate", "--slo", "ttft_p95=1s"])).max_rate
+    assert (opts.arrival, opts.burstiness, opts.duration_s) == ("gamma", 2.0, 3.0)
