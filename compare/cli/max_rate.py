@@ -30,6 +30,10 @@ class MaxRateOptions:
     start: float = 1.0
     probes: int = 8
     tol: float = 0.15
+    # the run's open-loop shape, so probes are the same kind of level as --rate's
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    duration_s: float | None = None  # --duration: each probe sends for this long (steady state)
 
 
 def options(find: bool, slo: SLO, start: float, probes: int, tol: float) -> MaxRateOptions | None:
@@ -55,4 +59,5 @@ def hook(opts: MaxRateOptions | None, slo: SLO, timeout_s: float):
     from compare.tuning.probe import LoadSearch
 
     return make_hook(slo, LoadSearch(kind="rate", start=opts.start, tol=opts.tol, max_probes=opts.probes, repeats=1,
-                                     warmup=0, timeout_s=timeout_s))
+                                     warmup=0, timeout_s=timeout_s, arrival=opts.arrival,
+                                     burstiness=opts.burstiness, duration_s=opts.duration_s))

@@ -98,6 +98,13 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     # --ray: the cells as Ray tasks (compare/running/ray_cells.py)
     ray = scaleout(args.ray, args.ray_load_shards, args.ray_max_clock_error_ms, args.backends)
     served, spec, workload = _spec_and_workload(args, targets)
+    levels = _bounded(levels, getattr(args, "duration", None), workload)
+    if search is not None:  # --find-max-rate probes the same kind of open-loop level as --rate
+        import dataclasses
+
+        search = dataclasses.replace(search, arrival=getattr(args, "arrival", "poisson"),
+                                     burstiness=getattr(args, "burstiness", 1.0),
+                                     duration_s=getattr(args, "duration", None))
     return RunRequest(
         targets=tuple(targets), levels=tuple(levels), slo=slo, spec=spec, workload=workload, quality=quality,
         served=served, replay=args.replay, requests_per_stream=args.requests_per_stream, max_rate=search,
@@ -141,6 +148,16 @@ def _spec_and_workload(args: argparse.Namespace, targets: list[Any]) -> tuple[Se
     workload = build_workload(WorkloadFlags.of(args),
                               DEFAULT_WORKLOAD if tiny else served.workload_defaults() if served else None)
     return served, spec, workload
+
+
+def _bounded(levels: list[LoadLevel], duration: float | None, workload: Any) -> list[LoadLevel]:
+    """``--duration``: each --rate level cut to the sends inside it (compare/workload/duration.py)."""
+    from compare.workload.duration import bound_levels
+
+    try:
+        return bound_levels(levels, duration, workload.num_requests, workload.seed)
+    except ValueError as e:
+        raise UserError(str(e)) from None
 
 
 def _levels(concurrency: str | None, rate: str | None, per_stream: int | None,

@@ -13,9 +13,8 @@ from core.records import (ACCEPTS_BATCHES, LANE, SEND_STAMP, GenerationRequest, 
                           TokenBatch)
 from backends.base import Backend
 from compare.analysis.client_health import LagSamples
-from compare.workload.arrivals import level_offsets_ns
 from compare.running.outcome import LevelInterrupted, LevelOutcome
-from compare.workload.schedule import LoadLevel
+from compare.workload.schedule import LoadLevel, level_offsets_ns
 
 
 class RunAborted(RunFailed):

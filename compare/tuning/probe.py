@@ -26,6 +26,7 @@ from compare.running.executor import run_level, run_one
 from compare.analysis.metrics import summarize
 from core.results import LevelSummary
 from core.slo import SLO
+from compare.workload.duration import time_bounded
 from compare.workload.schedule import LoadLevel
 from core.records import RequestRecord
 
@@ -47,6 +48,11 @@ class LoadSearch:
     warmup: int = 2
     timeout_s: float = 120.0
     seed: int = 0
+    # rate searches: the probes' arrival process and, with a duration, time-bounded probes
+    # (compare/workload/duration.py) so a rate the engine cannot keep up with builds a queue
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    duration_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,20 +85,23 @@ class _Prober:
         self.hooks = hooks or ProbeHooks()
         self.probes: list[dict[str, Any]] = []
 
-    def level(self, value: float) -> LoadLevel:
+    def level(self, value: float, seed_offset: int = 0) -> LoadLevel:
         if self.search.kind == "concurrency":
             value = max(1, int(round(value)))
-        return LoadLevel(self.search.kind, value)
+        if self.search.kind == "concurrency":
+            return LoadLevel("concurrency", value)
+        lv = LoadLevel("rate", value, arrival=self.search.arrival, burstiness=self.search.burstiness)
+        return time_bounded(lv, self.search.duration_s, len(self.requests), self.search.seed + seed_offset)
 
     async def probe(self, value: float, seed_offset: int = 0) -> dict[str, Any]:
-        lv = self.level(value)
+        lv = self.level(value, seed_offset)
         if self.hooks.level_start:
             self.hooks.level_start(lv, len(self.requests))
         from compare.running.sessions import run_session_level
         from compare.workload.sessions import is_sessions
 
         send = run_session_level if is_sessions(self.requests) else run_level  # multi-turn: turns in order
-        out = await send(self.backend, self.requests, lv, seed=self.search.seed + seed_offset,
+        out = await send(self.backend, lv.take(self.requests), lv, seed=self.search.seed + seed_offset,
                               timeout_s=self.search.timeout_s, max_errors=len(self.requests),
                               on_record=self.hooks.record)
         p = compact(lv, summarize(out.records, out.t_end_ns - out.t_start_ns, self.slo))

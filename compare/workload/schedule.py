@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from compare.workload.arrivals import level_offsets_ns  # noqa: F401 (the executors draw a level's sends through it)
+
 
 @dataclass(frozen=True, slots=True)
 class LoadLevel:
@@ -23,6 +25,9 @@ class LoadLevel:
     # open loop only: how the gaps between sends are drawn (compare/workload/arrivals.py)
     arrival: str = "poisson"
     burstiness: float = 1.0
+    # open loop only: the level sends the requests whose offsets fall in this many seconds
+    # (compare/workload/duration.py sets ``requests`` to match)
+    duration_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("concurrency", "rate"):
@@ -60,6 +65,8 @@ class LoadLevel:
             out["arrival"] = self.arrival
             if self.arrival == "gamma":
                 out["burstiness"] = self.burstiness
+        if self.duration_s is not None:
+            out["duration_s"] = self.duration_s
         return out
 
 

@@ -294,6 +294,7 @@ class LevelDef(_Closed):
     requests: int | None = None  # the workload's first N requests (--requests-per-stream); None: all
     arrival: str | None = None  # open loop: constant | gamma (absent: Poisson)
     burstiness: float | None = None  # gamma arrivals: the gaps' squared coefficient of variation
+    duration_s: float | None = None  # time-bounded open loop: the sends inside this many seconds
 
 
 class GpuInfo(_Closed):

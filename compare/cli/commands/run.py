@@ -36,6 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--burstiness", type=float, default=1.0,
                    help="--arrival gamma: the gaps' squared coefficient of variation (1 = Poisson-like, "
                         ">1 clumps of sends with quiet spells, <1 smoother); default 1")
+    g.add_argument("--duration", type=float, metavar="SECONDS",
+                   help="time-bounded --rate levels: each sends the requests whose seeded send time falls in "
+                        "the first SECONDS (the same on every backend); --num-requests must cover them")
     g.add_argument("--requests-per-stream", type=int, metavar="K",
                    help="each closed-loop level at concurrency C sends the workload's first min(N, K*C) requests "
                         "(the same prefix on every backend), so single-stream levels stay short while saturated "

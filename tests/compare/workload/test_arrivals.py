@@ -84,3 +84,15 @@ def test_a_gamma_level_runs_on_the_fake_engine_with_the_seeded_schedule(tiny_mod
     level = doc["backends"]["fake"]["levels"]["r200-g4"]
     assert level["schedule_offsets_ns"] == offsets_ns(8, 200.0, 11, "gamma", 4.0)
     assert LoadLevel("rate", 200.0, arrival="gamma", burstiness=4.0).label == "r200-g4"
+
+
+def test_a_replay_sends_the_gamma_level_on_the_same_schedule(tiny_model, tmp_path):
+    common = ("--backends", "fake", "--model", str(tiny_model), "--rate", "200", "--arrival", "gamma",
+              "--burstiness", "4", "--warmup", "0", "--workload-seed", "5", "--quality", "off", "--quiet",
+              "--out", str(tmp_path))
+    assert run_cmd.execute(run_request(_parse(*common, "--num-requests", "6", "--input-len", "8",
+                                              "--output-len", "4", "--run-id", "a"))) == 0
+    assert run_cmd.execute(run_request(_parse(*common, "--replay", str(tmp_path / "a"), "--run-id", "b"))) == 0
+    first, again = (json.loads((tmp_path / r / "run.json").read_text())["backends"]["fake"]["levels"]["r200-g4"]
+                    for r in ("a", "b"))
+    assert again["schedule_offsets_ns"] == first["schedule_offsets_ns"] == offsets_ns(6, 200.0, 5, "gamma", 4.0)
