@@ -20,7 +20,7 @@ from typing import Callable
 from backends.base import Backend
 from compare.running.executor import (LevelLoop, LevelOutcome, LocalSource, LoopLagMonitor, gc_quiet,
                                       level_outcome)
-from compare.workload.schedule import LoadLevel, poisson_offsets_ns
+from compare.workload.schedule import LoadLevel, level_offsets_ns
 from compare.workload.sessions import group_sessions
 from core.records import GenerationRequest, RequestRecord
 
@@ -52,7 +52,7 @@ async def _run(backend: Backend, requests: list[GenerationRequest], level: LoadL
             queue = deque(sessions)
             jobs = [_stream(loop, queue) for _ in range(min(int(level.value), len(sessions)))]
         else:
-            offsets = poisson_offsets_ns(len(sessions), level.value, seed)
+            offsets = level_offsets_ns(level, len(sessions), seed)  # the level's arrival process
             jobs = [_session(loop, turns, t0 + off, open_loop=True) for turns, off in zip(sessions, offsets)]
         interrupted = await loop.run(t0, jobs=jobs)
     return level_outcome(level, records, t0, offsets, lag, loop, len(requests), interrupted)
