@@ -24,6 +24,8 @@ def check_model_dir(model: str) -> None:
         st = os.stat(model)
     except OSError:
         return  # missing: the caller's own message (no hub downloads here)
+    if not stat.S_ISDIR(st.st_mode) and not stat.S_ISREG(st.st_mode):  # never opened: a pipe would block
+        raise UserError(f"--model {model} is not a directory (a device or pipe); {_FIX}")
     if not stat.S_ISDIR(st.st_mode):
         gguf = _is_gguf(model)
         raise UserError(f"--model {model} is a file, not a model directory; "

@@ -33,6 +33,16 @@ def test_a_model_that_is_no_checkpoint_is_refused_before_anything_starts(tmp_pat
     _refused(run_cli("run", "--backends", backends, "--model", str(model), "--out", str(out)), out, *needles)
 
 
+def test_a_device_or_a_pipe_as_model_is_refused_without_reading_it(tmp_path):
+    import os
+
+    fifo, out = tmp_path / "fifo", tmp_path / "out"
+    os.mkfifo(fifo)  # opening it to read would wait for a writer forever
+    for model in ("/dev/zero", str(fifo)):
+        _refused(run_cli("run", "--backends", "vllm", "--model", model, "--out", str(out), timeout=60), out,
+                 "is not a directory (a device or pipe)")
+
+
 @pytest.mark.parametrize("content, needle", [
     (b"PK\x03\x04 a zip", "is not a GGUF file"),
     (None, "does not exist"),
