@@ -15,7 +15,7 @@ from core.records import (ACCEPTS_BATCHES, LANE, SEND_STAMP, GenerationRequest, 
                           TokenBatch)
 from backends.base import Backend
 from compare.analysis.client_health import LagSamples
-from compare.workload.schedule import LoadLevel, poisson_offsets_ns
+from compare.workload.schedule import LoadLevel, level_offsets_ns
 
 
 class RunAborted(RunFailed):
@@ -375,7 +375,7 @@ async def _run_level(backend: Backend, requests: list[GenerationRequest], level:
             loop = LevelLoop(backend, level.label, LocalSource(requests, streams, max_errors), timeout_s, keep)
             interrupted = await loop.run(t0, streams=streams)
         else:
-            offsets = list(offsets_ns) if offsets_ns is not None else poisson_offsets_ns(len(requests), level.value, seed)
+            offsets = list(offsets_ns) if offsets_ns is not None else level_offsets_ns(level, len(requests), seed)
             loop = LevelLoop(backend, level.label, LocalSource([], 0, max_errors), timeout_s, keep)
             interrupted = await loop.run(t0, arrivals=list(zip(requests, offsets)))
     outcome = LevelOutcome(level=level, records=records, t_start_ns=t0, t_end_ns=time.perf_counter_ns(),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compare.workload.schedule import LoadLevel, poisson_offsets_ns
+from compare.workload.schedule import LoadLevel, level_offsets_ns
 
 
 @dataclass(frozen=True)
@@ -33,5 +33,5 @@ def partition(level: LoadLevel, n_requests: int, n: int, seed: int, *,
     if level.kind == "concurrency":
         per = split_streams(int(level.value) if streams is None else streams, n)
         return [Part(k, range(k, n_requests, n), per[k], None) for k in range(n)], None
-    offsets = poisson_offsets_ns(n_requests, level.value, seed)
+    offsets = level_offsets_ns(level, n_requests, seed)
     return [Part(k, range(k, n_requests, n), 0, offsets[k::n]) for k in range(n)], offsets

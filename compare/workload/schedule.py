@@ -21,6 +21,9 @@ class LoadLevel:
     # the level sends the workload's first ``requests`` requests (None: all of them); every
     # backend gets the same prefix (``--requests-per-stream``)
     requests: int | None = None
+    # trace replay: each request's send offset (ns from the level's start) taken from the trace
+    # (compare/workload/traces.py) instead of drawn; ``value`` is then the trace's mean rate
+    offsets_ns: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("concurrency", "rate"):
@@ -40,6 +43,8 @@ class LoadLevel:
     def label(self) -> str:
         if self.kind == "concurrency":
             return f"c{int(self.value)}"
+        if self.offsets_ns is not None:
+            return "trace"
         return "burst" if math.isinf(self.value) else f"r{self.value:g}"
 
     def as_dict(self) -> dict[str, object]:
@@ -84,3 +89,10 @@ def poisson_offsets_ns(n: int, rate: float, seed: int) -> list[int]:
     gaps = rng.exponential(1.0 / rate, size=n)
     gaps[0] = 0.0
     return [int(x) for x in np.cumsum(gaps) * 1e9]
+
+
+def level_offsets_ns(level: LoadLevel, n: int, seed: int) -> list[int]:
+    """An open-loop level's send offsets for its first n requests: the trace's when it has one."""
+    if level.offsets_ns is not None:
+        return list(level.offsets_ns[:n])
+    return poisson_offsets_ns(n, level.value, seed)
