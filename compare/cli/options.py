@@ -42,6 +42,10 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--output-len", type=int, help="fixed output length in tokens")
     g.add_argument("--prompt-format", choices=["token_ids", "text", "chat"])
     g.add_argument("--sharegpt", metavar="FILE", help="ShareGPT JSON/JSONL dataset")
+    g.add_argument("--dataset", metavar="FILE", help="your own prompts: JSONL, CSV or Parquet (text, chat "
+                   "messages or token ids, optional output_len; docs/workloads.md)")
+    g.add_argument("--dataset-columns", metavar="FIELD=COLUMN,...",
+                   help="read the prompt/messages/token_ids/output_len fields from these columns")
     g.add_argument("--trace", metavar="FILE", help="replay a Mooncake JSONL / Azure / BurstGPT CSV trace "
                    "at its own clock (open loop; replaces --concurrency/--rate)")
     g.add_argument("--trace-format", choices=["mooncake", "azure", "burstgpt"],

@@ -52,6 +52,7 @@ class RunRequest:
     quality: QualityOptions
     served: ServedRun | None = None  # already running servers, without --model: their model is the run's
     replay: str | None = None  # RESULTS_DIR whose requests are replayed
+    dataset: tuple[str, str | None] | None = None  # --dataset FILE, --dataset-columns (compare/workload/datasets.py)
     trace: dict[str, Any] | None = None  # --trace FILE and its options (compare/workload/traces.py)
     requests_per_stream: int | None = None
     max_rate: max_rate.MaxRateOptions | None = None  # --find-max-rate
@@ -100,7 +101,9 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     served, spec, workload = _spec_and_workload(args, targets)
     return RunRequest(
         targets=tuple(targets), levels=tuple(levels), slo=slo, spec=spec, workload=workload, quality=quality,
-        served=served, replay=args.replay, trace=_trace(args), requests_per_stream=args.requests_per_stream, max_rate=search,
+        served=served, replay=args.replay, trace=_trace(args),
+        dataset=(args.dataset, args.dataset_columns) if getattr(args, "dataset", None) else None,
+        requests_per_stream=args.requests_per_stream, max_rate=search,
         warmup=args.warmup, timeout_s=args.timeout, max_errors=args.max_errors, repeats=args.repeats,
         client_procs=procs, scaleout=ray, tuned=args.tuned, vary=axes, out=args.out,
         run_id=args.run_id, verbose=args.verbose,

@@ -134,6 +134,20 @@ def _requests(replay: str | None, spec, workload, served=None):
         raise UserError(f"workload: {e}") from None
 
 
+def _dataset(dataset: tuple[str, str | None], workload):
+    """``--dataset FILE``: every prompt of the file, with the workload's output
+    length where a row gives none."""
+    from compare.workload.datasets import DatasetError, load_dataset, parse_columns
+
+    path, columns = dataset
+    default_out = workload.output.value or int(workload.output.mean or 32)
+    try:
+        return load_dataset(path, columns=parse_columns(columns), default_output_len=default_out,
+                            ignore_eos=workload.ignore_eos, seed=workload.seed)
+    except DatasetError as e:
+        raise UserError(str(e)) from None
+
+
 def _trace_levels(opts: dict, seed: int):
     """``--trace FILE``: the trace's requests, sent in one open-loop level at the trace's offsets."""
     from compare.workload.schedule import LoadLevel
@@ -171,7 +185,7 @@ def _run(args: argparse.Namespace) -> int:
 def execute(r: RunRequest) -> int:
     """Build the requests, plan every backend (nothing started yet), then run and report."""
     after_levels = max_rate.hook(r.max_rate, r.slo, r.timeout_s)  # --find-max-rate (compare/cli/max_rate.py)
-    requests = _requests(r.replay, r.spec, r.workload, r.served)
+    requests = _dataset(r.dataset, r.workload) if r.dataset else _requests(r.replay, r.spec, r.workload, r.served)
     if r.served is None:
         _check_lengths(r.spec, requests)
     levels = list(r.levels)
