@@ -185,6 +185,8 @@ def _run(args: argparse.Namespace) -> int:
 def execute(r: RunRequest) -> int:
     """Build the requests, plan every backend (nothing started yet), then run and report."""
     after_levels = max_rate.hook(r.max_rate, r.slo, r.timeout_s)  # --find-max-rate (compare/cli/max_rate.py)
+    if sum(x is not None for x in (r.trace, r.dataset, r.replay)) > 1:
+        raise UserError("--trace, --dataset and --replay each give the request list; pass one of them")
     requests = _dataset(r.dataset, r.workload) if r.dataset else _requests(r.replay, r.spec, r.workload, r.served)
     if r.served is None:
         _check_lengths(r.spec, requests)

@@ -41,3 +41,10 @@ def test_bad_trace_is_one_line_exit_2_nothing_written(tmp_path, tiny_model):
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert f"{trace}:2: timestamp goes backwards" in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert not (out / "t").exists()
+
+
+def test_trace_and_dataset_together_are_refused(tmp_path, tiny_model):
+    trace = _trace(tmp_path, [{"timestamp": 0, "input_length": 5, "output_length": 1}])
+    p = run_cli("run", "--backends", "fake", "--model", str(tiny_model), "--trace", str(trace),
+                "--dataset", str(trace), "--out", str(tmp_path / "out"), timeout=120)
+    assert p.returncode == 2 and "pass one of them" in p.stderr and "Traceback" not in p.stderr
