@@ -42,6 +42,17 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--output-len", type=int, help="fixed output length in tokens")
     g.add_argument("--prompt-format", choices=["token_ids", "text", "chat"])
     g.add_argument("--sharegpt", metavar="FILE", help="ShareGPT JSON/JSONL dataset")
+    g.add_argument("--dataset", metavar="FILE", help="your own prompts: JSONL, CSV or Parquet (text, chat "
+                   "messages or token ids, optional output_len; docs/workloads.md)")
+    g.add_argument("--dataset-columns", metavar="FIELD=COLUMN,...",
+                   help="read the prompt/messages/token_ids/output_len fields from these columns")
+    g.add_argument("--trace", metavar="FILE", help="replay a Mooncake JSONL / Azure / BurstGPT CSV trace "
+                   "at its own clock (open loop; replaces --concurrency/--rate)")
+    g.add_argument("--trace-format", choices=["mooncake", "azure", "burstgpt"],
+                   help="the trace's format (default: detected from its content)")
+    g.add_argument("--trace-speedup", type=float, default=1.0, help="send the trace this many times faster")
+    g.add_argument("--trace-window", metavar="START:END", help="replay only these seconds of the trace")
+    g.add_argument("--trace-max-requests", type=int, metavar="N", help="replay at most the first N requests")
     g.add_argument("--workload-seed", type=int, dest="workload_seed", help="seed of the request list and arrivals")
 
 

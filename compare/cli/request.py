@@ -52,6 +52,8 @@ class RunRequest:
     quality: QualityOptions
     served: ServedRun | None = None  # already running servers, without --model: their model is the run's
     replay: str | None = None  # RESULTS_DIR whose requests are replayed
+    dataset: tuple[str, str | None] | None = None  # --dataset FILE, --dataset-columns (compare/workload/datasets.py)
+    trace: dict[str, Any] | None = None  # --trace FILE and its options (compare/workload/traces.py)
     requests_per_stream: int | None = None
     max_rate: max_rate.MaxRateOptions | None = None  # --find-max-rate
     warmup: int = 2
@@ -107,7 +109,9 @@ def run_request(args: argparse.Namespace) -> RunRequest:
                                      duration_s=getattr(args, "duration", None))
     return RunRequest(
         targets=tuple(targets), levels=tuple(levels), slo=slo, spec=spec, workload=workload, quality=quality,
-        served=served, replay=args.replay, requests_per_stream=args.requests_per_stream, max_rate=search,
+        served=served, replay=args.replay, trace=_trace(args),
+        dataset=(args.dataset, args.dataset_columns) if getattr(args, "dataset", None) else None,
+        requests_per_stream=args.requests_per_stream, max_rate=search,
         warmup=args.warmup, timeout_s=args.timeout, max_errors=args.max_errors, repeats=args.repeats,
         client_procs=procs, scaleout=ray, tuned=args.tuned, vary=axes, out=args.out,
         run_id=args.run_id, verbose=args.verbose,
@@ -216,3 +220,10 @@ def quality_options(mode: str, device: str, prompts: int, reference: str | None)
         raise UserError(f"--quality-reference {reference}: no config.json there; pass a local model directory")
     return QualityOptions(mode=mode, device=device, num_prompts=prompts,
                           reference_model=str(Path(reference).resolve()) if reference else None)
+
+
+def _trace(args: Any) -> dict[str, Any] | None:
+    if not getattr(args, "trace", None):
+        return None
+    return {"path": args.trace, "fmt": args.trace_format, "speedup": args.trace_speedup,
+            "window": args.trace_window, "cap": args.trace_max_requests}

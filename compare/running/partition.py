@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compare.workload.arrivals import level_offsets_ns
-from compare.workload.schedule import LoadLevel
+from compare.workload.schedule import LoadLevel, level_offsets_ns
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,10 @@ def offsets_ns(n: int, rate: float, seed: int, arrival: str = "poisson", burstin
 
 
 def level_offsets_ns(level: object, n: int, seed: int) -> list[int]:
-    """The send offsets of an open-loop ``LoadLevel`` over n requests."""
+    """The send offsets of an open-loop ``LoadLevel`` over n requests: a replayed trace's own
+    offsets where the level carries them (compare/workload/traces.py), else drawn."""
+    trace = getattr(level, "offsets_ns", None)
+    if trace is not None:
+        return list(trace[:n])
     return offsets_ns(n, level.value, seed, getattr(level, "arrival", "poisson"),  # type: ignore[attr-defined]
                       getattr(level, "burstiness", 1.0))

@@ -28,6 +28,9 @@ class LoadLevel:
     # open loop only: the level sends the requests whose offsets fall in this many seconds
     # (compare/workload/duration.py sets ``requests`` to match)
     duration_s: float | None = None
+    # trace replay: each request's send offset (ns from the level's start) taken from the trace
+    # (compare/workload/traces.py) instead of drawn; ``value`` is then the trace's mean rate
+    offsets_ns: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("concurrency", "rate"):
@@ -50,6 +53,8 @@ class LoadLevel:
     def label(self) -> str:
         if self.kind == "concurrency":
             return f"c{int(self.value)}"
+        if self.offsets_ns is not None:
+            return "trace"
         if math.isinf(self.value):
             return "burst"
         from compare.workload.arrivals import label_suffix

@@ -28,6 +28,9 @@ class LoadSearchInfo(_Closed):
     warmup: int
     timeout_s: float
     seed: int
+    arrival: str = "poisson"  # rate searches: the probes' arrival process (--arrival)
+    burstiness: float = 1.0  # gamma arrivals (--burstiness)
+    duration_s: float | None = None  # --duration: each probe time-bounded
 
 
 class MaxRateProbe(_Closed):

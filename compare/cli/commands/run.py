@@ -151,6 +151,37 @@ def _requests(replay: str | None, spec, workload, served=None):
         raise UserError(f"workload: {e}") from None
 
 
+def _dataset(dataset: tuple[str, str | None], workload):
+    """``--dataset FILE``: every prompt of the file, with the workload's output
+    length where a row gives none."""
+    from compare.workload.datasets import DatasetError, load_dataset, parse_columns
+
+    path, columns = dataset
+    default_out = workload.output.value or int(workload.output.mean or 32)
+    try:
+        return load_dataset(path, columns=parse_columns(columns), default_output_len=default_out,
+                            ignore_eos=workload.ignore_eos, seed=workload.seed)
+    except DatasetError as e:
+        raise UserError(str(e)) from None
+
+
+def _trace_levels(opts: dict, seed: int):
+    """``--trace FILE``: the trace's requests, sent in one open-loop level at the trace's offsets."""
+    from compare.workload.schedule import LoadLevel
+    from compare.workload.traces import TraceError, build_trace, parse_window
+
+    try:
+        if opts["cap"] is not None and opts["cap"] < 1:
+            raise TraceError(f"--trace-max-requests {opts['cap']}: must be at least 1")
+        trace = build_trace(opts["path"], opts["fmt"], speedup=opts["speedup"],
+                            window=parse_window(opts["window"]), cap=opts["cap"], seed=seed)
+    except TraceError as e:
+        raise UserError(str(e)) from None
+    span_s = trace.offsets_ns[-1] / 1e9
+    rate = (len(trace.requests) - 1) / span_s if span_s > 0 else float("inf")  # arrivals per second
+    return trace.requests, [LoadLevel("rate", rate, offsets_ns=tuple(trace.offsets_ns))]
+
+
 def _check_lengths(spec, requests) -> None:
     """A request that cannot fit the context the spec sets would only fail on every engine."""
     limit = spec.max_model_len
@@ -171,10 +202,14 @@ def _run(args: argparse.Namespace) -> int:
 def execute(r: RunRequest) -> int:
     """Build the requests, plan every backend (nothing started yet), then run and report."""
     after_levels = max_rate.hook(r.max_rate, r.slo, r.timeout_s)  # --find-max-rate (compare/cli/max_rate.py)
-    requests = _requests(r.replay, r.spec, r.workload, r.served)
+    if sum(x is not None for x in (r.trace, r.dataset, r.replay)) > 1:
+        raise UserError("--trace, --dataset and --replay each give the request list; pass one of them")
+    requests = _dataset(r.dataset, r.workload) if r.dataset else _requests(r.replay, r.spec, r.workload, r.served)
     if r.served is None:
         _check_lengths(r.spec, requests)
     levels = list(r.levels)
+    if r.trace is not None:
+        requests, levels = _trace_levels(r.trace, r.workload.seed)
     if r.requests_per_stream is not None:
         from compare.workload.schedule import per_stream
 
