@@ -252,12 +252,17 @@ def _load_plugins() -> None:
     global _plugins_loaded
     if _plugins_loaded:
         return
-    _plugins_loaded = True
+    _plugins_loaded = True  # first: a package's __init__ that asks the registry does not recurse
     import backends
 
-    for info in sorted(pkgutil.iter_modules(backends.__path__), key=lambda m: m.name):
-        if info.ispkg:
-            importlib.import_module(f"backends.{info.name}")
+    try:
+        for info in sorted(pkgutil.iter_modules(backends.__path__), key=lambda m: m.name):
+            if info.ispkg:
+                importlib.import_module(f"backends.{info.name}")
+    except BaseException:
+        # not loaded: the next call imports again and raises again, never a partial registry taken as whole
+        _plugins_loaded = False
+        raise
 
 
 _plugins_loaded = False

@@ -74,7 +74,8 @@ WEIGHTS = {
     # and `ray start --head` + one transformers cell + a fake-engine cell stopped by Ctrl-C + `ray stop`
     "ray": 64,
     "test_two_engines_e2e.py": 80,
-    "test_sessions_e2e.py": 60,  # a session workload on vLLM and llama.cpp, prefix caching on and off  # one vllm,openvino,hf-cb,llamacpp run
+    "test_sessions_e2e.py": 60,  # a session workload on vLLM and llama.cpp, prefix caching on and off
+    "test_trace_vllm.py": 30,  # a Mooncake trace replayed on vLLM, prefix caching on  # one vllm,openvino,hf-cb,llamacpp run
     # OpenVINO: streams, cancels, a crash, timeouts, int8/int4 runs (exports cached by setup)
     "test_openvino.py": 39,
     "test_http_fastsse.py": 35,  # every scripted stream twice (C and Python parser) + the loopback server

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from backends import registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,3 +51,28 @@ def test_a_name_registered_twice_is_refused():
     else:
         raise AssertionError("a second entry under one name was accepted")
     assert registry.entry_for(e.name)[0] is e
+
+
+def test_a_package_that_fails_to_import_leaves_no_registry_taken_as_whole(monkeypatch, tmp_path):
+    """A backend package whose __init__ raises: every call raises again (the registry is not marked
+    loaded with the entries registered before it)."""
+    import importlib
+    import sys
+
+    from backends import registry
+
+    bad = tmp_path / "zz_broken_engine"
+    bad.mkdir()
+    (bad / "__init__.py").write_text("raise RuntimeError('broken engine package')\n")
+    import backends
+
+    monkeypatch.setattr(backends, "__path__", [*backends.__path__, str(tmp_path)])
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="broken engine package"):
+            registry.entries()
+        sys.modules.pop("backends.zz_broken_engine", None)
+    assert registry._plugins_loaded is False
+    monkeypatch.setattr(backends, "__path__", [p for p in backends.__path__ if p != str(tmp_path)])
+    assert any(e.name == "vllm" for e in registry.entries())  # the real packages load once it is gone
+    importlib.invalidate_caches()
