@@ -157,9 +157,6 @@ class Error:
 
 
 Parsed = TokenEvent | Done | Error
-_NO_METRICS: dict[str, float] = {}
-
-
 @runtime_checkable
 class StreamParser(_Interface):
     """One response's parser: ``feed`` each event in order; ``engine_metrics`` at its end."""
@@ -179,7 +176,7 @@ class StatelessParser:
         self.feed = parse
 
     def engine_metrics(self) -> dict[str, float]:
-        return _NO_METRICS
+        return {}  # once per request: a fresh one, never a shared value a caller could fill
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,6 @@ from backends.http.protocol import (UNKNOWN_ID, BadEvent, Done, Parsed, Protocol
                                     opt_int, opt_str, token_event)
 from backends.http.sse import RawEvent
 
-_NO_METRICS: dict[str, float] = {}
-
-
 def trtllm_payload(detokenize: bool = True) -> Callable[[GenerationRequest, str], dict[str, Any]]:
     """The completions body trtllm-serve takes: no ``return_token_ids``; continuous usage (the
     per-chunk count); ``detokenize: false`` when ids are to be streamed instead of text."""
@@ -51,7 +48,7 @@ class TrtllmStream:
         self.counted = 0  # usage.completion_tokens of this stream's last chunk that carried it
 
     def engine_metrics(self) -> dict[str, float]:
-        return _NO_METRICS
+        return {}
 
     def feed(self, raw: RawEvent) -> list[Parsed]:
         ev, out = parse_envelope(raw)
