@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import UserError
-from core.fsutil import parse_user_json, read_user_bytes, read_user_text
+from core.fsutil import open_user_file, parse_user_json, read_user_text
 
 GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file (ggml's gguf.h GGUF_MAGIC)
 # a config.json larger than this is not a model config (they are a few kB): refused, not read
@@ -56,23 +56,9 @@ def _is_gguf(path: str | os.PathLike[str]) -> bool:
 
 
 def check_gguf(option: str, path: str) -> None:
-    """``option`` (``--native llamacpp.gguf``) names a readable GGUF file."""
-    head = read_user_bytes(path, option, "pass a .gguf file")[:4] if _small(path) else _head(option, path)
+    """``option`` (``--native llamacpp.gguf``) names a readable GGUF file (its first 4 bytes only)."""
+    with open_user_file(path, option, "pass a .gguf file") as f:
+        head = f.read(4)
     if head != GGUF_MAGIC:
         raise UserError(f"{option} {path} is not a GGUF file (it does not start with 'GGUF'); "
                         "pass a file written by llama.cpp's convert_hf_to_gguf.py or llama-quantize")
-
-
-def _small(path: str) -> bool:
-    try:
-        return os.stat(path).st_size < 4096
-    except OSError:
-        return True  # let the reader say why it cannot be read
-
-
-def _head(option: str, path: str) -> bytes:
-    from core.fsutil import open_user_file
-
-    with open_user_file(path, option, "pass a .gguf file") as f:
-        head: bytes = f.read(4)
-        return head

@@ -90,18 +90,17 @@ def _machine(args: argparse.Namespace) -> "Machine | None":
     from adapters.gpus import planned_machine
     from adapters.target import Machine
 
-    if args.device is None and args.gpu is None and args.compute_capability is None and args.cpu_flags is None:
+    gpu_named = bool(args.gpu or args.compute_capability)
+    if args.device is None and not gpu_named and args.cpu_flags is None:
         return None
-    if args.device is None and (args.gpu or args.compute_capability):
-        args.device = "cuda"  # --gpu H200 alone means a GPU box
+    device = args.device or ("cuda" if gpu_named else "cpu")  # --gpu H200 alone means a GPU box
     flags = frozenset(args.cpu_flags.split()) if args.cpu_flags is not None else None
-    if args.device == "cpu" and (args.gpu or args.compute_capability):
-        return planned_machine("cpu", args.gpu, args.compute_capability)  # refused: names a GPU
-    if flags is None and args.device in (None, "cpu"):  # this machine's CPU
+    if flags is None and device == "cpu" and not gpu_named:  # this machine's CPU
         from backends.models.probe import probe_machine
 
         here = probe_machine()
         return here if here.device == "cpu" else Machine("cpu", cpu_flags=here.cpu_flags,
                                                          native_cpu_flags=here.native_cpu_flags)
-    # another machine: its CPU is the flags given, or not known (nothing refused for its ISA)
-    return planned_machine(args.device or "cpu", args.gpu, args.compute_capability, flags)
+    # another machine (a GPU named beside --device cpu is refused there): its CPU is the flags
+    # given, or not known (nothing refused for its instruction sets)
+    return planned_machine(device, args.gpu, args.compute_capability, flags)
