@@ -111,13 +111,15 @@ def build_tokenizer(out: Path, vocab: int = 4096) -> tuple[Any, list[str]]:
     return hf_tok, files
 
 
-def tiny_config(hf_tok: Any, vocab: int = 4096) -> Any:
-    """The one Qwen2 shape of the tiny models (random and trained)."""
+def tiny_config(hf_tok: Any, vocab: int = 4096, **shape: int) -> Any:
+    """The one Qwen2 shape of the tiny models (random and trained); ``shape`` overrides its sizes
+    (a larger trained model, backends/models/train.py SHAPES)."""
     from transformers import Qwen2Config
 
+    sizes = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 32, **shape}
     return Qwen2Config(
-        vocab_size=vocab, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=2048,
+        vocab_size=vocab, **sizes, max_position_embeddings=2048,
         rope_theta=10000.0, tie_word_embeddings=True,
         bos_token_id=hf_tok.convert_tokens_to_ids("<|endoftext|>"),
         eos_token_id=hf_tok.convert_tokens_to_ids("<|im_end|>"),

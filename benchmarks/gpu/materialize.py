@@ -182,6 +182,59 @@ def to_w4a16(src: Path, out: Path, device: str = "cuda") -> dict:
     return _finish(src, out, cfg, "w4a16", "int4 weights, group 128, symmetric, round to nearest", t0)
 
 
+def rtn_w8(w):
+    """(int8 weight, bf16 scale per output channel) of one weight, as compressed-tensors' minmax
+    observer and quantizer compute them for llmcompressor's W8A8 preset: scale = absmax / 127.5
+    (the int8 range's half-width), rounded to the weight's dtype, q = clamp(round(w / scale), -128,
+    127) with the division in bf16."""
+    import torch
+
+    g = w.to(torch.bfloat16)
+    lo, hi = g.amin(dim=1, keepdim=True).clamp(max=0), g.amax(dim=1, keepdim=True).clamp(min=0)
+    scale = (torch.maximum(lo.abs(), hi).float() / 127.5).to(torch.bfloat16)
+    scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+    return torch.clamp(torch.round(g / scale), -128, 127).to(torch.int8), scale
+
+
+def to_w8a8_int8(src: Path, out: Path, device: str = "cuda") -> dict:
+    """compressed-tensors W8A8-int8 of every linear weight of the decoder layers: int8 weights with
+    one scale per output channel (symmetric, round to nearest), activations quantized per token at
+    run time; embeddings, norms and lm_head stay bf16 (llmcompressor's data-free W8A8 preset)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    t0 = time.time()
+    out.mkdir(parents=True, exist_ok=True)
+    index = {"metadata": {}, "weight_map": {}}
+    for shard in sorted(src.glob("*.safetensors")):
+        tensors = load_file(shard, device=device)
+        q: dict[str, torch.Tensor] = {}
+        for name, w in tensors.items():
+            if ".layers." in name and name.endswith("proj.weight") and w.dim() == 2:
+                q[name], q[name.removesuffix("weight") + "weight_scale"] = rtn_w8(w)
+            else:
+                q[name] = w.to(torch.bfloat16) if w.is_floating_point() else w
+        q = {k: v.contiguous().cpu() for k, v in q.items()}
+        save_file(q, out / shard.name, metadata={"format": "pt"})
+        index["weight_map"].update({k: shard.name for k in q})
+        del tensors, q
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    cfg = json.loads((src / "config.json").read_text())
+    common = {"actorder": None, "block_structure": None, "group_size": None, "num_bits": 8, "observer_kwargs": {},
+              "scale_dtype": None, "symmetric": True, "type": "int", "zp_dtype": None}
+    weights = {**common, "dynamic": False, "observer": "memoryless_minmax", "strategy": "channel"}
+    acts = {**common, "dynamic": True, "observer": None, "strategy": "token"}
+    cfg["quantization_config"] = {
+        "config_groups": {"group_0": {"format": "int-quantized", "input_activations": acts, "output_activations": None,
+                                      "targets": ["Linear"], "weights": weights}},
+        "format": "int-quantized", "global_compression_ratio": None, "ignore": ["lm_head"], "kv_cache_scheme": None,
+        "quant_method": "compressed-tensors", "quantization_status": "compressed", "sparsity_config": {},
+        "transform_config": {}}
+    cfg["torch_dtype"] = cfg["dtype"] = "bfloat16"
+    return _finish(src, out, cfg, "w8a8-int8", "int8 weights per output channel, symmetric, round to nearest; "
+                   "int8 activations per token at run time", t0)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", type=Path, required=True, help="the architecture's config.json")

@@ -193,7 +193,10 @@ def _quality(args: argparse.Namespace) -> int:
     specs = {(e, s): _spec(e, h.dtype, model, s, args.window_len, ckpts[e].get(s)) for e, h in engines for s in plan[e]}
     from transformers import AutoTokenizer
 
-    windows = heldout_windows(AutoTokenizer.from_pretrained(str(model)), args.windows, args.window_len)
+    try:
+        windows = heldout_windows(AutoTokenizer.from_pretrained(str(model)), args.windows, args.window_len, model)
+    except FileNotFoundError as e:
+        raise UserError(f"--model {model}: {e}; measure it on the machine that trained it") from None
     if not windows:
         raise UserError(f"the held-out text is shorter than --window-len {args.window_len}")
     # engines may log to stdout by default (vLLM does): keep stdout for the table or the JSON

@@ -176,23 +176,24 @@ def test_quantize_bad_input_is_one_line_exit_2(tiny_model, tmp_path):
     assert r.returncode == 2 and "refused for dummy-weight runs" in r.stderr
 
 
-def test_gpu_materializer_writes_llmcompressors_w4a16_bit_for_bit(tiny_model, quantized, tmp_path):
-    """benchmarks/gpu/materialize.py writes the GPU comparison's W4A16 checkpoint without
-    llmcompressor (not installable on the GPU machine): the same tensors, bit for bit, and the same
-    quantization_config as llmcompressor's data-free W4A16 preset on the same weights."""
+@pytest.mark.parametrize("scheme", ["w4a16", "w8a8-int8"])
+def test_gpu_materializer_writes_llmcompressors_checkpoint_bit_for_bit(tiny_model, quantized, tmp_path, scheme):
+    """benchmarks/gpu/materialize.py writes the GPU comparison's W4A16 and W8A8-int8 checkpoints
+    without llmcompressor (not installable on the GPU machine): the same tensors, bit for bit, and
+    the same quantization_config as llmcompressor's data-free preset on the same weights."""
     import torch
     from safetensors.torch import load_file
 
-    from benchmarks.gpu.materialize import to_w4a16
+    from benchmarks.gpu.materialize import to_w4a16, to_w8a8_int8
 
-    ref = quantized["w4a16"]
-    to_w4a16(Path(tiny_model), tmp_path / "w4", device="cpu")
+    ref = quantized[scheme]
+    (to_w4a16 if scheme == "w4a16" else to_w8a8_int8)(Path(tiny_model), tmp_path / "q", device="cpu")
     want = load_file(ref / "model.safetensors")
     got: dict = {}
-    for f in (tmp_path / "w4").glob("*.safetensors"):
+    for f in (tmp_path / "q").glob("*.safetensors"):
         got.update(load_file(f))
     assert set(got) == set(want)
     assert [k for k in want if not torch.equal(want[k], got[k])] == []
     cfg = lambda d: {k: v for k, v in json.loads((d / "config.json").read_text())["quantization_config"].items()
                      if k != "version"}
-    assert cfg(tmp_path / "w4") == cfg(ref)
+    assert cfg(tmp_path / "q") == cfg(ref)
