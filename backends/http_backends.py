@@ -317,7 +317,7 @@ class TgiEndpointBackend(HttpStreamBackend):
         super().__init__(spec, name, protocol="tgi", target=target, **kw)
 
 
-def endpoint_plan(spec: ServingSpec, target: str | None = None) -> dict[str, Any]:
+def endpoint_plan(spec: ServingSpec, native: None = None, target: str | None = None) -> dict[str, Any]:
     """An already running server: nothing is configured by us; the URL is what we talk to."""
     return {"endpoint": target, "note": "server already running; its engine config is whatever it was started with"}
 

@@ -16,12 +16,15 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from adapters.spec import ServingSpec
 from adapters.target import Load, Machine
+from adapters.tuning import Space
 from adapters.variants import Variant
+from backends import contracts
 from backends.base import Backend
+from backends.heldout import HeldOut
 from core.errors import UserError
 from core.records import Capabilities
 from core.lazy import importable
@@ -31,10 +34,10 @@ from core.lazy import importable
 class BackendEntry:
     name: str
     summary: str
+    # Every "module:attr" reference below must be what backends/contracts.py declares for its
+    # field (validate() checks them all without running anything).
     factory: str  # "module:Class"; called as Class(spec, name=..., target=... | native=...)
-    # "module:function" -> native config dict for `compare plan`: (spec, native) for an entry with
-    # ``resolve`` (and no target), else (spec [, target])
-    plan: str
+    plan: str  # "module:function" (spec, native, target) -> the config `compare plan` shows
     requires: tuple[str, ...] = ()  # Python modules needed to run it here
     extra: str = ""  # pip extra / hint that provides them
     needs_target: bool = False  # name@TARGET required
@@ -52,14 +55,14 @@ class BackendEntry:
     roles: tuple[str, ...] = ()
     # its place in `compare run`'s default --backends (1 first; 0: not among them)
     default_rank: int = 0
-    # Engine-specific hooks, each a "module:attr" reference loaded only when used (hook()):
+    # Engine-specific hooks, each a "module:attr" reference loaded only when used, through its
+    # typed accessor (heldout_of, tuning_of, ...):
     # - heldout -> backends.heldout.HeldOut: teacher-forced held-out scoring (`compare quant quality`)
     # - tuning -> adapters.tuning.Space: the knobs `compare tune` searches and the engine's rules
-    # - native_keys -> (model) -> (label, keys or None): the native keys the installed framework
-    #   takes, checked before anything starts; an entry without it (a container's framework) leaves
-    #   its section unchecked
-    # - native_defaults -> (spec, gpu: bool) -> the engine's defaults for this machine
-    # - cache_listing -> (engine-cache entry meta) -> the row `compare cache ls` shows, or None
+    # - native_keys -> contracts.NativeKeys: the native keys the installed framework takes, checked
+    #   before anything starts; an entry without it (a container's framework) leaves its section unchecked
+    # - native_defaults -> contracts.NativeDefaults: the engine's defaults for this machine
+    # - cache_listing -> contracts.CacheListing: the row `compare cache ls` shows, or None
     heldout: str | None = None
     tuning: str | None = None
     native_keys: str | None = None
@@ -134,24 +137,61 @@ def _resolve(full: str | BackendTarget) -> tuple[BackendEntry, str | BackendTarg
     return _ENTRIES[full.entry], full, full.name
 
 
-def _load(ref: str) -> Callable[..., Any]:
+def _load(ref: str) -> Any:
     mod, _, attr = ref.partition(":")
     return getattr(importlib.import_module(mod), attr)
 
 
-def load(ref: str) -> Any:
-    """What a ``"module:attr"`` reference names (imports the module)."""
-    return _load(ref)
+# every reference field of an entry and its contract (backends/contracts.py)
+CONTRACTS: dict[str, type] = {
+    "factory": contracts.Factory, "plan": contracts.Plan, "resolve": contracts.Resolve, "check": contracts.Check,
+    "heldout": HeldOut, "tuning": Space, "native_keys": contracts.NativeKeys,
+    "native_defaults": contracts.NativeDefaults, "cache_listing": contracts.CacheListing,
+}
+HOOKS = ("heldout", "tuning", "native_keys", "native_defaults", "cache_listing")
 
 
-def hook(entry: BackendEntry, field: str) -> Any:
-    """The object an entry's hook field references, or None when the entry has none."""
+def _ref(entry: BackendEntry, field: str) -> Any:
+    """The loaded reference of ``field``, None where the entry has none; a reference that is not of
+    its field's kind (a record class: checked here, cheaply) raises TypeError naming it."""
     ref = getattr(entry, field)
-    return _load(ref) if ref else None
+    if not ref:
+        return None
+    obj = _load(ref)
+    kind = CONTRACTS[field]
+    if not getattr(kind, "_is_protocol", False) and not isinstance(obj, kind):
+        raise TypeError(f"backend {entry.name!r}: {field}={ref!r} is a {type(obj).__name__}, not a {kind.__name__}")
+    return obj
+
+
+def factory_of(entry: BackendEntry) -> contracts.Factory:
+    return cast(contracts.Factory, _ref(entry, "factory"))
+
+
+def heldout_of(entry: BackendEntry) -> HeldOut | None:
+    return cast("HeldOut | None", _ref(entry, "heldout"))
+
+
+def tuning_of(entry: BackendEntry) -> Space | None:
+    return cast("Space | None", _ref(entry, "tuning"))
+
+
+def native_keys_of(entry: BackendEntry) -> contracts.NativeKeys | None:
+    return cast("contracts.NativeKeys | None", _ref(entry, "native_keys"))
+
+
+def native_defaults_of(entry: BackendEntry) -> contracts.NativeDefaults | None:
+    return cast("contracts.NativeDefaults | None", _ref(entry, "native_defaults"))
+
+
+def cache_listing_of(entry: BackendEntry) -> contracts.CacheListing | None:
+    return cast("contracts.CacheListing | None", _ref(entry, "cache_listing"))
 
 
 def with_hook(field: str) -> list[BackendEntry]:
-    """Every entry that carries ``field``, in entries() order."""
+    """Every entry that carries the hook ``field`` (one of HOOKS), in entries() order."""
+    if field not in HOOKS:
+        raise ValueError(f"{field!r} is not a registry hook; hooks: {', '.join(HOOKS)}")
     return [e for e in entries() if getattr(e, field)]
 
 
@@ -175,18 +215,15 @@ class Prepared:
     native: Any = None  # entry.resolve's result; None for targets and entries without one
 
     def plan(self) -> dict[str, Any]:
-        fn = _load(self.entry.plan)
-        if self.native is not None:
-            return fn(self.spec, self.native)
-        return fn(self.spec, self.target) if self.entry.needs_target or self.target else fn(self.spec)
+        fn: contracts.Plan = _ref(self.entry, "plan")
+        return fn(self.spec, self.native, self.target)
 
     def build(self, **kw: Any) -> Backend:
-        cls = _load(self.entry.factory)
         if self.target is not None:
             kw["target"] = self.target
         elif self.native is not None:
             kw["native"] = self.native
-        return cls(self.spec, name=self.name, **kw)
+        return factory_of(self.entry)(self.spec, name=self.name, **kw)
 
 
 def prepare(full: str | BackendTarget, spec: ServingSpec, machine: Machine | None = None,
@@ -199,7 +236,8 @@ def prepare(full: str | BackendTarget, spec: ServingSpec, machine: Machine | Non
         from backends.models.probe import probe
 
         probed = probe(spec.model, machine)
-        native = _load(e.resolve)(spec, replace(probed, load=load) if load is not None else probed)
+        resolve: contracts.Resolve = _ref(e, "resolve")
+        native = resolve(spec, replace(probed, load=load) if load is not None else probed)
     return Prepared(name, e, target, spec, native)
 
 
@@ -240,9 +278,59 @@ def availability(e: BackendEntry) -> tuple[bool, str]:
     missing = [m for m in e.requires if not importable(m)]
     if missing:
         return False, f"missing Python package(s) {', '.join(missing)}: {e.extra}"
-    if e.check:
-        return _load(e.check)()
-    return True, "ready"
+    check: contracts.Check | None = _ref(e, "check")
+    return check() if check is not None else (True, "ready")
+
+
+def validate(e: BackendEntry) -> list[str]:
+    """What is wrong with ``e``'s references, one line each (none: every one imports and satisfies
+    its contract): each field's reference, the keywords the registry builds it with, and the client
+    class (``client_class``) of every backend class its factory's module defines."""
+    problems = []
+    for field, kind in CONTRACTS.items():
+        ref = getattr(e, field)
+        if not ref:
+            continue
+        try:
+            obj = _load(ref)
+        except Exception as err:  # noqa: BLE001 - reported, whatever the import raised
+            problems.append(f"{e.name}: {field}={ref!r} does not load: {type(err).__name__}: {err}")
+            continue
+        keywords = _factory_keywords(e) if field == "factory" else ()
+        for kw in keywords or [()]:
+            why = contracts.conforms(obj, kind, **dict.fromkeys(kw))
+            if why:
+                problems.append(f"{e.name}: {field}={ref!r} {why}")
+    if not problems:
+        module = importlib.import_module(e.factory.partition(":")[0])
+        refs = {c.__name__: getattr(c, "client_class", None) for c in vars(module).values() if isinstance(c, type)}
+        for cls, ref in sorted((c, r) for c, r in refs.items() if isinstance(r, str)):
+            try:
+                client = _load(ref)
+            except Exception as err:  # noqa: BLE001
+                problems.append(f"{e.name}: {cls}.client_class does not load: {type(err).__name__}: {err}")
+                continue
+            why = contracts.conforms(client, contracts.Factory) if isinstance(client, type) else "is not a class"
+            if why:
+                problems.append(f"{e.name}: {cls}.client_class={ref!r} {why}")
+    return problems
+
+
+def _factory_keywords(e: BackendEntry) -> list[tuple[str, ...]]:
+    """The keyword sets the registry and its callers build ``e`` with (besides ``name``)."""
+    out: list[tuple[str, ...]] = []
+    if e.resolve:
+        out.append(("native",))
+    if e.needs_target or not e.resolve:
+        out.append(("target",))
+    if "reference" in e.roles:
+        out.append(("device",) + (("native",) if e.resolve else ()))
+    return out
+
+
+def validate_all() -> list[str]:
+    """:func:`validate` over every entry."""
+    return [p for e in entries() for p in validate(e)]
 
 
 def _load_plugins() -> None:

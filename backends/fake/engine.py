@@ -124,5 +124,5 @@ class FakeBackend:
             extra={"test_instrument": "no model runs: timings come from the configured timing model"})
 
 
-def plan(spec: ServingSpec, target: str | None = None) -> dict[str, Any]:
+def plan(spec: ServingSpec, native: None = None, target: str | None = None) -> dict[str, Any]:
     return {**timing_model(spec, target), "test_instrument": True}

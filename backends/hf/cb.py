@@ -61,6 +61,6 @@ class HFCBBackend(EngineProcessBackend):
                    **({"version_notes": self._info["notes"]} if self._info.get("notes") else {})})
 
 
-def plan(spec: ServingSpec, native: HFCBPlan) -> dict[str, Any]:
+def plan(spec: ServingSpec, native: HFCBPlan, target: None = None) -> dict[str, Any]:
     """`compare plan`: the manager's native configuration (nothing is loaded)."""
     return {"engine": "transformers ContinuousBatchingManager (init_continuous_batching)", **native.as_dict()}

@@ -219,5 +219,5 @@ def resolve(spec: ServingSpec, target: Target) -> dict[str, Any]:
     return hf_model_kwargs(spec)
 
 
-def plan(spec: ServingSpec, native: dict[str, Any]) -> dict[str, Any]:
+def plan(spec: ServingSpec, native: dict[str, Any], target: None = None) -> dict[str, Any]:
     return native

@@ -11,12 +11,13 @@ server module (and everything that does I/O) is imported only when a backend is 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from backends.registry import BackendEntry, register
 from core.records import Capabilities
 
 
-def plan(spec, native):  # type: ignore[no-untyped-def]
+def plan(spec: Any, native: Any, target: None = None) -> dict[str, Any]:
     """`compare plan`: the server's flags and the GGUF it would serve (nothing is built)."""
     return {"engine": "llama-server (llama.cpp b11434)", **native.as_dict()}
 

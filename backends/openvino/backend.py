@@ -93,7 +93,7 @@ def _compression(types: dict[str, int]) -> str | None:
     return "int8" if int8 else None
 
 
-def plan(spec: ServingSpec, native: OpenVINOPlan) -> dict[str, Any]:
+def plan(spec: ServingSpec, native: OpenVINOPlan, target: None = None) -> dict[str, Any]:
     """`compare plan`: the pipeline's native configuration (nothing is exported)."""
     return {"engine": "openvino_genai.ContinuousBatchingPipeline", **native.as_dict()}
 

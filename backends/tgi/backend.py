@@ -74,15 +74,15 @@ def container_spec(spec: ServingSpec, target: Target) -> TgiPlan:
     return TgiPlan(cs, opts, tuple(argv), env, limits, client)
 
 
-def tgi_plan(spec: ServingSpec, target: "str | TgiPlan | None" = None) -> dict[str, Any]:
+def tgi_plan(spec: ServingSpec, native: TgiPlan | None = None, target: str | None = None) -> dict[str, Any]:
     """`compare plan`: the container's launcher command (``tgi``) or the endpoint (``tgi@URL``)."""
-    if not isinstance(target, TgiPlan):
+    if native is None:
         from backends.http_backends import endpoint_plan
 
         client = tgi_client(spec)
-        return {**endpoint_plan(spec, target), "client": client, "client_why": CLIENT_NOTES[client],
+        return {**endpoint_plan(spec, None, target), "client": client, "client_why": CLIENT_NOTES[client],
                 "spec_options": option_table(spec)}
-    cs, opts, argv = target.container, target.options, target.argv
+    cs, opts, argv = native.container, native.options, native.argv
     return {
         "image": cs.image,
         "launcher_argv": ["text-generation-launcher", *argv],
@@ -94,9 +94,9 @@ def tgi_plan(spec: ServingSpec, target: "str | TgiPlan | None" = None) -> dict[s
         "resolved_config": "GET /info after start, with the KV budget TGI chose (metric "
                            "tgi_batch_max_total_tokens; TGI 3.3's /info has no dtype or batch budgets)",
         "spec_options": option_table(spec),
-        "limits": target.limits,
-        "client": target.client,
-        "client_why": CLIENT_NOTES[target.client],
+        "limits": native.limits,
+        "client": native.client,
+        "client_why": CLIENT_NOTES[native.client],
         "notes": [LENGTH_NOTE, MAINTENANCE_NOTE],
     }
 

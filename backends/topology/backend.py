@@ -329,7 +329,7 @@ def failure_cost(token_times: list[tuple[int, int]], t0: int, t_kill: int, n: in
 
 
 def _plan(kind: str):
-    def plan(spec: ServingSpec, target: Topology | str | None = None) -> dict[str, Any]:
+    def plan(spec: ServingSpec, native: None = None, target: Topology | str | None = None) -> dict[str, Any]:
         t = _target(kind, target)
         if kind == "tp":
             devs = assign_devices("tp", 1, t.count)

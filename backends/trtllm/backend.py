@@ -68,11 +68,11 @@ def resolve_plan(spec: ServingSpec) -> TrtllmPlan:
     return resolve(spec, probe(spec.model))
 
 
-def plan(spec: ServingSpec, target: "str | TrtllmPlan | None" = None) -> dict[str, Any]:
+def plan(spec: ServingSpec, native: TrtllmPlan | None = None, target: str | None = None) -> dict[str, Any]:
     """`compare plan`: the flow, quantize/build commands, LlmArgs YAML and container settings."""
-    if not isinstance(target, TrtllmPlan):
+    if native is None:
         return {"endpoint": target, "protocol": "trtllm-serve OpenAI /v1/completions", "note": NOT_RUN}
-    p = target
+    p = native
     out = p.as_dict()
     out["llm_args_yaml_text"] = yaml.safe_dump(p.llm_args, sort_keys=False) if p.llm_args else ""
     out["serve_container"] = _serve_container(spec, p, "<cache entry>", "<run config dir>").settings()

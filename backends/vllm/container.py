@@ -39,7 +39,7 @@ def container_spec(spec: ServingSpec, engine_args: dict[str, Any]) -> tuple[Cont
     return cs, opts, argv
 
 
-def vllm_container_plan(spec: ServingSpec, native: VllmPlan) -> dict[str, Any]:
+def vllm_container_plan(spec: ServingSpec, native: VllmPlan, target: None = None) -> dict[str, Any]:
     from backends.models.dummy import engine_args
 
     args = engine_args(native, write=False)

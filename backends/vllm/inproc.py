@@ -228,7 +228,7 @@ def _resolved_config(engine: Any) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def plan(spec: ServingSpec, native: VllmPlan) -> dict[str, Any]:
+def plan(spec: ServingSpec, native: VllmPlan, target: None = None) -> dict[str, Any]:
     """`compare plan`: the engine args (a dummy-weight copy is named, not written)."""
     from backends.models.dummy import engine_args
 

@@ -35,7 +35,7 @@ def server_command(spec: ServingSpec, port: int, host: str = HOST,
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *server_argv(engine_args, host, port)]
 
 
-def server_plan(spec: ServingSpec, native: VllmPlan) -> dict[str, Any]:
+def server_plan(spec: ServingSpec, native: VllmPlan, target: None = None) -> dict[str, Any]:
     """What would run (port chosen at start); names a dummy copy without writing it."""
     from backends.models.dummy import engine_args
 

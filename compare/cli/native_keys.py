@@ -34,7 +34,9 @@ def check_native(native: dict[str, dict[str, Any]], model: str, backends: list[A
         readers = [e for e in run if (e.native_section or e.name) == section]
         if not keys or not readers or any(e.native_keys is None for e in readers):
             continue
-        label, known = registry.hook(readers[0], "native_keys")(model)
+        keys_of = registry.native_keys_of(readers[0])
+        assert keys_of is not None  # every reader has the hook (checked above)
+        label, known = keys_of(model)
         if known is None:
             continue
         for key in sorted(keys - known):
@@ -49,7 +51,8 @@ def native_defaults(native: dict[str, dict[str, Any]], spec: Any, gpu: bool) -> 
 
     out = {k: dict(v) for k, v in native.items()}
     for e in registry.with_hook("native_defaults"):
-        for key, value in registry.hook(e, "native_defaults")(spec, gpu).items():
+        defaults = registry.native_defaults_of(e)
+        for key, value in (defaults(spec, gpu) if defaults is not None else {}).items():
             out.setdefault(e.native_section or e.name, {}).setdefault(key, value)
     return out
 

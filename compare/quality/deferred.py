@@ -162,7 +162,7 @@ async def score(pending: list[Probed], opts: QualityOptions,
     from backends import registry
 
     # the float32 reference: whichever backend registers the "reference" role
-    reference = registry.load(registry.with_role("reference").factory)
+    reference = registry.factory_of(registry.with_role("reference"))
 
     out: dict[str, Quality] = {}
     for model in dict.fromkeys(p.reference for p in pending):

@@ -25,8 +25,9 @@ def space_for(backend: str) -> Space:
     base = backend.partition("@")[0]
     tunable = registry.with_hook("tuning")
     for e in tunable:
-        if e.name == base:
-            return registry.hook(e, "tuning")
+        space = registry.tuning_of(e)
+        if e.name == base and space is not None:
+            return space
     raise KnobError(f"no tuning knobs known for backend {backend!r}; tunable: {', '.join(e.name for e in tunable)}")
 
 

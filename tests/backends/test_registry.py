@@ -34,11 +34,43 @@ def test_registration_imports_only_the_package_inits():
             "llamacpp", "fake", "openai", "openai-chat", "tp", "replicas"} <= set(out["names"])
 
 
-def test_every_reference_of_every_entry_resolves():
-    for e in registry.entries():
-        for ref in (e.factory, e.plan, e.resolve, e.check):
-            if ref:
-                assert callable(registry._load(ref)), f"{e.name}: {ref}"
+def test_every_reference_of_every_entry_satisfies_its_contract():
+    """Every reference of every entry (factory, plan, resolve, check, each hook, the client classes
+    of the factory's module) imports and is what backends/contracts.py says it must be."""
+    assert registry.validate_all() == []
+    # the hooks were looked at too, through their typed accessors
+    assert registry.tuning_of(registry.entry_for("vllm")[0]).backend == "vllm"
+    assert registry.heldout_of(registry.with_role("reference")) is not None
+    assert registry.native_keys_of(registry.entry_for("openai@http://127.0.0.1:1")[0]) is None
+
+
+def _entry(**kw):
+    base = dict(name="x", summary="", factory="backends.fake.engine:FakeBackend", plan="backends.fake.engine:plan")
+    return registry.BackendEntry(**(base | kw))
+
+
+def test_validation_reports_each_kind_of_wrong_reference():
+    assert registry.validate(_entry()) == []
+    problems = registry.validate(_entry(
+        plan="backends.hf.native:checked_keys",  # one positional parameter, not (spec, native, target)
+        check="backends.fake.nowhere:check",  # a module that does not exist
+        tuning="backends.vllm.heldout:HELDOUT",  # a HeldOut where a Space belongs
+        native_defaults="backends.vllm.native:native_defaults",  # right
+        resolve="backends.fake.engine:plan",  # takes (spec, target) fine, but the factory takes no native=
+    ))
+    text = "\n".join(problems)
+    assert "plan='backends.hf.native:checked_keys' does not take" in text
+    assert "check='backends.fake.nowhere:check' does not load: ModuleNotFoundError" in text
+    assert "tuning='backends.vllm.heldout:HELDOUT' is a HeldOut, not a Space" in text
+    assert "factory='backends.fake.engine:FakeBackend' does not take (positional, name, native)" in text
+    assert "native_defaults" not in text and len(problems) == 4
+
+
+def test_a_hook_of_the_wrong_kind_fails_when_used():
+    with pytest.raises(TypeError, match="tuning='backends.vllm.heldout:HELDOUT' is a HeldOut, not a Space"):
+        registry.tuning_of(_entry(tuning="backends.vllm.heldout:HELDOUT"))
+    with pytest.raises(ValueError, match="not a registry hook"):
+        registry.with_hook("plan")
 
 
 def test_a_name_registered_twice_is_refused():

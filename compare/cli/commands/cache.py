@@ -42,7 +42,8 @@ def _row(e) -> dict:
     from backends import registry
 
     for b in registry.with_hook("cache_listing"):  # the engine whose entry it is says how it is listed
-        row = registry.hook(b, "cache_listing")(m)
+        listing = registry.cache_listing_of(b)
+        row = listing(m) if listing is not None else None
         if row is not None:
             return {**head, **row, "path": str(e.path)}
     return {**head, "kind": m.get("kind", "unknown"), "model": m.get("model") or m.get("source"),

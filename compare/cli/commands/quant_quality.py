@@ -37,7 +37,7 @@ def _engines() -> list[tuple[str, Any]]:
     from backends import registry
 
     ref = registry.with_role("reference").name
-    found = [(e.name, registry.hook(e, "heldout")) for e in registry.with_hook("heldout") if e.name != ref]
+    found = [(e.name, h) for e in registry.with_hook("heldout") if e.name != ref and (h := registry.heldout_of(e))]
     return sorted(found, key=lambda x: x[1].rank)
 
 
@@ -202,7 +202,9 @@ def _quality(args: argparse.Namespace) -> int:
     # engines may log to stdout by default (vLLM does): keep stdout for the table or the JSON
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     reference = registry.with_role("reference")
-    ref_heldout = registry.hook(reference, "heldout")
+    ref_heldout = registry.heldout_of(reference)
+    if ref_heldout is None:
+        raise UserError(f"the reference backend {reference.name!r} scores no held-out text (its entry has no heldout)")
     ref, _ = ref_heldout.score(ServingSpec(model=str(model), dtype="float32"), windows, args.top_k, _log)
     from compare.quality.parity import heldout_parity
 
