@@ -31,6 +31,9 @@ class Backend(Protocol):
 
     def describe(self) -> BackendDescription: ...
 
+    # Optional, read with getattr and a default:
+    #   unary_quality_probes: bool   # True: quality probes (compare/quality/parity.py) call
+    #                                # `async generate_once(request) -> dict` instead of stream()
     # Optional, detected with hasattr by the runner (server-side metrics around a load level):
     #   async def on_level_start(self, label: str) -> None
     #   async def on_level_end(self, label: str) -> dict   # stored as levels[label].server_metrics

@@ -333,6 +333,12 @@ class TextGenerationStreaming(HttpStreamBackend):
     def client_settings(self) -> dict[str, Any]:
         return {"client": self.client}
 
+    @property
+    def unary_quality_probes(self) -> bool:
+        """The text-generation package's quality probes are single non-streamed requests
+        (generate_once): its single-request path is the one that returns details.top_tokens."""
+        return self.client == "text-generation"
+
     async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
         if self.client != "text-generation":
             async for item in super().stream(req):

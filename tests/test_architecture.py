@@ -271,6 +271,68 @@ def test_compare_names_no_backend():
                        "entry) instead:\n" + "\n".join(bad))
 
 
+def _engine_words() -> set[str]:
+    """What only an engine knows, as strings compare/ could test a backend against: backend and
+    engine package names, wire protocol names, each backend class's ``framework`` and the TGI
+    client names (``--native tgi.client=...``)."""
+    import importlib
+
+    from backends.http.protocols import protocols
+    from backends.http.tgi_client import TGI_CLIENTS
+
+    words = {e.name for e in _entries()} | _engine_packages() | set(protocols()) | set(TGI_CLIENTS)
+    for e in _entries():
+        module = importlib.import_module(e.factory.partition(":")[0])
+        words |= {c.framework for c in vars(module).values()
+                  if isinstance(c, type) and isinstance(getattr(c, "framework", None), str)}
+    return words
+
+
+def _engine_tests(path: Path, words: set[str]) -> set[str]:
+    """The engine words ``path`` tests a value against: ``x == "tgi"``, ``x in ("vllm", ...)``,
+    ``x != "text-generation"``, ``x.startswith("tgi@")``, ``case "vllm":``."""
+    found = set()
+
+    def strings(node: ast.AST) -> list[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value]
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return [s for x in node.elts for s in strings(x)]
+        return []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare):
+            tested = [s for x in (node.left, *node.comparators) for s in strings(x)]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("startswith", "endswith")):
+            tested = [s for a in node.args for s in strings(a)]
+        elif isinstance(node, ast.MatchValue):
+            tested = strings(node.value)
+        else:
+            continue
+        found |= {s if s in words else s.partition("@")[0] for s in tested
+                  if s in words or s.partition("@")[0] in words}
+    return found
+
+
+def test_compare_tests_no_value_against_an_engine_word():
+    words = _engine_words()
+    assert {"tgi", "openai-chat", "trtllm-openai", "text-generation", "text-generation-inference"} <= words
+    bad = sorted(f"{p.relative_to(ROOT)}: {w!r}" for m, p in MODULES.items() if m.startswith("compare")
+                 for w in _engine_tests(p, words) if (str(p.relative_to(ROOT)), w) not in NAME_ALLOWED)
+    assert bad == [], ("compare/ tests a value against what only an engine knows (a backend, protocol, "
+                       "framework or client name); declare it on the backend (an attribute or capability) or "
+                       "its registry entry and read that instead:\n" + "\n".join(bad))
+
+
+def test_the_guard_sees_an_engine_word_tested(tmp_path):
+    p = tmp_path / "x.py"
+    p.write_text('def f(b, n):\n    if getattr(b, "client", None) == "text-generation":\n        return 1\n'
+                 '    match n:\n        case "hf-cb":\n            return 2\n'
+                 '    return n in ("vllm", "x") or n.startswith("tgi@") or n == "openai-compatible" or n == "fine"\n')
+    words = {"text-generation", "hf-cb", "vllm", "tgi", "openai-compatible"}
+    assert _engine_tests(p, words) == words
+
+
 def test_the_guard_sees_an_engine_named_or_imported(tmp_path):
     p = tmp_path / "x.py"
     p.write_text('"""About vllm."""\ndef f(b):\n    """vllm"""\n    from backends.vllm.inproc import VllmBackend\n'
