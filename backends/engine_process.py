@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from core.errors import BackendRequestError, BackendStartError, FailureKind
+from backends.base import BackendBase
 from core.records import GenerationRequest, StreamEnd, StreamItem, TokenEvent
 from core.engine_guard import check_start
 
@@ -96,7 +97,7 @@ class _Req:
     finish: str | None = None
 
 
-class EngineProcessBackend:
+class EngineProcessBackend(BackendBase):
     """The parent side: starts the engine process, routes its frames to the requests' streams."""
 
     engine_module = ""  # e.g. "backends.openvino.engine"

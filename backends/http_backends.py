@@ -10,7 +10,7 @@ Reuse (e.g. a container backend): start your server, then stream through ``HttpS
 
 Subclass and override ``_start_server()`` / ``_stop_server()`` to own a server's lifecycle (see
 backends/vllm/server.py); ``base_url`` may be set there; do not override ``stream`` (client
-processes rebuild this class's). Protocols: those of backends/http/protocols.py -- "openai"
+processes rebuild this class's, ``client_recipe()``), or override ``client_recipe`` too. Protocols: those of backends/http/protocols.py -- "openai"
 (completions), "openai-chat", "tgi" (native /generate_stream), "trtllm-openai", "llamacpp" ... Every
 protocol goes through the same SSE reader, each response with its own parser, so timing is
 identical across them.
@@ -32,8 +32,9 @@ from adapters.spec import ServingSpec, UnsupportedSpecError
 from core.records import (ACCEPTS_BATCHES, LANE, BackendDescription, Capabilities, GenerationRequest,
                           StreamEnd, StreamItem)
 from core.errors import BackendRequestError, BackendStartError, FailureKind
+from backends.base import BackendBase, ClientRecipe
 from backends.http.protocol import EventSink, Protocol
-from backends.http.protocols import get_protocol
+from backends.http.protocols import get_protocol, protocols
 from backends.http.sse import RawEvent, read_events
 from backends.http.transport import Chain, StreamingTransport
 from backends.http.tgi_client import DEFAULT_TGI_CLIENT
@@ -55,13 +56,13 @@ def http_capabilities(protocol: str | Protocol, server_metrics: bool = True) -> 
                         logprobs=True, continuous_batching=True, server_metrics=server_metrics, notes=tuple(notes))
 
 
-class HttpStreamBackend:
+class HttpStreamBackend(BackendBase):
     """Streams requests to ``base_url`` with one protocol; measures with the shared SSE reader."""
 
     framework = "http"
     # what a client process of a sharded level (compare/running/multiproc_worker.py) rebuilds this
-    # backend's client as: a "module:Class" taking this class's keyword arguments, with
-    # client_settings() then set on it as attributes
+    # backend's client as (client_recipe()): a "module:Class" taking this class's keyword
+    # arguments, with client_settings() then set on it as attributes
     client_class = "backends.http_backends:HttpStreamBackend"
 
     def client_settings(self) -> dict[str, Any]:
@@ -70,7 +71,8 @@ class HttpStreamBackend:
     def __init__(self, spec: ServingSpec | None = None, name: str = "http", *, protocol: str | Protocol = "openai",
                  base_url: str | None = None, target: str | None = None, model: str | None = None,
                  metrics: str | None = "prometheus", max_connections: int = 4096,
-                 read_timeout_s: float = READ_TIMEOUT_S, fast_transport: bool = True) -> None:
+                 read_timeout_s: float = READ_TIMEOUT_S, fast_transport: bool = True,
+                 auth: str | None = None) -> None:
         self.spec = spec
         self.name = redact_url(name)
         self.protocol = get_protocol(protocol) if isinstance(protocol, str) else protocol
@@ -81,6 +83,8 @@ class HttpStreamBackend:
                                        f"{name.partition('@')[0]}@http://127.0.0.1:8000")
         if self.base_url is not None:
             self.base_url, self._basic_auth = split_userinfo(self.base_url)
+        if auth is not None:  # an Authorization header taken from a URL already (a client process's)
+            self._basic_auth = auth
         self.request_timeout_s: float | None = None  # the run's --timeout (set_request_timeout)
         self.model = model
         self.metrics_kind = metrics
@@ -271,13 +275,22 @@ class HttpStreamBackend:
                                       f" of the {self.protocol.name} protocol): the server died or cut it")
         metrics = parser.engine_metrics()
         if metrics:
-            self._stream_metrics(metrics)
+            self.stream_metrics(metrics)
         yield StreamEnd(t_ns=sink.end_ns or time.perf_counter_ns(), finish_reason=sink.finish, prompt_tokens=sink.prompt_tokens,
                         completion_tokens=sink.completion_tokens, engine_metrics=dict(metrics))
 
-    def _stream_metrics(self, metrics: dict[str, float]) -> None:
-        """Hook: what the server said about one finished request (its parser's engine_metrics);
-        a backend that sums them per level keeps them here (backends/llamacpp/server.py)."""
+    def client_recipe(self) -> ClientRecipe | None:
+        """This started backend's client for a client process: the same protocol (resolved there by
+        name, so only a registered one), URL, credentials and limits; no server metrics (this
+        process scrapes them). None where the protocol is not registered (backends/http/protocols.py)."""
+        if protocols().get(self.protocol.name) is not self.protocol:
+            return None
+        return ClientRecipe(
+            client_class=self.client_class, name=self.name, spec=self.spec, auth=self._basic_auth,
+            kwargs=(("protocol", self.protocol.name), ("base_url", self.base_url), ("model", self.model),
+                    ("metrics", None), ("max_connections", self.max_connections),
+                    ("read_timeout_s", self.read_timeout_s), ("fast_transport", self.fast_transport)),
+            settings=tuple(sorted(self.client_settings().items())))
 
     # ------------------------------------------------------------------ server metrics hooks
     async def on_level_start(self, label: str) -> None:

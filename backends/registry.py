@@ -23,7 +23,7 @@ from adapters.target import Load, Machine
 from adapters.tuning import Space
 from adapters.variants import Variant
 from backends import contracts
-from backends.base import Backend
+from backends.base import Backend, BackendBase
 from backends.heldout import HeldOut
 from core.errors import UserError
 from core.records import Capabilities
@@ -284,8 +284,9 @@ def availability(e: BackendEntry) -> tuple[bool, str]:
 
 def validate(e: BackendEntry) -> list[str]:
     """What is wrong with ``e``'s references, one line each (none: every one imports and satisfies
-    its contract): each field's reference, the keywords the registry builds it with, and the client
-    class (``client_class``) of every backend class its factory's module defines."""
+    its contract): each field's reference, the keywords the registry builds it with, and of every
+    backend class its factory's module holds: that it derives from BackendBase, and its client
+    class (``client_class``)."""
     problems = []
     for field, kind in CONTRACTS.items():
         ref = getattr(e, field)
@@ -303,7 +304,11 @@ def validate(e: BackendEntry) -> list[str]:
                 problems.append(f"{e.name}: {field}={ref!r} {why}")
     if not problems:
         module = importlib.import_module(e.factory.partition(":")[0])
-        refs = {c.__name__: getattr(c, "client_class", None) for c in vars(module).values() if isinstance(c, type)}
+        classes = [c for c in vars(module).values() if isinstance(c, type) and not getattr(c, "_is_protocol", False)
+                   and callable(getattr(c, "stream", None)) and callable(getattr(c, "describe", None))]
+        problems += [f"{e.name}: {c.__module__}.{c.__name__} does not derive from backends.base.BackendBase"
+                     for c in classes if not issubclass(c, BackendBase)]
+        refs = {c.__name__: getattr(c, "client_class", None) for c in classes}
         for cls, ref in sorted((c, r) for c, r in refs.items() if isinstance(r, str)):
             try:
                 client = _load(ref)

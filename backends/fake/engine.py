@@ -22,6 +22,7 @@ from core.errors import BackendRequestError, BackendStartError, FailureKind
 from core.records import (SEND_STAMP, BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem,
                           TokenEvent)
 
+from backends.base import BackendBase
 from backends.fake import CAPS
 from backends.fake.model import timing_model
 
@@ -48,7 +49,7 @@ async def _until(t_ns: int) -> None:
         await asyncio.sleep(delay)
 
 
-class FakeBackend:
+class FakeBackend(BackendBase):
     name = "fake"
 
     def __init__(self, spec: ServingSpec, name: str = "fake", target: str | None = None) -> None:

@@ -14,6 +14,7 @@ from typing import Any, AsyncIterator
 from adapters.hf import hf_model_kwargs
 from adapters.spec import ServingSpec
 from adapters.target import Target
+from backends.base import BackendBase
 from backends.hf import CAPS
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
 from core.errors import BackendRequestError, BackendStartError, FailureKind
@@ -25,7 +26,7 @@ from core.engine_guard import check_start
 _DONE = object()
 
 
-class HFBackend:
+class HFBackend(BackendBase):
     name = "hf"
 
     def __init__(self, spec: ServingSpec, name: str = "hf", native: dict[str, Any] | None = None,

@@ -207,7 +207,7 @@ class LlamaCppBackend(HttpStreamBackend):
 
     # streams go through HttpStreamBackend.stream with COMPLETION's per-stream parser; its timings
     # (the parser's engine_metrics) are each request's and, summed here, the level's
-    def _stream_metrics(self, metrics: dict[str, float]) -> None:
+    def stream_metrics(self, metrics: dict[str, float]) -> None:
         self._level.append(metrics)
 
     async def on_level_start(self, label: str) -> None:

@@ -41,7 +41,7 @@ from backends import registry
 from backends.topology.target import LB_POLICIES, Topology
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamItem, TokenEvent
 from core.errors import BackendRequestError, FailureKind
-from backends.base import Backend
+from backends.base import Backend, BackendBase
 
 _DEAD_KINDS = {FailureKind.ENGINE_DEAD, FailureKind.CONNECT}
 
@@ -135,7 +135,7 @@ def _descendants() -> set[int]:
 # ---------------------------------------------------------------- tp@N*BACKEND
 
 
-class TensorParallel:
+class TensorParallel(BackendBase):
     """One engine over N devices: the inner backend with ``tensor_parallel=N``."""
 
     def __init__(self, spec: ServingSpec, name: str | None = None, target: Topology | str | None = None) -> None:
@@ -161,8 +161,7 @@ class TensorParallel:
 
     def attach_results_dir(self, path: Path) -> None:
         """Server/container logs of the inner engine go next to the results (own folder per topology)."""
-        if hasattr(self.inner, "attach_results_dir"):
-            self.inner.attach_results_dir(_log_dir(path, self.name))
+        self.inner.attach_results_dir(_log_dir(path, self.name))
 
     def describe(self) -> BackendDescription:
         d = self.inner.describe()
@@ -174,7 +173,7 @@ class TensorParallel:
 # ---------------------------------------------------------------- replicas@N*BACKEND
 
 
-class ReplicaSet:
+class ReplicaSet(BackendBase):
     """N independent engines behind a client-side balancer (round-robin or least-outstanding)."""
 
     def __init__(self, spec: ServingSpec, name: str | None = None, target: Topology | str | None = None) -> None:
@@ -213,8 +212,7 @@ class ReplicaSet:
 
     def attach_results_dir(self, path: Path) -> None:
         for i, rep in enumerate(self.replicas):
-            if hasattr(rep, "attach_results_dir"):
-                rep.attach_results_dir(_log_dir(path, f"{self.name}-replica{i}"))
+            rep.attach_results_dir(_log_dir(path, f"{self.name}-replica{i}"))
 
     async def __aenter__(self) -> "ReplicaSet":
         dev_kind = devices_present()[0]

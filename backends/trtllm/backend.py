@@ -26,6 +26,7 @@ from adapters.target import Target
 from adapters.trtllm import CONFIG_DIR, LLM_ARGS_FILE, MODEL_DIR, SERVE_PORT, WORK_DIR, TrtllmPlan, trtllm_plan_for
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
 from core.errors import BackendRequestError, BackendStartError, FailureKind
+from backends.base import BackendBase
 from backends.http.protocol import Parsed
 from backends.http.trtllm_openai import TrtllmStream, trtllm_payload, trtllm_protocol
 from backends.http.sse import RawEvent
@@ -187,7 +188,7 @@ class TrtllmBackend(HttpStreamBackend):
         return d
 
 
-class TrtllmInprocBackend:
+class TrtllmInprocBackend(BackendBase):
     """``tensorrt_llm.LLM`` in this process (PyTorch flow), streamed with generate_async."""
 
     def __init__(self, spec: ServingSpec, name: str = "trtllm-inproc", native: TrtllmPlan | None = None) -> None:

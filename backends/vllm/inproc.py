@@ -11,6 +11,7 @@ from typing import Any, AsyncIterator
 
 from adapters.spec import ServingSpec
 from adapters.vllm import VllmPlan, vllm_plan
+from backends.base import BackendBase
 from backends.vllm import CAPS
 from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
 from core.errors import BackendRequestError, BackendStartError, FailureKind
@@ -23,7 +24,7 @@ _SAME_CLOCK = time.get_clock_info("perf_counter").implementation == time.get_clo
 
 
 
-class VllmBackend:
+class VllmBackend(BackendBase):
     name = "vllm"
 
     def __init__(self, spec: ServingSpec, name: str = "vllm", native: VllmPlan | None = None) -> None:

@@ -229,7 +229,7 @@ async def _probe(backend: Any, req: GenerationRequest, timeout_s: float) -> dict
     import asyncio
 
     s: dict[str, Any] = {"tokens": [], "logprobs": [], "top": []}
-    if getattr(backend, "unary_quality_probes", False):  # a client whose probes are one request, no stream
+    if backend.unary_quality_probes:  # a client whose probes are one request, no stream
         async with asyncio.timeout(timeout_s):
             r = await backend.generate_once(req)
         s = {"tokens": r["token_ids"], "logprobs": r["logprobs"], "top": r["top"]}

@@ -39,7 +39,6 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from backends.base import Backend
-from backends.http.protocols import protocols
 from core.records import GenerationRequest, RequestRecord
 from compare.analysis.client_health import LagSamples
 from compare.running import multiproc_worker as worker
@@ -52,24 +51,15 @@ START_MARGIN_S = 0.1  # from "all ready" to the common start instant: every proc
 LOCAL_ENGINE_CORES = 4  # cores left to an engine that runs on this machine (API server, engine core, worker)
 MAX_AUTO = 8
 STREAMS_PER_PROC_AUTO = 16  # auto: one more process per this many closed-loop streams
-_STREAMING_CLASSES = {"HttpStreamBackend", "ContainerHttpBackend", "TextGenerationStreaming"}
 
 
 def not_shardable(backend: Backend) -> str | None:
-    """Why ``backend``'s requests cannot be sent from other processes (None: they can)."""
-    mro = type(backend).__mro__
-    if not any(c.__name__ == "HttpStreamBackend" for c in mro):
-        return (f"{backend.name} runs its engine or its client in this process, so its requests cannot be "
+    """Why ``backend``'s requests cannot be sent from other processes (None: they can): it gives
+    no client recipe (backends/base.py ``client_recipe``)."""
+    if backend.client_recipe() is None:
+        return (f"{backend.name} has no client another process can rebuild (its engine or its client runs "
+                f"in this process, or its wire protocol is not a registered one), so its requests cannot be "
                 f"sent from other processes")
-    for c in mro:  # every stream() on the way must be one a client process can rebuild
-        if c.__name__ == "HttpStreamBackend":
-            break
-        if "stream" in c.__dict__ and c.__name__ not in _STREAMING_CLASSES:
-            return f"{backend.name} streams through {c.__name__}, which a client process cannot rebuild"
-    proto = getattr(backend, "protocol", None)
-    if protocols().get(getattr(proto, "name", None)) is not proto:  # a client process resolves it by name
-        return (f"{backend.name} speaks a protocol that is not registered (backends/http/protocols.py), "
-                f"so a client process cannot rebuild it")
     return None
 
 
@@ -99,15 +89,6 @@ def level_procs(requested: int | None, backend: Backend, level: LoadLevel, n_req
         streams = min(int(level.value), n_requests)
         n = min(n, streams, math.ceil(streams / STREAMS_PER_PROC_AUTO) if requested is None else streams)
     return max(1, min(n, n_requests))
-
-
-def recipe(backend: Any) -> worker.ClientRecipe:
-    """The started ``backend``'s client, as a client process rebuilds it."""
-    return worker.ClientRecipe(
-        name=backend.name, protocol=backend.protocol.name, base_url=backend.base_url, model=backend.model,
-        spec=backend.spec, auth=backend._basic_auth, read_timeout_s=backend.read_timeout_s,
-        max_connections=backend.max_connections, fast_transport=backend.fast_transport,
-        client_class=backend.client_class, settings=tuple(sorted(backend.client_settings().items())))
 
 
 def deal(requests: list[GenerationRequest], level: LoadLevel, n: int, seed: int, timeout_s: float,
@@ -156,15 +137,14 @@ async def run_level_procs(backend: Backend, requests: list[GenerationRequest], l
                           on_start: Callable[[list[int]], None] | None = None) -> LevelOutcome:
     """``executor.run_level`` with the level's requests sent by ``procs`` client processes.
     ``on_start``: called with their pids once all are ready and the start instant is set."""
-    hook = getattr(backend, "_stream_metrics", None)
-    if hook is not None:  # what each request's server said (llama-server's timings) reaches the
-        # backend's level summary as when this process streamed it (HttpStreamBackend._stream_metrics)
-        def released(rec: RequestRecord, then=on_record) -> None:
-            if rec.ok and rec.engine_metrics:
-                hook(rec.engine_metrics)
-            if then is not None:
-                then(rec)
-        on_record = released
+    # what each request's server said (llama-server's timings) reaches the backend's level summary
+    # as when this process streamed it (Backend.stream_metrics)
+    def released(rec: RequestRecord, then: Callable[[RequestRecord], None] | None = on_record) -> None:
+        if rec.ok and rec.engine_metrics:
+            backend.stream_metrics(rec.engine_metrics)
+        if then is not None:
+            then(rec)
+    on_record = released
     with gc_quiet():
         level_run = _Level(backend, requests, level, procs, seed, timeout_s, max_errors, on_record)
         level_run.on_start = on_start
@@ -176,7 +156,10 @@ class _Level:
                  timeout_s: float, max_errors: int, on_record: Callable[[RequestRecord], None] | None) -> None:
         self.level, self.n, self.planned = level, n, len(requests)
         self.shares, self.offsets = deal(requests, level, n, seed, timeout_s, max_errors)
-        self.recipe = recipe(backend)
+        recipe = backend.client_recipe()
+        if recipe is None:
+            raise ValueError(not_shardable(backend))
+        self.recipe = recipe
         self.merge = _Merge(n, on_record)
         self.inbox: asyncio.Queue[tuple[int, tuple]] = asyncio.Queue()
         self.procs: list[subprocess.Popen] = []

@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.spec import ServingSpec
+from backends.base import ClientRecipe
 from core.errors import FailureKind
 from core.records import GenerationRequest, RequestRecord
 
@@ -72,37 +72,6 @@ class Shared:
         self.v.release()
         self._mm.close()
         os.close(self.fd)
-
-
-@dataclass(frozen=True)
-class ClientRecipe:
-    """What a client process needs to stream as the parent's backend does (picklable)."""
-
-    name: str
-    protocol: str
-    base_url: str
-    model: str | None
-    spec: ServingSpec | None
-    auth: str | None  # a basic-auth header from the URL; travels over the pipe, never argv or logs
-    read_timeout_s: float
-    max_connections: int
-    fast_transport: bool
-    # the backend's client_class ("module:Class") and client_settings(), as (name, value) pairs
-    client_class: str = "backends.http_backends:HttpStreamBackend"
-    settings: tuple[tuple[str, Any], ...] = ()
-
-    def build(self) -> Any:
-        import importlib
-
-        kw = dict(protocol=self.protocol, base_url=self.base_url, model=self.model, metrics=None,
-                  max_connections=self.max_connections, read_timeout_s=self.read_timeout_s,
-                  fast_transport=self.fast_transport)
-        mod, _, cls = self.client_class.partition(":")
-        b = getattr(importlib.import_module(mod), cls)(self.spec, self.name, **kw)
-        for k, v in self.settings:
-            setattr(b, k, v)
-        b._basic_auth = self.auth
-        return b
 
 
 @dataclass(frozen=True)

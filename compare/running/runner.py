@@ -194,10 +194,8 @@ async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resul
     be.update(capabilities=backend.capabilities.as_dict())
     progress.backend_start(name if cfg.repeats == 1 else f"{name} (repeat {rep + 1}/{cfg.repeats})")
     log = log_file(writer.dir, name)  # everything the engine prints goes there (backends/logs.py)
-    if hasattr(backend, "attach_results_dir"):
-        backend.attach_results_dir(log.parent)  # server/container logs are kept with the results
-    if hasattr(backend, "set_request_timeout"):
-        backend.set_request_timeout(cfg.timeout_s)  # HTTP servers: how long the start-up probe waits
+    backend.attach_results_dir(log.parent)  # server/container logs are kept with the results
+    backend.set_request_timeout(cfg.timeout_s)  # HTTP servers: how long the start-up probe waits
     progress.phase(name, "starting", log)
     t0 = time.perf_counter()
     stopped_in: list[str] = []  # where a stop signal found the backend
@@ -221,9 +219,8 @@ async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resul
             progress.phase(name, "warm-up", log)
             await _warmup(cfg, backend)
             for level in cfg.levels:
-                # optional hooks: backends with server-side metrics sample them around each level
-                if hasattr(backend, "on_level_start"):
-                    await backend.on_level_start(level.label)
+                # hooks (no-ops by default): backends with server-side metrics sample them around each level
+                await backend.on_level_start(level.label)
                 try:
                     # CPU per process and GPUs, sampled in a thread (not the loop) while the level runs
                     with LevelTelemetry(backend) as tel:
@@ -238,8 +235,9 @@ async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resul
                 if outcome.client_procs is not None:
                     add["client_procs"] = outcome.client_procs
                 add["telemetry"] = tel.summary(summary.output_tokens)
-                if hasattr(backend, "on_level_end"):
-                    add["server_metrics"] = await backend.on_level_end(level.label)
+                server_metrics = await backend.on_level_end(level.label)
+                if server_metrics is not None:
+                    add["server_metrics"] = server_metrics
                 # queue/prefill/decode vs outside the engine, prefix-cache hits, gauges at the target load
                 from compare.analysis.breakdown import level_extras
                 add.update(level_extras(records, add.get("server_metrics"),

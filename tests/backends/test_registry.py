@@ -66,6 +66,21 @@ def test_validation_reports_each_kind_of_wrong_reference():
     assert "native_defaults" not in text and len(problems) == 4
 
 
+def test_validation_reports_a_backend_class_outside_the_base_and_a_broken_client_class(tmp_path, monkeypatch):
+    (tmp_path / "zz_backend_module.py").write_text(
+        "from backends.base import BackendBase\n"
+        "class Loose:\n    def __init__(self, spec, name='x', target=None): pass\n"
+        "    def stream(self, req): pass\n    def describe(self): pass\n"
+        "class Sharded(BackendBase):\n    client_class = 'zz_backend_module:Gone'\n"
+        "    def __init__(self, spec, name='x', target=None): pass\n"
+        "    def stream(self, req): pass\n    def describe(self): pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    problems = registry.validate(_entry(factory="zz_backend_module:Sharded"))
+    assert problems == ["x: zz_backend_module.Loose does not derive from backends.base.BackendBase",
+                        "x: Sharded.client_class does not load: AttributeError: module 'zz_backend_module' "
+                        "has no attribute 'Gone'"]
+
+
 def test_a_hook_of_the_wrong_kind_fails_when_used():
     with pytest.raises(TypeError, match="tuning='backends.vllm.heldout:HELDOUT' is a HeldOut, not a Space"):
         registry.tuning_of(_entry(tuning="backends.vllm.heldout:HELDOUT"))

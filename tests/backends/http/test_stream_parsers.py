@@ -15,7 +15,7 @@ from backends.http.protocols import get_protocol, protocols
 from backends.http.sse import RawEvent, snippet
 from backends.http_backends import HttpStreamBackend
 from compare.running.executor import run_level
-from compare.running.multiproc import not_shardable, recipe, run_level_procs
+from compare.running.multiproc import not_shardable, run_level_procs
 from compare.workload.schedule import LoadLevel
 from core.errors import FailureKind
 from core.records import GenerationRequest, TokenEvent
@@ -104,7 +104,7 @@ def test_every_protocol_in_process_and_in_client_processes(name, double):
 
     async def go():
         async with HttpStreamBackend(None, f"{name}@{double}", protocol=name, base_url=double, metrics=None) as b:
-            assert not_shardable(b) is None and recipe(b).build().protocol is b.protocol
+            assert not_shardable(b) is None and b.client_recipe().build().protocol is b.protocol
             one = await run_level(b, reqs, LoadLevel("concurrency", 3), seed=1, timeout_s=30, max_errors=0)
             two = await run_level_procs(b, reqs, LoadLevel("concurrency", 4), procs=2, seed=1, timeout_s=30,
                                         max_errors=0)
