@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Protocol, runtime_checkable
 
-from core.records import BackendDescription, Capabilities, GenerationRequest, StreamItem
+from core.records import BackendDescription, Capabilities, GenerationRequest, RequestContext, StreamItem
 
 if TYPE_CHECKING:
     from adapters.spec import ServingSpec
@@ -38,8 +38,11 @@ class Backend(Protocol):
 
     async def __aexit__(self, *exc: object) -> None: ...
 
-    def stream(self, request: GenerationRequest) -> AsyncIterator[StreamItem]:
-        """Yield TokenEvents then one StreamEnd; raise BackendRequestError on failure."""
+    def stream(self, request: GenerationRequest, ctx: RequestContext | None = None) -> AsyncIterator[StreamItem]:
+        """Yield TokenEvents (TokenBatches where ``ctx.batches``) then one StreamEnd; raise
+        BackendRequestError on failure. ``ctx``: what the consumer says of this request (it takes
+        batches; its closed-loop lane) and where the backend stamps when the request left
+        (``ctx.sent_ns``, where it can tell); None: TokenEvents, no stamp."""
         ...
 
     def describe(self) -> BackendDescription: ...

@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator
 import httpx
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from core.records import GenerationRequest, StreamItem
+from core.records import GenerationRequest, RequestContext, StreamItem
 from core.errors import BackendRequestError, FailureKind
 from backends.http_backends import HttpStreamBackend
 from core.errors import UserError
@@ -144,9 +144,9 @@ class ContainerHttpBackend(HttpStreamBackend):
             safe = self.name.replace("/", "_").replace(":", "_").replace("@", "_")
             write_atomic(self.results_dir / f"{safe}.container.log", self.container.final_logs)
 
-    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+    async def stream(self, req: GenerationRequest, ctx: RequestContext | None = None) -> AsyncIterator[StreamItem]:
         try:
-            async for item in super().stream(req):
+            async for item in super().stream(req, ctx):
                 yield item
         except BackendRequestError as e:
             # a transport failure may mean the container died: say so (the executor stops the level)

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from adapters.spec import ServingSpec
 from adapters.target import Target
 from backends.base import Backend
+from core.records import GenerationRequest, RequestContext
 
 
 class Factory(Protocol):
@@ -21,6 +22,12 @@ class Factory(Protocol):
     entry's resolved plan) and, for the "reference" role, ``device=``."""
 
     def __call__(self, spec: ServingSpec, /, *, name: str, **kw: Any) -> Backend: ...
+
+
+class Stream(Protocol):
+    """A backend class's ``stream``, unbound: (self, request, ctx) (backends/base.py Backend)."""
+
+    def __call__(self, backend: Any, request: GenerationRequest, ctx: RequestContext | None, /) -> Any: ...
 
 
 class Plan(Protocol):

@@ -29,7 +29,7 @@ from typing import Any, AsyncIterator
 
 from core.errors import BackendRequestError, BackendStartError, FailureKind
 from backends.base import BackendBase
-from core.records import GenerationRequest, StreamEnd, StreamItem, TokenEvent
+from core.records import GenerationRequest, RequestContext, StreamEnd, StreamItem, TokenEvent
 from core.engine_guard import check_start
 
 _LEN = struct.Struct("<I")
@@ -210,7 +210,7 @@ class EngineProcessBackend(BackendBase):
         """The generation parameters the engine process takes for ``req``."""
         raise NotImplementedError
 
-    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+    async def stream(self, req: GenerationRequest, ctx: RequestContext | None = None) -> AsyncIterator[StreamItem]:
         if self._proc is None or self._dead:
             raise BackendRequestError(FailureKind.ENGINE_DEAD, self._dead or "engine is not running")
         if req.prompt_token_ids is not None:

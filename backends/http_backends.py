@@ -29,8 +29,8 @@ from typing import Any, AsyncIterator, Callable
 import httpx
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from core.records import (ACCEPTS_BATCHES, LANE, BackendDescription, Capabilities, GenerationRequest,
-                          StreamEnd, StreamItem)
+from core.records import (BackendDescription, Capabilities, GenerationRequest, RequestContext, StreamEnd,
+                          StreamItem)
 from core.errors import BackendRequestError, BackendStartError, FailureKind
 from backends.base import BackendBase, ClientRecipe
 from backends.http.protocol import EventSink, Protocol
@@ -238,7 +238,7 @@ class HttpStreamBackend(BackendBase):
         return req
 
     # ------------------------------------------------------------------ streaming
-    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+    async def stream(self, req: GenerationRequest, ctx: RequestContext | None = None) -> AsyncIterator[StreamItem]:
         if self._client is None:
             raise BackendRequestError(FailureKind.CONNECT, f"{self.name} is not started")
         try:
@@ -249,17 +249,17 @@ class HttpStreamBackend(BackendBase):
         # the format keeps between events lives there); this loop only hands batches over
         parser = self.protocol.new_stream()
         sink = EventSink(parser.feed, self.raw_observer, req.request_id)
-        if ACCEPTS_BATCHES.get() and self._post is not None and (self.raw_observer is None or self.batch_observer):
+        if (ctx is not None and ctx.batches and self._post is not None
+                and (self.raw_observer is None or self.batch_observer)):
             # the receive thread may parse this stream (backends/http/_fastsse.h): the consumer
             # takes TokenBatch items, and no per-event observer needs the raw events
             sink.fast = self.protocol.fast
             sink.observe_batch = self.batch_observer
-            lane = LANE.get()
-            if sink.fast and lane is not None:  # a closed loop: the receive thread may send the next request
-                sink.chain = Chain(lane, req.request_id,
+            if sink.fast and ctx.lane is not None:  # a closed loop: the receive thread may send the next request
+                sink.chain = Chain(ctx.lane, req.request_id,
                                    lambda r: self.protocol.build_payload(self._adapt(r), self.model or ""))
         try:
-            async for batch in read_events(self._client, self.protocol.path, payload, sink, self._post):
+            async for batch in read_events(self._client, self.protocol.path, payload, sink, self._post, ctx=ctx):
                 for item in batch:
                     yield item
         except BackendRequestError as e:
@@ -352,9 +352,9 @@ class TextGenerationStreaming(HttpStreamBackend):
         (generate_once): its single-request path is the one that returns details.top_tokens."""
         return self.client == "text-generation"
 
-    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+    async def stream(self, req: GenerationRequest, ctx: RequestContext | None = None) -> AsyncIterator[StreamItem]:
         if self.client != "text-generation":
-            async for item in super().stream(req):
+            async for item in super().stream(req, ctx):
                 yield item
             return
         from backends.http import tgi_client

@@ -285,8 +285,8 @@ def availability(e: BackendEntry) -> tuple[bool, str]:
 def validate(e: BackendEntry) -> list[str]:
     """What is wrong with ``e``'s references, one line each (none: every one imports and satisfies
     its contract): each field's reference, the keywords the registry builds it with, and of every
-    backend class its factory's module holds: that it derives from BackendBase, and its client
-    class (``client_class``)."""
+    backend class its factory's module holds: that it derives from BackendBase, that its stream
+    takes (request, ctx), and its client class (``client_class``)."""
     problems = []
     for field, kind in CONTRACTS.items():
         ref = getattr(e, field)
@@ -308,6 +308,8 @@ def validate(e: BackendEntry) -> list[str]:
                    and callable(getattr(c, "stream", None)) and callable(getattr(c, "describe", None))]
         problems += [f"{e.name}: {c.__module__}.{c.__name__} does not derive from backends.base.BackendBase"
                      for c in classes if not issubclass(c, BackendBase)]
+        problems += [f"{e.name}: {c.__module__}.{c.__name__}.stream {why}" for c in classes
+                     if (why := contracts.conforms(c.stream, contracts.Stream))]
         refs = {c.__name__: getattr(c, "client_class", None) for c in classes}
         for cls, ref in sorted((c, r) for c, r in refs.items() if isinstance(r, str)):
             try:

@@ -2,7 +2,6 @@
 backend can do and what ran, and the per-request record every metric is computed from."""
 from __future__ import annotations
 
-from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
@@ -75,21 +74,12 @@ class TokenBatch:
     """Many token events of one stream at once, as the HTTP client's native receive path records
     them (backends/http/_fastsse.h): the same stamps, counts, ids and logprobs the TokenEvents
     would carry, without their text. Only streamed to a consumer that said it takes them
-    (``ACCEPTS_BATCHES``); everyone else gets TokenEvents."""
+    (``RequestContext.batches``); everyone else gets TokenEvents."""
 
     times_ns: tuple[int, ...]
     counts: tuple[int, ...]
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...] | None = None
-
-
-# Set by a consumer (the executor's run_one) in its own task: it takes TokenBatch items.
-ACCEPTS_BATCHES: ContextVar[bool] = ContextVar("llm_compare_accepts_batches", default=False)
-# Set by the executor per request: [sent, window], which the backend fills with perf_counter_ns
-# right after the request's bytes left (the send stamp: a busy client delays the request, and
-# the delay is then not counted as the server's time to the first token) and, where the writer was
-# preempted around the write, the window the bytes left in (the stamp is then its start).
-SEND_STAMP: ContextVar[list[int] | None] = ContextVar("llm_compare_send_stamp", default=None)
 
 
 class Lane:
@@ -117,8 +107,21 @@ class Lane:
         return self.sent_on is not None and self.sent_on.left()
 
 
-# Set by the executor in each closed-loop worker's task (its lane); None elsewhere.
-LANE: ContextVar[Lane | None] = ContextVar("llm_compare_lane", default=None)
+@dataclass(slots=True)
+class RequestContext:
+    """One request's exchange between its consumer and the backend: ``backend.stream(request,
+    ctx)``. The consumer (the executor's run_one) says how it reads the stream; the backend writes
+    back when the request left. Mutable on purpose (the backend's answer); made per request. A
+    caller that passes none gets TokenEvents and no send stamp."""
+
+    batches: bool = False  # the consumer takes TokenBatch items (the HTTP client's native path)
+    lane: Lane | None = None  # the closed-loop stream the request belongs to; None: open loop or none
+    # set by a backend that can tell: perf_counter_ns right after the request's bytes left (the send
+    # stamp: a busy client delays the request, and the delay is then not counted as the server's
+    # time to the first token) and, where the writer was preempted around the write, the window the
+    # bytes left in (the stamp is then its start); 0: not known
+    sent_ns: int = 0
+    send_window_ns: int = 0
 
 StreamItem = TokenEvent | TokenBatch | StreamEnd
 

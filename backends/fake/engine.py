@@ -19,7 +19,7 @@ from typing import Any, AsyncIterator
 
 from adapters.spec import ServingSpec
 from core.errors import BackendRequestError, BackendStartError, FailureKind
-from core.records import (SEND_STAMP, BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem,
+from core.records import (BackendDescription, Capabilities, GenerationRequest, RequestContext, StreamEnd, StreamItem,
                           TokenEvent)
 
 from backends.base import BackendBase
@@ -78,11 +78,10 @@ class FakeBackend(BackendBase):
         self._started = False
         await asyncio.sleep(self.model["stop"] / 1e3)
 
-    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+    async def stream(self, req: GenerationRequest, ctx: RequestContext | None = None) -> AsyncIterator[StreamItem]:
         t_ask = time.perf_counter_ns()
-        stamp = SEND_STAMP.get()
-        if stamp is not None:
-            stamp[0] = t_ask
+        if ctx is not None:
+            ctx.sent_ns = t_ask
         if not self._started or self._slots is None:
             raise BackendRequestError(FailureKind.ENGINE_DEAD, "the fake engine is not started")
         m = self.model

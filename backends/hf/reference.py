@@ -16,7 +16,8 @@ from adapters.spec import ServingSpec
 from adapters.target import Target
 from backends.base import BackendBase
 from backends.hf import CAPS
-from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
+from core.records import (BackendDescription, Capabilities, GenerationRequest, RequestContext, StreamEnd, StreamItem,
+                          TokenEvent)
 from core.errors import BackendRequestError, BackendStartError, FailureKind
 from core.lazy import require
 from core.engine_guard import check_start
@@ -93,7 +94,7 @@ class HFBackend(BackendBase):
             return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
         return list(self._tok(req.prompt_text, add_special_tokens=True)["input_ids"])
 
-    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+    async def stream(self, req: GenerationRequest, ctx: RequestContext | None = None) -> AsyncIterator[StreamItem]:
         if self._model is None:
             raise BackendRequestError(FailureKind.ENGINE_DEAD, "model is not loaded")
         ids = self._input_ids(req)

@@ -29,6 +29,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, NamedTuple
 import httpx
 
 from core.errors import BackendRequestError, FailureKind
+from core.records import RequestContext
 
 # ERROR KINDS raised here (each failed request records exactly one; docs/http-client.md#errors):
 #   connect       - connection refused / DNS / TLS: the server is not there
@@ -284,17 +285,18 @@ def status_error(status: int, body: bytes) -> BackendRequestError:
 
 
 async def read_events(client: httpx.AsyncClient, url: str, payload: dict[str, Any], sink: Sink,
-                      post: Callable[[str, dict[str, Any]], Awaitable[Any]] | None = None,
-                      headers: dict[str, str] | None = None) -> AsyncIterator[list[Any]]:
+                      post: Callable[..., Awaitable[Any]] | None = None,
+                      headers: dict[str, str] | None = None, ctx: RequestContext | None = None
+                      ) -> AsyncIterator[list[Any]]:
     """POST ``payload`` as JSON; yield the sink's batches (in order) until the body ends.
 
     ``post`` (``StreamingTransport.poster``): send straight on our transport instead of through
-    httpx's request machinery. Every fault is a typed BackendRequestError, raised after the
-    batches received before it."""
+    httpx's request machinery, which stamps ``ctx`` when the request left. Every fault is a typed
+    BackendRequestError, raised after the batches received before it."""
     try:
         if post is not None:
             fast = getattr(sink, "fast", 0)  # (with it, maybe the closed loop's next request: transport.Chain)
-            resp = await (post(url, payload, fast, getattr(sink, "chain", None)) if fast else post(url, payload))
+            resp = await post(url, payload, fast, getattr(sink, "chain", None) if fast else None, ctx)
         else:
             resp = await client.send(client.build_request("POST", url, json=payload, headers=headers), stream=True)
         try:

@@ -32,7 +32,7 @@ from backends.http import connection, native, rxstamp
 from backends.http.connect import open_stamped
 from backends.http.connection import StampedBytes, _Conn  # noqa: F401 (StampedBytes: re-exported)
 from backends.http.sse import EVENTS_EXTENSION, Sink
-from core.records import SEND_STAMP, Lane
+from core.records import Lane, RequestContext
 
 _perf = time.perf_counter_ns
 
@@ -224,7 +224,7 @@ class StreamingTransport(httpx.AsyncBaseTransport):
 
     async def _send(self, key: tuple[str, int], wire: bytes, connect_s: float | None,
                     read_s: float | None, fast: int = 0, chain: Chain | None = None,
-                    frame: Callable[[dict[str, Any]], bytes] | None = None,
+                    frame: Callable[[dict[str, Any]], bytes] | None = None, ctx: RequestContext | None = None,
                     ) -> tuple[_Body, int, str, list[tuple[bytes, bytes]]]:
         """THE request path of both ways in: send ``wire`` on a pooled connection, await the head.
 
@@ -262,9 +262,8 @@ class StreamingTransport(httpx.AsyncBaseTransport):
                 conn.rx_ns = conn.sent_ns
             if parsed and chain is not None and frame is not None:
                 chain.arm(conn, fast, frame)
-            sent = SEND_STAMP.get()
-            if sent is not None:
-                sent[0], sent[1] = conn.sent_ns, conn.send_window_ns
+            if ctx is not None:  # the consumer's send stamp
+                ctx.sent_ns, ctx.send_window_ns = conn.sent_ns, conn.send_window_ns
             conn.watchdog = conn.loop.call_later(tick, conn._watch, tick, read_s)
             try:
                 status, reason, headers = await conn.head
@@ -298,9 +297,10 @@ class StreamingTransport(httpx.AsyncBaseTransport):
                                           EVENTS_EXTENSION: stream.fill})
 
     def poster(self, base_url: str, headers: httpx.Headers, connect_s: float | None,
-               read_s: float | None) -> Callable[[str, dict[str, Any]], Awaitable[_Response]]:
-        """``post(path, payload)`` for streaming requests: JSON POST to ``base_url + path`` with
-        ``headers`` (the client's, Host added), written from header bytes built once here."""
+               read_s: float | None) -> Callable[..., Awaitable[_Response]]:
+        """``post(path, payload[, fast, chain, ctx])`` for streaming requests: JSON POST to
+        ``base_url + path`` with ``headers`` (the client's, Host added), written from header bytes
+        built once here; ``ctx`` (core.records.RequestContext) gets the send stamp."""
         url = httpx.URL(base_url)
         if url.scheme != "http":
             raise ValueError(f"poster handles http:// only, not {url.scheme}://")
@@ -315,10 +315,11 @@ class StreamingTransport(httpx.AsyncBaseTransport):
             body = _dumps(payload)
             return b"POST %b%b HTTP/1.1\r\n%bcontent-length: %d\r\n\r\n%b" % (prefix, path, common, len(body), body)
 
-        async def post(path: str, payload: dict[str, Any], fast: int = 0, chain: Chain | None = None) -> _Response:
+        async def post(path: str, payload: dict[str, Any], fast: int = 0, chain: Chain | None = None,
+                       ctx: RequestContext | None = None) -> _Response:
             p = path.encode()
             stream, status, _, hdrs = await send(key, wire_of(p, payload), connect_s, read_s, fast, chain,
-                                                 (lambda pl: wire_of(p, pl)) if chain is not None else None)
+                                                 (lambda pl: wire_of(p, pl)) if chain is not None else None, ctx)
             return _Response(status, hdrs, stream)
 
         return post

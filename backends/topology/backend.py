@@ -39,7 +39,7 @@ from typing import Any, AsyncIterator, Iterator
 from adapters.spec import ServingSpec, UnsupportedSpecError
 from backends import registry
 from backends.topology.target import LB_POLICIES, Topology
-from core.records import BackendDescription, Capabilities, GenerationRequest, StreamItem, TokenEvent
+from core.records import BackendDescription, Capabilities, GenerationRequest, RequestContext, StreamItem, TokenEvent
 from core.errors import BackendRequestError, FailureKind
 from backends.base import Backend, BackendBase
 
@@ -156,8 +156,8 @@ class TensorParallel(BackendBase):
     async def __aexit__(self, *exc: object) -> None:
         await self.inner.__aexit__(*exc)
 
-    def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
-        return self.inner.stream(req)
+    def stream(self, req: GenerationRequest, ctx: RequestContext | None = None) -> AsyncIterator[StreamItem]:
+        return self.inner.stream(req, ctx)
 
     def attach_results_dir(self, path: Path) -> None:
         """Server/container logs of the inner engine go next to the results (own folder per topology)."""
@@ -247,7 +247,7 @@ class ReplicaSet(BackendBase):
         self._rr += 1
         return live[self._rr % len(live)]
 
-    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+    async def stream(self, req: GenerationRequest, ctx: RequestContext | None = None) -> AsyncIterator[StreamItem]:
         i = self._pick()
         self.routed[i] += 1
         if self._kill_armed and sum(self.routed) >= self.kill_after_requests:
@@ -255,7 +255,7 @@ class ReplicaSet(BackendBase):
             self.kill_replica(self.n - 1)
         self.outstanding[i] += 1
         try:
-            async for item in self.replicas[i].stream(req):
+            async for item in self.replicas[i].stream(req, ctx):
                 if isinstance(item, TokenEvent):
                     self.token_times.append((item.t_ns, item.n_tokens))
                 yield item

@@ -24,7 +24,8 @@ import yaml
 from adapters.spec import ServingSpec, UnsupportedSpecError
 from adapters.target import Target
 from adapters.trtllm import CONFIG_DIR, LLM_ARGS_FILE, MODEL_DIR, SERVE_PORT, WORK_DIR, TrtllmPlan, trtllm_plan_for
-from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
+from core.records import (BackendDescription, Capabilities, GenerationRequest, RequestContext, StreamEnd, StreamItem,
+                          TokenEvent)
 from core.errors import BackendRequestError, BackendStartError, FailureKind
 from backends.base import BackendBase
 from backends.http.protocol import Parsed
@@ -239,7 +240,7 @@ class TrtllmInprocBackend(BackendBase):
                 [{"role": r, "content": c} for r, c in req.messages], add_generation_prompt=True, tokenize=False)
         return req.prompt_text
 
-    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+    async def stream(self, req: GenerationRequest, ctx: RequestContext | None = None) -> AsyncIterator[StreamItem]:
         from tensorrt_llm import SamplingParams
 
         if self._llm is None:

@@ -13,7 +13,8 @@ from adapters.spec import ServingSpec
 from adapters.vllm import VllmPlan, vllm_plan
 from backends.base import BackendBase
 from backends.vllm import CAPS
-from core.records import BackendDescription, Capabilities, GenerationRequest, StreamEnd, StreamItem, TokenEvent
+from core.records import (BackendDescription, Capabilities, GenerationRequest, RequestContext, StreamEnd, StreamItem,
+                          TokenEvent)
 from core.errors import BackendRequestError, BackendStartError, FailureKind
 from core.lazy import require
 from core.engine_guard import check_start
@@ -108,7 +109,7 @@ class VllmBackend(BackendBase):
             return {"prompt_token_ids": list(ids)}
         return {"prompt": req.prompt_text}
 
-    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamItem]:
+    async def stream(self, req: GenerationRequest, ctx: RequestContext | None = None) -> AsyncIterator[StreamItem]:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 

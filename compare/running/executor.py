@@ -9,8 +9,7 @@ from collections import deque
 from typing import Awaitable, Callable, Coroutine, Protocol, Sequence
 
 from core.errors import BackendRequestError, FailureKind, RunFailed
-from core.records import (ACCEPTS_BATCHES, LANE, SEND_STAMP, GenerationRequest, Lane, RequestRecord, StreamEnd,
-                          TokenBatch)
+from core.records import GenerationRequest, Lane, RequestContext, RequestRecord, StreamEnd, TokenBatch
 from backends.base import Backend
 from compare.analysis.client_health import LagSamples
 from compare.running.outcome import LevelInterrupted, LevelOutcome
@@ -85,24 +84,24 @@ def gc_quiet():
 
 
 async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_s: float,
-                  t_scheduled_ns: int | None = None, t_ready_ns: int | None = None) -> RequestRecord:
+                  t_scheduled_ns: int | None = None, t_ready_ns: int | None = None,
+                  lane: Lane | None = None) -> RequestRecord:
     """Stream one request; never raises for request-level failures (they become records).
-    ``t_ready_ns``: when it could have left (closed loop: when its stream's previous response ended)."""
+    ``t_ready_ns``: when it could have left (closed loop: when its stream's previous response ended);
+    ``lane``: the closed-loop stream it belongs to (the backend may send the next request itself)."""
     times: list[int] = []
     counts: list[int] = []
     ids: list[int] = []
     lps: list[float] = []
     end: StreamEnd | None = None
     err_kind = err = None
-    # for this request only (reset below: a caller's later backend.stream gets TokenEvents again)
-    batches = ACCEPTS_BATCHES.set(True)
-    sent = [0, 0]
-    stamp = SEND_STAMP.set(sent)  # a backend that knows when the bytes left fills it in
+    # this consumer takes TokenBatch items; a backend that knows when the bytes left stamps ctx
+    ctx = RequestContext(batches=True, lane=lane)
     t_start = time.perf_counter_ns()
     t_ready = t_ready_ns or t_start
     try:
         async with asyncio.timeout(timeout_s):
-            async for item in backend.stream(req):
+            async for item in backend.stream(req, ctx):
                 if type(item) is StreamEnd:
                     end = item
                     continue
@@ -124,10 +123,7 @@ async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_
         err_kind, err = e.kind, e.message
     except asyncio.CancelledError:
         err_kind, err = FailureKind.CANCELLED, "run stopped before the request finished"
-    finally:
-        ACCEPTS_BATCHES.reset(batches)
-        SEND_STAMP.reset(stamp)
-    t_sent = sent[0] or t_start  # (a backend that cannot tell: when it was asked to send)
+    t_sent = ctx.sent_ns or t_start  # (a backend that cannot tell: when it was asked to send)
     rec = RequestRecord(
         request_id=req.request_id, backend=backend.name, level=level, t_sent_ns=t_sent,
         t_scheduled_ns=t_scheduled_ns, t_ready_ns=t_ready, event_times_ns=tuple(times),
@@ -138,7 +134,7 @@ async def run_one(backend: Backend, req: GenerationRequest, level: str, timeout_
         usage_completion_tokens=end.completion_tokens if end else None,
         requested_tokens=req.max_tokens, error_kind=err_kind, error=err,
         engine_metrics=dict(end.engine_metrics) if end else {},
-        logprobs=tuple(lps) if lps else None, send_window_ns=sent[1] or None,
+        logprobs=tuple(lps) if lps else None, send_window_ns=ctx.send_window_ns or None,
     )
     if err_kind is FailureKind.CANCELLED:
         # hand the partial record to the canceller, then honour the cancellation
@@ -155,7 +151,6 @@ async def closed_loop_stream(pop: Callable[[], GenerationRequest | None],
     moment the response before it ends. A request is due when the previous response ended (its
     last arrival), not when Python got round to it: that wait is the client's send delay."""
     lane = Lane(pop_early)
-    LANE.set(lane)  # (this task's context only)
     ready = None
     while True:
         r, lane.next = lane.next, None
@@ -167,7 +162,7 @@ async def closed_loop_stream(pop: Callable[[], GenerationRequest | None],
                 started()
         if r is None:
             return
-        rec = await one(r, t_ready_ns=ready)
+        rec = await one(r, t_ready_ns=ready, lane=lane)
         ready = rec.event_times_ns[-1] if rec.event_times_ns else rec.t_end_ns
 
 
@@ -253,10 +248,10 @@ class LevelLoop:
             self.stop(reason)
 
     async def send(self, r: GenerationRequest, t_scheduled_ns: int | None = None,
-                   t_ready_ns: int | None = None) -> RequestRecord:
+                   t_ready_ns: int | None = None, lane: Lane | None = None) -> RequestRecord:
         try:
             rec = await run_one(self.backend, r, self.label, self.timeout_s, t_scheduled_ns=t_scheduled_ns,
-                                t_ready_ns=t_ready_ns)
+                                t_ready_ns=t_ready_ns, lane=lane)
         except _CancelledWithRecord as c:
             self.on_record(c.record)  # a request the stop cut short: kept as cancelled, not a failure
             raise

@@ -67,16 +67,20 @@ def test_validation_reports_each_kind_of_wrong_reference():
 
 
 def test_validation_reports_a_backend_class_outside_the_base_and_a_broken_client_class(tmp_path, monkeypatch):
+    """Of the backend classes of the factory's module: one outside BackendBase, a stream without the
+    request context, a client class that does not load."""
     (tmp_path / "zz_backend_module.py").write_text(
         "from backends.base import BackendBase\n"
         "class Loose:\n    def __init__(self, spec, name='x', target=None): pass\n"
-        "    def stream(self, req): pass\n    def describe(self): pass\n"
+        "    def stream(self, req, ctx=None): pass\n    def describe(self): pass\n"
         "class Sharded(BackendBase):\n    client_class = 'zz_backend_module:Gone'\n"
         "    def __init__(self, spec, name='x', target=None): pass\n"
         "    def stream(self, req): pass\n    def describe(self): pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     problems = registry.validate(_entry(factory="zz_backend_module:Sharded"))
     assert problems == ["x: zz_backend_module.Loose does not derive from backends.base.BackendBase",
+                        "x: zz_backend_module.Sharded.stream does not take (positional, positional, positional) "
+                        "as Stream requires: too many positional arguments",
                         "x: Sharded.client_class does not load: AttributeError: module 'zz_backend_module' "
                         "has no attribute 'Gone'"]
 
