@@ -30,6 +30,7 @@ class Backend(Protocol):
     # True: quality probes (compare/quality/parity.py) are one non-streamed request each, through
     # ``async generate_once(request) -> dict``, instead of stream()
     unary_quality_probes: bool
+    engine_is_local: bool
 
     @property
     def capabilities(self) -> Capabilities: ...
@@ -66,6 +67,9 @@ class BackendBase:
 
     name: str
     unary_quality_probes: bool = False
+    # the engine runs on this machine (in this process, or a server launched here or at a loopback
+    # address): client processes leave it cores
+    engine_is_local: bool = True
 
     def set_request_timeout(self, timeout_s: float) -> None:
         """The run's per-request timeout (``--timeout``), given before the backend starts (HTTP

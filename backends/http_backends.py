@@ -25,6 +25,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -104,6 +105,14 @@ class HttpStreamBackend(BackendBase):
         self._version = "unknown"
 
     # ------------------------------------------------------------------ lifecycle
+    @property
+    def engine_is_local(self) -> bool:  # type: ignore[override]
+        """The server runs on this machine: launched here (a subclass's _start_server: vllm-server,
+        containers) or at a loopback URL."""
+        starts_server = type(self)._start_server is not HttpStreamBackend._start_server
+        host = urlsplit(self.base_url or "").hostname or ""
+        return starts_server or host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
     @property
     def capabilities(self) -> Capabilities:
         return http_capabilities(self.protocol, self.metrics_kind is not None)
@@ -315,11 +324,15 @@ class HttpStreamBackend(BackendBase):
 
 class OpenAIEndpointBackend(HttpStreamBackend):
     framework = "openai-compatible"
+    endpoint_protocol = "openai"  # /v1/completions
 
     def __init__(self, spec: ServingSpec | None = None, name: str = "openai", target: str | None = None,
                  **kw: Any) -> None:
-        proto = "openai-chat" if name.partition("@")[0] == "openai-chat" else "openai"
-        super().__init__(spec, name, protocol=proto, target=target, **kw)
+        super().__init__(spec, name, protocol=self.endpoint_protocol, target=target, **kw)
+
+
+class OpenAIChatEndpointBackend(OpenAIEndpointBackend):
+    endpoint_protocol = "openai-chat"  # /v1/chat/completions
 
 
 class TgiEndpointBackend(HttpStreamBackend):

@@ -15,7 +15,7 @@ register(BackendEntry(
 ))
 register(BackendEntry(
     name="openai-chat", summary="an already running OpenAI-compatible server, /v1/chat/completions",
-    factory="backends.http_backends:OpenAIEndpointBackend", plan="backends.http_backends:endpoint_plan",
+    factory="backends.http_backends:OpenAIChatEndpointBackend", plan="backends.http_backends:endpoint_plan",
     requires=("httpx",), extra="pip install httpx", needs_target=True,
     capabilities=http_capabilities("openai-chat"), roles=("chat",),
 ))

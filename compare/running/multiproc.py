@@ -36,7 +36,6 @@ import sys
 import time
 from multiprocessing.connection import Connection
 from typing import Any, Callable
-from urllib.parse import urlsplit
 
 from backends.base import Backend
 from core.records import GenerationRequest, RequestRecord
@@ -63,21 +62,13 @@ def not_shardable(backend: Backend) -> str | None:
     return None
 
 
-def engine_is_local(backend: Backend) -> bool:
-    """The server runs on this machine: launched here (vllm-server, containers) or at a loopback URL."""
-    starts_server = any("_start_server" in c.__dict__ for c in type(backend).__mro__
-                        if c.__name__ != "HttpStreamBackend")
-    host = urlsplit(getattr(backend, "base_url", None) or "").hostname or ""
-    return starts_server or host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
-
-
 def auto_procs(backend: Backend, cores: int | None = None) -> int:
     """``--client-procs auto``: two cores per client process, after the engine's share when it runs
     here (16 cores, local engine: 6; 2 cores: 1); 1 for backends that cannot be sharded."""
     if not_shardable(backend) is not None:
         return 1
     cores = cores or len(os.sched_getaffinity(0))
-    reserve = LOCAL_ENGINE_CORES if engine_is_local(backend) else 0
+    reserve = LOCAL_ENGINE_CORES if backend.engine_is_local else 0
     return max(1, min(MAX_AUTO, (cores - reserve) // 2))
 
 

@@ -131,6 +131,12 @@ def test_auto_and_refusals(tmp_path):
     local = HttpStreamBackend(None, "openai", base_url="http://127.0.0.1:1", metrics=None)
     remote = HttpStreamBackend(None, "openai", base_url="http://10.1.2.3:8000", metrics=None)
     assert not_shardable(local) is None
+
+    class Launching(HttpStreamBackend):  # a server started here (vllm-server, containers) is local wherever it listens
+        async def _start_server(self) -> None:
+            pass
+    launched = Launching(None, "x", base_url="http://10.1.2.3:8000", metrics=None)
+    assert local.engine_is_local and launched.engine_is_local and not remote.engine_is_local
     assert auto_procs(local, cores=2) == 1 and auto_procs(local, cores=16) == 6
     assert auto_procs(remote, cores=16) == 8
     c64, c8 = LoadLevel("concurrency", 64), LoadLevel("concurrency", 8)
