@@ -10,10 +10,10 @@ Reuse (e.g. a container backend): start your server, then stream through ``HttpS
 
 Subclass and override ``_start_server()`` / ``_stop_server()`` to own a server's lifecycle (see
 backends/vllm/server.py); ``base_url`` may be set there; do not override ``stream`` (client
-processes rebuild this class's, ``client_recipe()``), or override ``client_recipe`` too. Protocols: those of backends/http/protocols.py -- "openai"
-(completions), "openai-chat", "tgi" (native /generate_stream), "trtllm-openai", "llamacpp" ... Every
-protocol goes through the same SSE reader, each response with its own parser, so timing is
-identical across them.
+processes rebuild this class's, ``client_recipe()``), or override ``client_recipe`` too.
+Protocols: those of backends/http/protocols.py -- "openai" (completions), "openai-chat", "tgi"
+(native /generate_stream), "trtllm-openai", "llamacpp" ... Every protocol goes through the same
+SSE reader, each response with its own parser, so timing is identical across them.
 
 Registered names: ``openai@URL``, ``openai-chat@URL``, ``tgi@URL`` (already running servers) and
 ``vllm-server`` (launches vLLM's OpenAI server with the in-process backend's engine config).
@@ -106,7 +106,7 @@ class HttpStreamBackend(BackendBase):
 
     # ------------------------------------------------------------------ lifecycle
     @property
-    def engine_is_local(self) -> bool:  # type: ignore[override]
+    def engine_is_local(self) -> bool:
         """The server runs on this machine: launched here (a subclass's _start_server: vllm-server,
         containers) or at a loopback URL."""
         starts_server = type(self)._start_server is not HttpStreamBackend._start_server

@@ -294,7 +294,7 @@ def validate(e: BackendEntry) -> list[str]:
             continue
         try:
             obj = _load(ref)
-        except Exception as err:  # noqa: BLE001 - reported, whatever the import raised
+        except Exception as err:  # reported, whatever the import raised
             problems.append(f"{e.name}: {field}={ref!r} does not load: {type(err).__name__}: {err}")
             continue
         keywords = _factory_keywords(e) if field == "factory" else ()
@@ -314,7 +314,7 @@ def validate(e: BackendEntry) -> list[str]:
         for cls, ref in sorted((c, r) for c, r in refs.items() if isinstance(r, str)):
             try:
                 client = _load(ref)
-            except Exception as err:  # noqa: BLE001
+            except Exception as err:  # reported likewise
                 problems.append(f"{e.name}: {cls}.client_class does not load: {type(err).__name__}: {err}")
                 continue
             why = contracts.conforms(client, contracts.Factory) if isinstance(client, type) else "is not a class"
