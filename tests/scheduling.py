@@ -40,8 +40,9 @@ WEIGHTS = {
     # real_run (vllm,hf) and prefix_run (vllm,vllm-server), the engine-crash run, a vLLM start
     # that fails, the report in Chromium
     "shared-runs": 205,
-    # vllm-container end to end, the TGI double's image, a server exiting during start, a kill
-    "test_containers_e2e.py": 150,
+    # vllm-container end to end then killed (one start), the TGI double's image, a server exiting
+    # during start
+    "test_containers_e2e.py": 125,
     # five real runs stopped by signals (vLLM x2, vllm-server, hf, openvino); the policy itself runs
     # on the fake engine (test_signals_fake.py: four short runs)
     "test_signals_e2e.py": 135,
