@@ -45,7 +45,7 @@ WEIGHTS = {
     "test_containers_e2e.py": 125,
     # five real runs stopped by signals (vLLM x2, vllm-server, hf, openvino); the policy itself runs
     # on the fake engine (test_signals_fake.py: four short runs)
-    "test_signals_e2e.py": 135,
+    "test_signals_e2e.py": 120,
     "test_signals_fake.py": 23,
     # `compare` commands refused before anything starts; plans that import vLLM or transformers
     "test_cli_edges.py": 97,
