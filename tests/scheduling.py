@@ -40,11 +40,12 @@ WEIGHTS = {
     # real_run (vllm,hf) and prefix_run (vllm,vllm-server), the engine-crash run, a vLLM start
     # that fails, the report in Chromium
     "shared-runs": 205,
-    # vllm-container end to end, the TGI double's image, a server exiting during start, a kill
-    "test_containers_e2e.py": 150,
+    # vllm-container end to end then killed (one start), the TGI double's image, a server exiting
+    # during start
+    "test_containers_e2e.py": 125,
     # five real runs stopped by signals (vLLM x2, vllm-server, hf, openvino); the policy itself runs
     # on the fake engine (test_signals_fake.py: four short runs)
-    "test_signals_e2e.py": 135,
+    "test_signals_e2e.py": 120,
     "test_signals_fake.py": 23,
     # `compare` commands refused before anything starts; plans that import vLLM or transformers
     "test_cli_edges.py": 97,
@@ -59,9 +60,8 @@ WEIGHTS = {
     "test_quant_engine.py": 99,
     # compare quant quality: 2 vLLM starts, 2 OpenVINO exports + compiles, one llmcompressor run
     "test_heldout.py": 88,
-    # llama.cpp (built by setup): one shared server start and four signalled runs; and a
-    # vllm,openvino,llamacpp run plus two GGUF runs
-    "test_llamacpp.py": 57,
+    # llama.cpp (built by setup): one shared server start and two signalled runs (SIGKILL, SIGTERM)
+    "test_llamacpp.py": 25,
     "test_llamacpp_e2e.py": 30,  # two GGUF runs (the four-engine run is test_two_engines_e2e.py)
     "test_trtllm_pipeline.py": 77,
     "test_trtllm_serve_http.py": 29,

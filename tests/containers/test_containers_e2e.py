@@ -44,34 +44,6 @@ def _records(run_dir: Path) -> list[RequestRecord]:
     return [RequestRecord.from_json(json.loads(x)) for x in p.read_text().split("\n")[:-1] if x.strip()]
 
 
-def test_vllm_container_end_to_end(docker_client, tiny_model, tmp_path):
-    require_image(docker_client, VLLM_IMAGE)
-    r = run_cli("run", "--backends", "vllm-container", *_spec_args(tiny_model), "--dtype", "float32",
-                "--enforce-eager", "true", "--num-requests", "6", "--input-len", "32", "--output-len", "8",
-                "--concurrency", "2", "--warmup", "1", "--out", str(tmp_path), "--run-id", "vc",
-                "--format", "json", timeout=900, env={"LLM_COMPARE_RUN_ID": _rid("vc")})
-    assert r.returncode == 0, r.stderr[-3000:]
-    run = json.loads((tmp_path / "vc" / "run.json").read_text())
-    b = run["backends"]["vllm-container"]
-    assert run["status"] == "complete" and b["status"] == "complete"
-    recs = _records(tmp_path / "vc")
-    assert len(recs) == 6 and all(x.ok for x in recs)
-    # forced output length through the OpenAI server (ignore_eos), tokens counted from streamed ids
-    assert all(x.output_tokens == 8 for x in recs)
-    d = b["describe"]
-    assert d["native_config"]["image"] == VLLM_IMAGE
-    assert d["native_config"]["server_argv"][:2] == ["--model", f"/models/{tiny_model.name}"]
-    assert "--enforce-eager" in d["native_config"]["server_argv"]
-    c = d["extra"]["container"]
-    assert c["port"].startswith("127.0.0.1:") and c["labels"]["llm-compare.backend"] == "vllm-container"
-    assert "Application startup complete" in c["logs_tail"]  # the server's log, captured into run.json
-    assert d["version"].startswith("0.32")
-    assert c["labels"]["llm-compare.run-id"] == _rid("vc")
-    assert c["settings"]["env"] == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # native env reached the container
-    assert "-e VLLM_ENABLE_V1_MULTIPROCESSING=0" in c["settings"]["docker_run"]
-    assert _ours(docker_client, run_id=_rid("vc")) == []
-
-
 def test_tgi_backend_on_the_tgi_protocol_double_image(docker_client, tiny_model, tmp_path):
     require_image(docker_client, TGI_DOUBLE)
     # no KV byte budget: TGI 3.3 sizes its KV cache from memory (--cuda-memory-fraction), and so
@@ -118,20 +90,24 @@ def test_server_exiting_during_start_reports_its_last_log_lines(docker_client, t
     assert _ours(docker_client, run_id=_rid("x")) == []
 
 
-def test_container_killed_mid_run_keeps_partial_results_and_leaves_nothing(docker_client, tiny_model, tmp_path):
+def test_vllm_container_end_to_end_then_killed_mid_run(docker_client, tiny_model, tmp_path):
+    """ONE container start: level c2 runs to the end (what a user's run measures and records), then
+    the container is killed in level c1: the measured part is kept and nothing is left behind."""
     require_image(docker_client, VLLM_IMAGE)
     run_dir = tmp_path / "k"
+    n = 40  # the killed level must still be running when the kill lands (c1: 40 x 64 tokens)
     p = subprocess.Popen(
         [str(VENV_BIN / "compare"), "run", "--backends", "vllm-container", *_spec_args(tiny_model),
-         "--dtype", "float32", "--enforce-eager", "true", "--num-requests", "40", "--input-len", "16",
-         "--output-len", "64", "--concurrency", "1", "--warmup", "0", "--out", str(tmp_path), "--run-id", "k"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+         "--dtype", "float32", "--enforce-eager", "true", "--num-requests", str(n), "--input-len", "16",
+         "--output-len", "64", "--concurrency", "2,1", "--warmup", "1", "--out", str(tmp_path), "--run-id", "k"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "LLM_COMPARE_RUN_ID": _rid("k")})
     try:
         deadline = time.monotonic() + 900
-        while len(_records(run_dir)) < 2:
+        while len([x for x in _records(run_dir) if x.level == "c1"]) < 2:
             assert p.poll() is None, p.stdout.read()[-3000:]
-            assert time.monotonic() < deadline, "no request finished in time"
-            time.sleep(0.5)
+            assert time.monotonic() < deadline, "no request of level c1 finished in time"
+            time.sleep(0.2)
         mine = _ours(docker_client, backend="vllm-container", owner_pid=p.pid)
         assert len(mine) == 1
         mine[0].kill()  # the engine dies under the benchmark
@@ -145,11 +121,31 @@ def test_container_killed_mid_run_keeps_partial_results_and_leaves_nothing(docke
     assert run["status"] == "partial" and b["status"] == "failed"
     assert "died" in b["error"] and "exit code 137" in b["error"]
     recs = _records(run_dir)
-    ok = [x for x in recs if x.ok]
-    assert len(ok) >= 2 and all(x.output_tokens == 64 for x in ok)  # what was measured is kept
-    assert any(x.error_kind == "engine_dead" for x in recs if not x.ok)
-    assert len(recs) < 40  # the level stopped instead of failing every remaining request
+    # level c2 ran to the end through the OpenAI server in the container
+    c2 = [x for x in recs if x.level == "c2"]
+    assert len(c2) == n and all(x.ok for x in c2)
+    assert b["levels"]["c2"]["ok"] == n and "aborted" not in b["levels"]["c2"]
+    # forced output length through the OpenAI server (ignore_eos), tokens counted from streamed ids
+    assert all(x.output_tokens == 64 for x in c2)
+    d = b["describe"]
+    assert d["native_config"]["image"] == VLLM_IMAGE
+    assert d["native_config"]["server_argv"][:2] == ["--model", f"/models/{tiny_model.name}"]
+    assert "--enforce-eager" in d["native_config"]["server_argv"]
+    c = d["extra"]["container"]
+    assert c["port"].startswith("127.0.0.1:") and c["labels"]["llm-compare.backend"] == "vllm-container"
+    assert "Application startup complete" in c["logs_tail"]  # the server's log, captured into run.json
+    assert d["version"].startswith("0.32")
+    assert c["labels"]["llm-compare.run-id"] == _rid("k")
+    assert c["settings"]["env"] == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # native env reached the container
+    assert "-e VLLM_ENABLE_V1_MULTIPROCESSING=0" in c["settings"]["docker_run"]
+    # level c1: what was measured before the kill is kept
+    c1 = [x for x in recs if x.level == "c1"]
+    ok = [x for x in c1 if x.ok]
+    assert len(ok) >= 2 and all(x.output_tokens == 64 for x in ok)
+    assert any(x.error_kind == "engine_dead" for x in c1 if not x.ok)
+    assert len(c1) < n  # the level stopped instead of failing every remaining request
     assert _ours(docker_client, owner_pid=p.pid) == []  # no orphan container
+    assert _ours(docker_client, run_id=_rid("k")) == []
     import psutil
 
     watchdogs = [q for q in psutil.process_iter(["cmdline"])

@@ -48,8 +48,10 @@ def _running(p: psutil.Process) -> bool:
 
 # Long enough that the stop lands inside the level even when the signal is handled seconds late:
 # on an overloaded 2-core machine (the suite's two workers and engines) the handler has run 4-24 s
-# after the signal. The signal is sent once 2 records are written.
-REQUESTS = 120
+# after the signal. The signal is sent once 2 records are written: short requests reach them soon
+# (no warm-up either: nothing here depends on it), many keep the level long (200 rounds of 64
+# tokens at concurrency 2).
+REQUESTS, OUTPUT_LEN = 400, 64
 
 
 class Stopped:
@@ -61,7 +63,7 @@ class Stopped:
 
         self.dir = tmp / "s"
         argv = [str(VENV_BIN / "compare"), "run", "--backends", backends, *args, *extra,
-                "--num-requests", str(REQUESTS), "--output-len", "200", "--concurrency", "2", "--warmup", "1",
+                "--num-requests", str(REQUESTS), "--output-len", str(OUTPUT_LEN), "--concurrency", "2", "--warmup", "0",
                 "--out", str(tmp), "--run-id", "s"]
         if not args:
             argv[4:4] = ["--model", str(ensure_tiny_model()), *TINY_SPEC_ARGS]
@@ -128,7 +130,7 @@ def _assert_interrupted(s: Stopped, sig: int, backend: str) -> None:
     level = b["levels"]["c2"]
     ok = [x for x in s.records if x["error_kind"] is None]
     cancelled = [x for x in s.records if x["error_kind"] == "cancelled"]
-    assert len(ok) >= 2 and all(x["usage_completion_tokens"] in (None, 200) for x in ok)
+    assert len(ok) >= 2 and all(x["usage_completion_tokens"] in (None, OUTPUT_LEN) for x in ok)
     # concurrency 2: the requests in flight when the signal came are written, marked cancelled
     assert cancelled and len(ok) + len(cancelled) == len(s.records) < REQUESTS
     assert level["aborted"].startswith(f"interrupted: {len(ok)} of {REQUESTS} requests finished")

@@ -20,8 +20,8 @@ from containers.watchdog import TAG_ENV
 from tests.compare.running.test_signals_e2e import Stopped, _assert_interrupted, _env, _lines, _running
 from tests.conftest import ROOT, VENV_BIN, run_cli
 
-# 2 ms per token: a 200-token request takes 0.4 s, so the 120 requests at concurrency 2 outlast the
-# signal (sent once 2 requests are written) by many seconds, even on a loaded machine
+# 2 ms per token: a 64-token request takes ~0.14 s, so the 400 requests at concurrency 2 (~28 s)
+# outlast the signal (sent once 2 requests are written) by many seconds, even on a loaded machine
 FAKE = ("--native", "fake.ttft=10ms", "--native", "fake.itl=2ms")
 
 
