@@ -106,19 +106,38 @@ def check_user_file(path: str | os.PathLike[str], what: str = "file", fix: str |
     open_user_file(path, what, fix).close()
 
 
-def read_user_bytes(path: str | os.PathLike[str], what: str = "file", fix: str | None = None) -> bytes:
-    """The bytes of a file the user named; any way it cannot be read is one UserError."""
+# The most of a user's file read into memory: a ShareGPT dump is ~700 MB; a file larger than this is
+# a mistake (a disk image, a log) that would take the machine's memory before its first line is parsed.
+MAX_USER_FILE = 1 << 30
+
+
+def _size_text(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+def read_user_bytes(path: str | os.PathLike[str], what: str = "file", fix: str | None = None,
+                    limit: int = MAX_USER_FILE) -> bytes:
+    """The bytes of a file the user named, at most ``limit`` of them; any way it cannot be read,
+    and a larger file, is one UserError."""
     with open_user_file(path, what, fix) as f:
-        try:
-            data: bytes = f.read()
-            return data
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise _user_error(what, path, f"is too large ({_size_text(size)}; at most {_size_text(limit)} is read)",
+                              fix or "pass a smaller file")
+        try:  # bounded even where the size said less (a file still growing, a /proc file)
+            data: bytes = f.read(limit + 1)
         except OSError as e:
             raise _user_error(what, path, _problem(e), fix) from None
+        if len(data) > limit:
+            raise _user_error(what, path, f"is too large (more than {_size_text(limit)}; at most that is read)",
+                              fix or "pass a smaller file")
+        return data
 
 
-def read_user_text(path: str | os.PathLike[str], what: str = "file", fix: str | None = None) -> str:
+def read_user_text(path: str | os.PathLike[str], what: str = "file", fix: str | None = None,
+                   limit: int = MAX_USER_FILE) -> str:
     """A user's file as UTF-8 text (a BOM is dropped); not UTF-8 -> UserError naming the byte."""
-    raw = read_user_bytes(path, what, fix)
+    raw = read_user_bytes(path, what, fix, limit)
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -157,11 +176,15 @@ def read_user_jsonl(path: str | os.PathLike[str], what: str = "file", fix: str |
     return rows
 
 
+# a spec or workload YAML is a screenful; parsing a large one would take minutes
+MAX_CONFIG_FILE = 16 << 20
+
+
 def read_user_yaml(path: str | os.PathLike[str], what: str = "file", fix: str | None = None) -> Any:
     """A user's YAML file (safe loader); bad syntax -> UserError with the line."""
     import yaml
 
-    text = read_user_text(path, what, fix)
+    text = read_user_text(path, what, fix, MAX_CONFIG_FILE)
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:

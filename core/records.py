@@ -33,7 +33,7 @@ class GenerationRequest:
         if self.prompt_token_ids is None and self.prompt_text is None and self.messages is None:
             raise ValueError(f"request {self.request_id}: needs prompt_token_ids, prompt_text or messages")
         if self.max_tokens <= 0:
-            raise ValueError(f"request {self.request_id}: max_tokens must be > 0")
+            raise ValueError(f"request {self.request_id}: max_tokens {self.max_tokens}: should be > 0")
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,7 +160,7 @@ def load_baseline(name: str, directory: Path) -> Baseline:
     if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT or data.get("version") != BASELINE_VERSION:
         raise UserError(f"{path} is not a version-{BASELINE_VERSION} llm-compare baseline; save it again "
                         f"with this version (`compare baseline save`)")
-    return checked_baseline(data, f"baseline {name}")
+    return checked_baseline(data, f"baseline {name} ({path})")
 
 
 # ---------------------------------------------------------------- the check

@@ -99,8 +99,8 @@ def tuned_specs(tune_dir: str, backends: list[str | Topology], base: ServingSpec
     try:
         tune = TuneResults.model_validate(data)
     except ValidationError as e:
-        raise UserError(f"--tuned file {path} is not a tune.json written by `compare tune` ({first_problem(e)}); "
-                        f"{fix}") from None
+        raise UserError(f"--tuned file {path} is not a tune.json written by `compare tune` "
+                        f"({first_problem(e, TuneResults)}); {fix}") from None
     best = {r.backend: r.best for r in tune.backends}
     out = {}
     for target in backends:

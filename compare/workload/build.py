@@ -165,10 +165,10 @@ def request_to_dict(r: GenerationRequest) -> dict[str, Any]:
     return d
 
 
-def request_from_dict(d: dict[str, Any]) -> GenerationRequest:
-    d = dict(d)
-    if "prompt_token_ids" in d:
-        d["prompt_token_ids"] = tuple(d["prompt_token_ids"])
-    if "messages" in d:
-        d["messages"] = tuple(tuple(m) for m in d["messages"])
-    return GenerationRequest(**d)
+def request_from_dict(d: Any) -> GenerationRequest:
+    """A request as workload.jsonl holds it, each field checked against ``GenerationRequest``'s
+    types (core.shape.ShapeError names the field, the value and what is allowed)."""
+    from core.shape import dataclass_from
+
+    req: GenerationRequest = dataclass_from(GenerationRequest, d)
+    return req

@@ -55,7 +55,7 @@ def test_malformed_yaml(tmp_path):
     typo = tmp_path / "spec.yaml"
     typo.write_text("model: /m\nmax_num_seq: 4\n")
     p = run_cli("plan", "--spec", str(typo))
-    assert_one_line_error(p, "max_num_seq", "Extra inputs are not permitted")
+    assert_one_line_error(p, "spec.yaml line 2", "max_num_seq", "not a known field", "did you mean max_num_seqs")
 
 
 def test_help_and_plan_work_without_vllm_installed():

@@ -1,0 +1,190 @@
+"""Files of the right syntax but the wrong shape, and paths that are no file: every file `compare`
+reads is refused in one line naming the file (and line), the field, the value and what is allowed;
+exit 2; no traceback; no results directory."""
+import json
+import os
+import shutil
+
+import pytest
+
+from tests.compare.cli.test_cli_bad_input import assert_one_line_error
+from tests.conftest import run_cli
+
+_FAKE = ("--backends", "fake", "--num-requests", "2", "--concurrency", "1")
+
+
+@pytest.fixture(scope="module")
+def good_run(tmp_path_factory):
+    """One complete run of the fake backend: the template of the damaged results directories."""
+    root = tmp_path_factory.mktemp("good")
+    p = run_cli("run", *_FAKE, "--out", str(root), "--run-id", "good", "--quiet")
+    assert p.returncode == 0, p.stderr
+    return root / "good"
+
+
+def _refused(tmp_path, *args, needles):
+    out = tmp_path / "results"
+    p = run_cli(*args, "--out", str(out)) if args[0] == "run" else run_cli(*args)
+    assert_one_line_error(p, *needles)
+    assert not out.exists(), "nothing may be written for bad input"
+    return p
+
+
+@pytest.mark.parametrize("text, needles", [
+    ("num_requests: [1, 2]\n", ["line 1", "num_requests [1, 2] (a list)", "valid integer"]),
+    ('num_requests: "many"\n', ["line 1", 'num_requests "many" (a string)', "valid integer"]),
+    ("name: x\nnum_requests: -3\n", ["line 2", "num_requests -3", "greater than 0"]),
+    ("num_requestz: 3\n", ["line 1", "num_requestz: not a known field", "did you mean num_requests?"]),
+    ("- a\n- b\n", ['the document is ["a", "b"], not a mapping of field: value']),
+    ("input: [1, 2]\n", ["input [1, 2] (a list)", "a mapping of LengthDist fields"]),
+    ("name: x\ninput:\n  dist: fixed\n  value: -5\n", ["line 4", "input.value -5", "greater than 0"]),
+    ("input: {dist: fixed, valu: 3}\n", ["input.valu: not a known field", "did you mean value?"]),
+    ("sessions: 3\n", ["sessions 3 (a number)", "SessionsSpec"]),
+])
+def test_workload_file_of_the_wrong_shape(tmp_path, text, needles):
+    f = tmp_path / "w.yaml"
+    f.write_text(text)
+    _refused(tmp_path, "run", "--backends", "fake", "--workload", str(f), needles=[f"workload file {f}", *needles])
+
+
+@pytest.mark.parametrize("text, needles", [
+    ('model: /m\nmax_num_seqs: "four"\n', ["line 2", 'max_num_seqs "four" (a string)', "valid integer"]),
+    ("model: /m\nmax_num_seqs: -4\n", ["line 2", "max_num_seqs -4", "greater than 0"]),
+    ("model: [1]\n", ["line 1", "model [1] (a list)", "valid string"]),
+    ("model: /m\nnative: [1, 2]\n", ["line 2", "native [1, 2]", "mapping of backend"]),
+    ("model: /m\nnative:\n  vllm: [1]\n", ["line 3", "native.vllm [1]", "mapping of option -> value"]),
+    ("- model\n", ["not a mapping of field: value"]),
+])
+def test_spec_file_of_the_wrong_shape(tmp_path, text, needles):
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    _refused(tmp_path, "run", "--backends", "fake", "--spec", str(f), needles=[f"spec file {f}", *needles])
+
+
+def test_a_flag_is_named_as_the_flag(tmp_path):
+    _refused(tmp_path, "run", "--backends", "fake", "--max-num-seqs", "x", needles=['--max-num-seqs: max_num_seqs "x"'])
+
+
+@pytest.mark.parametrize("line, needles", [
+    ('{"request_id": 5, "max_tokens": 2, "prompt_token_ids": [1]}', ["request_id 5 (a number): should be a string"]),
+    ('{"request_id": "a", "max_tokens": "2", "prompt_token_ids": [1]}', ['max_tokens "2" (a string)', "whole number"]),
+    ('{"request_id": "a", "max_tokens": 2, "prompt_token_ids": ["x"]}', ["prompt_token_ids", "a list, each a whole"]),
+    ('{"request_id": "a", "max_tokens": -2, "prompt_token_ids": [1]}', ["max_tokens -2: should be > 0"]),
+    ('{"request_id": "a", "max_tokens": 2, "prompt_token_ids": [1], "zzz": 1}', ["zzz: not a known field"]),
+    ('{"request_id": "a", "max_tokens": 2, "messages": [["user", 5]]}', ["messages", "[a string, a string]"]),
+    ("[1]", ["[1] is a list, not an object of GenerationRequest fields"]),
+])
+def test_replay_workload_of_the_wrong_shape(tmp_path, good_run, line, needles):
+    d = tmp_path / "damaged"
+    shutil.copytree(good_run, d)
+    (d / "workload.jsonl").write_text("\n" + line + "\n")  # (line 2: blank lines are counted)
+    _refused(tmp_path, "run", "--backends", "fake", "--replay", str(d),
+             needles=[f"--replay file {d}/workload.jsonl line 2", *needles])
+
+
+@pytest.mark.parametrize("field, value, needles", [
+    ("levels", {"a": 1}, ['levels {"a": 1} (a mapping)', "valid list"]),
+    ("repeats", "two", ['repeats "two" (a string)', "valid integer"]),
+    ("backends", [1, 2], ["backends [1, 2] (a list)", "valid dictionary"]),
+])
+def test_run_json_of_the_wrong_shape(tmp_path, good_run, field, value, needles):
+    d = tmp_path / "damaged"
+    shutil.copytree(good_run, d)
+    doc = json.loads((d / "run.json").read_text())
+    (d / "run.json").write_text(json.dumps({**doc, field: value}))
+    before = sorted(os.listdir(d))
+    _refused(tmp_path, "report", str(d), needles=[f"{d}/run.json", *needles])
+    assert sorted(os.listdir(d)) == before  # (no report written into it)
+
+
+@pytest.mark.parametrize("field, value, needles", [
+    ("metrics", [1], ["metrics [1] (a list)", "valid dictionary"]),
+    ("repeats", -1, ["repeats -1"]),
+    ("zzz", 1, ["zzz: not a known field", "allowed: format, version"]),
+])
+def test_baseline_of_the_wrong_shape(tmp_path, good_run, field, value, needles):
+    bl = tmp_path / "bl"
+    p = run_cli("baseline", "save", str(good_run), "--name", "b", "--dir", str(bl))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads((bl / "b.json").read_text())
+    (bl / "b.json").write_text(json.dumps({**doc, field: value}))
+    _refused(tmp_path, "check", str(good_run), "--baseline", "b", "--dir", str(bl),
+             needles=[f"baseline b ({bl}/b.json)", *needles])
+
+
+def test_tune_file_of_the_wrong_shape(tmp_path):
+    d = tmp_path / "tune"
+    d.mkdir()
+    (d / "tune.json").write_text(json.dumps({"backends": {"a": 1}}))
+    _refused(tmp_path, "run", "--backends", "fake", "--tuned", str(d), needles=[f"--tuned file {d}/tune.json"])
+
+
+@pytest.mark.parametrize("text, needles", [
+    ('{"timestamp": "nan", "input_length": 3, "output_length": 2}\n', [':1: timestamp "nan"', "finite number"]),
+    ('{"timestamp": 1, "input_length": [3], "output_length": 2}\n', [":1: input_length [3]", "whole number >= 0"]),
+    ('{"timestamp": 1, "input_length": -3, "output_length": 2}\n', [":1: input_length -3", "whole number >= 0"]),
+    ('{"timestamp": 1, "input_length": 3, "output_length": 2, "extra": 1}\n', [":1: 'extra' is not a Mooncake field"]),
+    ('{"timestamp": 1, "input_length": 3, "output_length": 2, "hash_ids": "ab"}\n', ['hash_ids "ab"', "whole numbers"]),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\ninf,3,4\n", [":2: TIMESTAMP 'inf'", "finite seconds"]),
+])
+def test_trace_of_the_wrong_shape(tmp_path, text, needles):
+    f = tmp_path / ("t.csv" if text.startswith("TIMESTAMP") else "t.jsonl")
+    f.write_text(text)
+    _refused(tmp_path, "run", "--backends", "fake", "--trace", str(f), needles=[str(f), *needles])
+
+
+@pytest.mark.parametrize("text, needles", [
+    ('{"prompt": ["a"]}\n', [":1:", "must be non-empty text"]),
+    ('{"prompt": "a", "output_len": "many"}\n', [":1:", "'many' is not a whole number >= 1"]),
+    ('{"token_ids": [true, 2]}\n', [":1:", "non-empty list of token ids"]),
+    ('{"messages": {"role": "user"}}\n', [":1:", "non-empty list of"]),
+    ("[1, 2]\n", [":1: not a JSON object"]),
+])
+def test_dataset_of_the_wrong_shape(tmp_path, text, needles):
+    f = tmp_path / "p.jsonl"
+    f.write_text(text)
+    _refused(tmp_path, "run", "--backends", "fake", "--dataset", str(f), needles=[str(f), *needles])
+
+
+# ---------------------------------------------------------------- paths that are no regular file
+
+
+def _odd_path(tmp_path, kind):
+    if kind == "device":
+        return "/dev/zero"
+    p = tmp_path / f"odd-{kind}"
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "loop":
+        os.symlink(tmp_path / "odd-loop2", p)
+        os.symlink(p, tmp_path / "odd-loop2")
+    elif kind == "directory":
+        p.mkdir()
+    elif kind == "huge":  # (sparse: its size says 2 GiB, none of it is on disk; refused from its size)
+        with open(p, "wb") as f:
+            f.truncate(2 << 30)
+    return str(p)
+
+
+_WHY = {"device": "is not a regular file (a pipe or device)", "fifo": "is not a regular file (a pipe or device)",
+        "loop": "is a symlink loop", "directory": "is a directory, not a file", "huge": "is too large (2.0 GiB"}
+
+
+@pytest.mark.parametrize("kind", list(_WHY))
+@pytest.mark.parametrize("option", ["--workload", "--spec", "--trace", "--dataset", "--sharegpt", "--replay"])
+def test_a_path_that_is_no_regular_file(tmp_path, kind, option):
+    if option == "--replay" and kind in ("directory", "loop", "device"):
+        pytest.skip("--replay takes a directory: its workload.jsonl is the file")
+    path = _odd_path(tmp_path, kind)
+    if option == "--replay":  # a results directory whose workload.jsonl is the odd file
+        d = tmp_path / "r"
+        d.mkdir()
+        os.symlink(path, d / "workload.jsonl")
+        arg = str(d)
+    else:
+        arg = path
+    if option in ("--workload", "--spec") and kind == "huge":
+        why = "is too large (2.0 GiB; at most 16.0 MiB"
+    else:
+        why = _WHY[kind]
+    _refused(tmp_path, "run", "--backends", "fake", option, arg, needles=[why])
