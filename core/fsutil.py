@@ -134,6 +134,18 @@ def read_user_bytes(path: str | os.PathLike[str], what: str = "file", fix: str |
         return data
 
 
+def read_if_regular(path: str | os.PathLike[str], limit: int = MAX_USER_FILE) -> bytes | None:
+    """A file's bytes, or None when it is missing, unreadable, not a regular file (a FIFO or a
+    device put where a results file belongs would block or never end) or larger than ``limit``:
+    for the quick looks (is this run still running?) whose caller passes over what it cannot read."""
+    from core.errors import UserError
+
+    try:
+        return read_user_bytes(path, limit=limit)
+    except UserError:
+        return None
+
+
 def read_user_text(path: str | os.PathLike[str], what: str = "file", fix: str | None = None,
                    limit: int = MAX_USER_FILE) -> str:
     """A user's file as UTF-8 text (a BOM is dropped); not UTF-8 -> UserError naming the byte."""

@@ -150,7 +150,7 @@ def load_baseline(name: str, directory: Path) -> Baseline:
     """The baseline ``name`` in ``directory`` (or at the path ``name``); one-line UserError when it is
     missing, not a baseline, or of another layout."""
     path = baseline_path(name, directory)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # (a symlink loop: the reader below says so)
         known = sorted(p.stem for p in Path(directory).glob("*.json")) if Path(directory).is_dir() else []
         raise UserError(f"baseline {name!r} not found at {path}; save one with `compare baseline save "
                         f"RESULTS --name {name}`" + (f" (known in {directory}: {', '.join(known)})" if known else ""))

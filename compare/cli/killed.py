@@ -72,16 +72,17 @@ def settle(d: Path) -> str | None:
     from core.results.migrate import to_current
     from core.results.owner import boot_id, owner_alive
 
+    from core.fsutil import read_if_regular
+
+    raw = read_if_regular(d / "run.json")  # (None: unreadable, a FIFO or device: the command that reads it says so)
+    # cheap first look (a results root may hold many large runs): the writer puts status third, so a
+    # run that is not "running" is passed over without parsing it
+    if raw is None or b'"status": "running"' not in raw[:4096]:
+        return None
     try:
-        with open(d / "run.json", "rb") as f:
-            # cheap first look (a results root may hold many large runs): the writer puts status
-            # third, so a run that is not "running" is passed over without parsing it
-            head = f.read(4096)
-            if b'"status": "running"' not in head:
-                return None
-            doc = json.loads(head + f.read())
-    except (OSError, ValueError):
-        return None  # unreadable: the command that reads it says so
+        doc = json.loads(raw)
+    except ValueError:
+        return None
     if not isinstance(doc, dict) or doc.get("status") != "running" or owner_alive(doc.get("owner")) is not False:
         return None
     records = _records(d)

@@ -85,7 +85,7 @@ def tuned_specs(tune_dir: str, backends: list[str | Topology], base: ServingSpec
     """``compare run --tuned DIR``: each backend's best config from a tune, over the run's spec
     (keyed by display name; a topology runs the tuned config of its inner backend)."""
     path = Path(tune_dir) / "tune.json" if Path(tune_dir).is_dir() else Path(tune_dir)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # (a symlink loop: the reader below says so)
         raise UserError(f"--tuned {tune_dir}: no tune.json there; pass a directory written by `compare tune`")
     from core.fsutil import read_user_json
 

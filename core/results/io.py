@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from core.errors import RunFailed, UserError
-from core.fsutil import open_user_file, read_user_json, write_atomic
+from core.fsutil import open_user_file, read_if_regular, read_user_json, write_atomic
 from core.records import RequestRecord
 from core.results.migrate import to_current
 from core.results.evolve import evolve
@@ -101,6 +101,7 @@ def disk_problem(e: OSError) -> str:
 RESERVE_NAME = ".space-reserve"
 RESERVE_BYTES = 64 * 1024
 REQUESTS = "requests.jsonl"
+MAX_RECORD = 64 << 20  # one request's record (its tokens' times and logprobs) is kilobytes
 
 
 def create_results_dir(root: str | os.PathLike[str], run_id: str) -> Path:
@@ -147,8 +148,7 @@ def never_measured(d: Path) -> bool:
     """``d`` holds a run that ended (or whose owner died) before measuring anything: no request
     recorded, no level summarised. Its run id may be used again (the old directory is replaced)."""
     try:
-        with open(d / "run.json", "rb") as f:
-            doc = json.loads(f.read())
+        doc = json.loads(read_if_regular(d / "run.json") or b"")  # (a FIFO or device there: not a run)
         reqs = d / REQUESTS
         if reqs.exists() and reqs.stat().st_size > 0:
             return False
@@ -371,7 +371,9 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
         import gzip
 
         f = gzip.GzipFile(fileobj=raw_f) if p.suffix == ".gz" else raw_f
-        for raw in f:
+        for raw in iter(lambda: f.readline(MAX_RECORD), b""):  # (bounded: a file of NULs has no lines)
+            if len(raw) >= MAX_RECORD and not raw.endswith(b"\n"):
+                raise ValueError(f"a line longer than {MAX_RECORD >> 20} MiB, so not a record")
             if not raw.strip():
                 continue
             try:
