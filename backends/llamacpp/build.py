@@ -227,7 +227,7 @@ def build_llama_cpp(cuda_arch: str | None = None, cache: EngineCache | None = No
             "listing": {"kind": "llama.cpp-build", "model": None, "flow": "cmake " + " ".join(TARGETS),
                         "quant": None, "built_by": f"llama.cpp {SOURCE_BUILD}",
                         "gpu": f"sm_{cuda_arch}" if cuda_arch else None}}
-    return cache.get_or_build(key, meta, build)
+    return cache.get_or_build(key, meta, build, log=say)
 
 
 QUANTIZE_ENV = "LLM_COMPARE_LLAMA_QUANTIZE"  # a prebuilt llama-quantize (default: beside the server)
