@@ -29,9 +29,15 @@ FILE_MODE = 0o666 & ~_umask()
 
 
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
+    """``path`` holds ``data`` whole, or is left as it was (a full disk, a kill mid-write): written
+    to a temp file beside it, synced, renamed over it. An OSError names ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    created = make_dirs(path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as e:
+        remove_empty_dirs(created, path.parent)
+        raise OSError(e.errno, e.strerror, str(path)) from None
     try:
         os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as f:
@@ -39,12 +45,55 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        remove_empty_dirs(created, path.parent)
+        if isinstance(e, OSError) and e.filename is None:  # (a write: say which file it was)
+            raise OSError(e.errno, e.strerror, str(path)) from None
         raise
+
+
+def disk_problem(e: OSError) -> str:
+    """"No space left on device (ENOSPC)": the OS's words and the errno name."""
+    import errno
+
+    name = errno.errorcode.get(e.errno or 0)
+    text = e.strerror or str(e)
+    return f"{text} ({name})" if name else text
+
+
+def missing_top(d: Path) -> Path | None:
+    """The topmost part of ``d`` that does not exist yet (None: ``d`` is there): what
+    ``d.mkdir(parents=True)`` would create, so a caller that fails can take it back."""
+    top = None
+    for p in [d, *d.parents]:
+        if p.exists() or p.is_symlink():
+            break
+        top = p
+    return top
+
+
+def make_dirs(d: Path) -> Path | None:
+    """``d.mkdir(parents=True, exist_ok=True)``; returns :func:`missing_top` from before."""
+    top = missing_top(d)
+    d.mkdir(parents=True, exist_ok=True)
+    return top
+
+
+def remove_empty_dirs(top: Path | None, d: Path) -> None:
+    """Remove ``d`` and its parents up to ``top`` (from :func:`make_dirs`) while they are empty."""
+    if top is None:
+        return
+    for p in [d, *d.parents]:
+        try:
+            p.rmdir()
+        except OSError:
+            return
+        if p == top:
+            return
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
@@ -247,5 +296,5 @@ def write_user_file(path: str | os.PathLike[str], data: str | bytes, flag: str) 
         text = {errno.EEXIST: "cannot be created (a part of its path is a file)",
                 errno.ENOTDIR: "cannot be created (a part of its path is a file)",
                 errno.ENOENT: "cannot be created (its directory cannot be made there)"}.get(e.errno or 0)
-        raise _user_error(flag, path, text or _problem(e).replace("is not readable", "is not writable"),
-                          "pass a writable file path") from None
+        problem = _problem(e).replace("is not readable", "is not writable").replace("cannot be read", "cannot be written")
+        raise _user_error(flag, path, text or problem, "pass a writable file path (or free space on its disk)") from None

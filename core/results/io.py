@@ -22,11 +22,13 @@ import shutil
 import sys
 import time
 import uuid
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Iterator
 
 from core.errors import RunFailed, UserError
-from core.fsutil import open_user_file, read_if_regular, read_user_json, write_atomic
+from core.fsutil import (disk_problem, make_dirs, missing_top, open_user_file, read_if_regular, read_user_json,
+                          remove_empty_dirs, write_atomic)
 from core.records import RequestRecord
 from core.results.migrate import to_current
 from core.results.evolve import evolve
@@ -89,13 +91,6 @@ class ResultsWriteError(RunFailed):
     """The results directory stopped taking writes mid-run (full disk, quota, I/O error)."""
 
 
-def disk_problem(e: OSError) -> str:
-    """"No space left on device (ENOSPC)": the OS's words and the errno name."""
-    name = errno.errorcode.get(e.errno or 0)
-    text = e.strerror or str(e)
-    return f"{text} ({name})" if name else text
-
-
 # Space set aside in the results directory while a run measures, given back when a write fails,
 # so that the final run.json (status "failed" and why) still fits on a disk that filled up.
 RESERVE_NAME = ".space-reserve"
@@ -111,7 +106,7 @@ def create_results_dir(root: str | os.PathLike[str], run_id: str) -> Path:
     check_run_id(run_id)  # before anything is created
     root = Path(root)
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        made = make_dirs(root)  # (taken back when the probe below fails: nothing is left behind)
     except FileExistsError:
         raise UserError(f"results directory {root} is a file, not a directory; pass a directory with --out") from None
     except OSError as e:
@@ -139,6 +134,7 @@ def create_results_dir(root: str | os.PathLike[str], run_id: str) -> Path:
         probe.unlink()
     except OSError as e:
         shutil.rmtree(d, ignore_errors=True)
+        remove_empty_dirs(made, root)
         raise UserError(f"cannot write to the results directory {root}: {disk_problem(e)}; pass a writable "
                         f"directory with --out") from None
     return d
@@ -196,6 +192,7 @@ class ResultsWriter:
     already failing."""
 
     def __init__(self, root: Path, run_id: str, header: dict[str, Any]) -> None:
+        made = self._made = missing_top(Path(root))  # (taken back when the directory cannot be written)
         self.dir = create_results_dir(root, run_id)
         self._run = RunResults.model_validate({
             "schema_version": SCHEMA_VERSION, "run_id": run_id, "status": "running",
@@ -211,12 +208,12 @@ class ResultsWriter:
         except OSError as e:
             self._close_fd()
             shutil.rmtree(self.dir, ignore_errors=True)
+            remove_empty_dirs(made, Path(root))
             raise UserError(f"cannot write to the results directory {self.dir}: {disk_problem(e)}; pass a "
                             f"writable directory with --out") from None
 
-    @property
+    @property  # the run so far, typed (frozen: change it through ``update``/``update_backend``)
     def results(self) -> RunResults:
-        """The run so far, typed (frozen: change it through ``update``/``update_backend``)."""
         return self._run
 
     @property
@@ -255,10 +252,8 @@ class ResultsWriter:
             os.close(fd)
 
     def _release(self) -> None:
-        try:
+        with suppress(OSError):
             os.unlink(self.dir / RESERVE_NAME)
-        except OSError:
-            pass
 
     def _fail(self, what: str, e: OSError) -> ResultsWriteError:
         """The first failed write: cut the torn line, give back the reserve, record "failed"."""
@@ -268,24 +263,29 @@ class ResultsWriter:
             return self.error
         self.error = err
         if self._req >= 0:
-            try:
+            with suppress(OSError):  # (when it fails, readers skip a torn last line)
                 os.ftruncate(self._req, self._req_size)  # the torn part of the last line
-            except OSError:
-                pass  # readers skip a torn last line
         self._release()
         # the one measuring when the disk failed
         backends = {name: evolve(entry, status="failed", error=str(err)) if entry.status == "running" else entry
                     for name, entry in self._run.backends.items()}
         self.update(status="failed", finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=str(err),
                     backends=backends)
-        try:
+        with suppress(OSError):  # (nothing can be written there any more: the last complete run.json stays)
             self._write_run()
-        except OSError:
-            pass  # nothing can be written there any more: the last complete run.json stays
         return err
 
     def write_workload(self, requests: list[dict[str, Any]]) -> None:
-        self.write_text("workload.jsonl", "".join(json.dumps(r) + "\n" for r in requests))
+        """Written before anything starts: a disk that cannot take it is refused like a bad --out
+        (UserError), and the directory is taken back (nothing was measured, nothing is kept)."""
+        try:
+            write_atomic(self.dir / "workload.jsonl", "".join(json.dumps(r) + "\n" for r in requests))
+        except OSError as e:
+            self._close_fd()
+            shutil.rmtree(self.dir, ignore_errors=True)
+            remove_empty_dirs(self._made, self.dir.parent)
+            raise UserError(f"cannot write workload.jsonl in {self.dir}: {disk_problem(e)}; free space on that "
+                            f"disk or pass another --out; nothing was written") from None
 
     def add_record(self, rec: RequestRecord) -> None:
         if self.error is not None:
