@@ -242,11 +242,32 @@ def build_workload(flags: WorkloadFlags, defaults: Mapping[str, Any] | None = No
     if spec.num_requests > MAX_REQUESTS:
         raise UserError(f"workload: num_requests {spec.num_requests} is more than {MAX_REQUESTS:,} (every request is "
                         f"built in memory before the run); measure with fewer, e.g. --num-requests 1000")
+    _check_size(spec)
     return spec
+
+
+def _check_size(spec: WorkloadSpec) -> None:
+    """The request list is built in memory before anything starts: refuse one that would not fit,
+    from the workload's own bounds (the longest lengths its distributions can draw)."""
+    ss = spec.sessions
+    if ss is not None and not ss.sharegpt:
+        n, prompt = ss.num_sessions * ss.turns.upper(), ss.system_prompt_tokens + ss.turns.upper() * (
+            ss.user_tokens.upper() + ss.reply_tokens.upper())
+        if n > MAX_REQUESTS:
+            raise UserError(f"workload: sessions.num_sessions {ss.num_sessions} x up to {ss.turns.upper()} turns is "
+                            f"more than {MAX_REQUESTS:,} requests (built in memory before the run); give fewer")
+    else:
+        n = spec.num_requests
+        prompt = spec.input.upper() + (spec.shared_prefix.document_tokens if spec.shared_prefix else 0)
+    if n * prompt > MAX_PROMPT_TOKENS:
+        raise UserError(f"workload: up to {n:,} requests of up to {prompt:,} prompt tokens is more than "
+                        f"{MAX_PROMPT_TOKENS:,} tokens (built in memory before the run); give fewer or shorter "
+                        f"requests")
 
 
 # the request list is built (and written to workload.jsonl) before anything starts
 MAX_REQUESTS = 1_000_000
+MAX_PROMPT_TOKENS = 1 << 28  # ~10 GB of token ids as Python lists
 
 
 # ---------------------------------------------------------------- topology (backends/topology/backend.py)

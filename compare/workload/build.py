@@ -22,17 +22,17 @@ __all__ = ["LengthDist", "SharedPrefix", "WorkloadSpec", "build_requests"]
 class SharedPrefix(BaseModel):
     """RAG / knowledge-base style: each request = one of N shared documents + its own question."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     num_documents: int = Field(gt=0)
     document_tokens: int = Field(gt=0)
 
 
 class WorkloadSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = "synthetic"
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     num_requests: int = Field(16, gt=0)
     input: LengthDist = LengthDist(dist="fixed", value=64)
     output: LengthDist = LengthDist(dist="fixed", value=32)

@@ -40,6 +40,12 @@ def _refused(tmp_path, *args, needles):
     ("name: x\ninput:\n  dist: fixed\n  value: -5\n", ["line 4", "input.value -5", "greater than 0"]),
     ("input: {dist: fixed, valu: 3}\n", ["input.valu: not a known field", "did you mean value?"]),
     ("sessions: 3\n", ["sessions 3 (a number)", "SessionsSpec"]),
+    ("seed: -1\n", ["seed -1", "greater than or equal to 0"]),
+    ("input: {dist: normal, mean: .inf, std: 1}\n", ["input.mean Infinity", "finite number"]),
+    ("sessions: {num_sessions: 1, think_time_s: .nan}\n", ["sessions.think_time_s NaN", "finite number"]),
+    ("sessions: {num_sessions: 1, think_time_s: 1.0e+300}\n", ["sessions.think_time_s 1e+300", "less than or equal "
+                                                                "to 3600"]),
+    ("input: {dist: fixed, value: 1000000000}\n", ["input.value 1000000000", "less than or equal to 1048576"]),
 ])
 def test_workload_file_of_the_wrong_shape(tmp_path, text, needles):
     f = tmp_path / "w.yaml"
@@ -63,6 +69,24 @@ def test_spec_file_of_the_wrong_shape(tmp_path, text, needles):
 
 def test_a_flag_is_named_as_the_flag(tmp_path):
     _refused(tmp_path, "run", "--backends", "fake", "--max-num-seqs", "x", needles=['--max-num-seqs: max_num_seqs "x"'])
+    _refused(tmp_path, "run", "--backends", "fake", "--seed", "-3", needles=["--seed: seed -3", "greater than or equal"])
+
+
+@pytest.mark.parametrize("args, needles", [
+    # (once silently clipped to 1M tokens)
+    (["--input-len", "2000000"], ["--input-len: input.value 2000000", "less than or equal to 1048576"]),
+    (["--input-len", "1000000", "--num-requests", "1000"], ["up to 1,000 requests of up to 1,000,000 prompt tokens",
+                                                            "built in memory before the run"]),
+])
+def test_a_workload_too_large_to_build_is_refused_before_it_is_built(tmp_path, args, needles):
+    _refused(tmp_path, "run", "--backends", "fake", *args, needles=needles)
+
+
+def test_sessions_too_many_to_build(tmp_path):
+    f = tmp_path / "w.yaml"
+    f.write_text("sessions: {num_sessions: 100000000, turns: {dist: fixed, value: 1000}}\n")
+    _refused(tmp_path, "run", "--backends", "fake", "--workload", str(f),
+             needles=["sessions.num_sessions 100000000 x up to 1000 turns is more than 1,000,000 requests"])
 
 
 @pytest.mark.parametrize("line, needles", [
