@@ -37,6 +37,7 @@ def assert_one_line_error(p, *needles):
     (["run", "--dtype", "float64"], ["dtype"]),
     (["run", "--native", "vllm-swap_space"], ["BACKEND.KEY=VALUE"]),
     (["plan", "--backends", "vllm", "--block-size", "-16"], ["block_size"]),
+    (["run", "--backends", "fake@ttft=5ms+ttft=6ms"], ["fake engine option ttft is given twice"]),
 ])
 def test_bad_input(tmp_path, args, needles):
     out = tmp_path / "results"
