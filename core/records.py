@@ -224,13 +224,17 @@ class RequestRecord:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "RequestRecord":
-        d = dict(d)
-        for k in ("event_times_ns", "event_token_counts", "token_ids"):
-            d[k] = tuple(d.get(k) or ())
-        if d.get("logprobs") is not None:
-            d["logprobs"] = tuple(d["logprobs"])
-        return cls(**d)
+    def from_json(cls, d: Any) -> "RequestRecord":
+        """A requests.jsonl line's record, every field checked against its type (core.shape:
+        ShapeError, a ValueError, naming the field and the value)."""
+        from core.shape import dataclass_from
+
+        d = dict(d) if isinstance(d, dict) else d
+        if isinstance(d, dict):
+            for k in ("event_times_ns", "event_token_counts", "token_ids"):
+                d[k] = d.get(k) or ()
+        rec: RequestRecord = dataclass_from(cls, d, finite=False)
+        return rec
 
 
 _RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import math
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["ShapeError", "dataclass_from", "first_problem", "show_value", "yaml_key_lines"]
@@ -122,32 +123,52 @@ def line_of(lines: Mapping[tuple[str | int, ...], int], loc: Sequence[str | int]
 # ---------------------------------------------------------------- frozen dataclasses from JSON
 
 
-def _fits(value: Any, ann: Any) -> bool:
+def _fits(value: Any, ann: Any, finite: bool = True) -> bool:
     """Whether a JSON value fits a dataclass field's annotation (int, float, str, bool, None,
-    ``X | None``, ``tuple[T, ...]``, ``tuple[A, B]``); lists stand in for tuples."""
-    origin = typing.get_origin(ann)
+    ``X | None``, ``tuple[T, ...]``, ``tuple[A, B]``, a mapping); lists stand in for tuples.
+    ``finite``: a float must be finite (not for measured values such as a logprob of -inf)."""
+    return _checker(ann, finite)(value)
+
+
+_SCALARS: dict[Any, frozenset[type]] = {int: frozenset({int}), float: frozenset({int, float}),
+                                        str: frozenset({str}), bool: frozenset({bool})}
+
+
+@functools.lru_cache(maxsize=None)
+def _checker(ann: Any, finite: bool) -> Callable[[Any], bool]:
+    """A check for one annotation, built once (records are read by the million)."""
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
     if ann is Any:
-        return True
+        return lambda v: True
     if ann is type(None) or ann is None:
-        return value is None
+        return lambda v: v is None
     if origin in (typing.Union, types.UnionType):
-        return any(_fits(value, a) for a in typing.get_args(ann))
-    if ann is bool:
-        return isinstance(value, bool)
-    if ann is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if ann is float:
-        return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(value)
-    if ann is str:
-        return isinstance(value, str)
+        checks = [_checker(a, finite) for a in args]
+        return lambda v: any(c(v) for c in checks)
+    if ann in _SCALARS:
+        kinds = _SCALARS[ann]
+        if ann is float and finite:
+            return lambda v: type(v) in kinds and math.isfinite(v)
+        return lambda v: type(v) in kinds
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        if args[0] in _SCALARS and not (args[0] is float and finite):
+            kinds = _SCALARS[args[0]]  # (the long stamp and token lists: checked at C speed)
+            return lambda v: isinstance(v, (list, tuple)) and set(map(type, v)) <= kinds
+        item = _checker(args[0], finite)
+        return lambda v: isinstance(v, (list, tuple)) and all(item(x) for x in v)
     if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            return False
-        args = typing.get_args(ann)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return all(_fits(v, args[0]) for v in value)
-        return len(value) == len(args) and all(_fits(v, a) for v, a in zip(value, args))
-    return True  # (a type this reader does not check: the dataclass's own checks decide)
+        items = [_checker(a, finite) for a in args]
+        return lambda v: (isinstance(v, (list, tuple)) and len(v) == len(items)
+                          and all(c(x) for c, x in zip(items, v)))
+    if origin is dict:  # (its items are what a server reported: taken as they are)
+        return lambda v: isinstance(v, dict)
+    return lambda v: True  # (a type this reader does not check: the dataclass's own checks decide)
+
+
+@functools.lru_cache(maxsize=None)
+def _fields_of(cls: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(field name -> annotation, field name -> dataclasses.Field) of a dataclass, once per class."""
+    return typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
 
 
 def _ann_text(ann: Any) -> str:
@@ -171,18 +192,20 @@ def _as_tuples(value: Any, ann: Any) -> Any:
         inner = [a for a in typing.get_args(ann) if typing.get_origin(a) is tuple] or [ann]
         args = typing.get_args(inner[0])
         if args and len(args) == 2 and args[1] is Ellipsis:
+            if typing.get_origin(args[0]) is None:  # (items of a plain type: the quick way)
+                return tuple(value)
             return tuple(_as_tuples(v, args[0]) for v in value)
         return tuple(_as_tuples(v, a) for v, a in zip(value, args)) if args else tuple(value)
     return value
 
 
-def dataclass_from(cls: Any, data: Any) -> Any:
+def dataclass_from(cls: Any, data: Any, finite: bool = True) -> Any:
     """``cls(**data)`` for a dataclass ``cls`` read from JSON, each field checked against its
-    annotation first: the wrong type, an unknown or missing field is a ShapeError naming it."""
+    annotation first: the wrong type, an unknown or missing field is a ShapeError naming it.
+    ``finite``: floats must be finite (False for measured values, where -inf is a logprob)."""
     if not isinstance(data, Mapping):
         raise ShapeError(f"{show_value(data)} is {_kind(data)}, not an object of {cls.__name__} fields")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints, fields = _fields_of(cls)
     for key in data:
         if key not in fields:
             near = difflib.get_close_matches(str(key), list(fields), n=1)
@@ -195,10 +218,10 @@ def dataclass_from(cls: Any, data: Any) -> Any:
                 raise ShapeError(f"{name}: missing (it is required)", (name,))
             continue
         value = data[name]
-        if not _fits(value, hints[name]):
+        if not _checker(hints[name], finite)(value):
             raise ShapeError(f"{name} {show_value(value)} ({_kind(value)}): should be {_ann_text(hints[name])}",
                              (name,))
-        kwargs[name] = _as_tuples(value, hints[name])
+        kwargs[name] = _as_tuples(value, hints[name]) if type(value) is list else value
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as e:  # the dataclass's own checks (ranges, relations)

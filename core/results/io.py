@@ -27,13 +27,15 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from core.errors import RunFailed, UserError
-from core.fsutil import (disk_problem, make_dirs, missing_top, open_user_file, read_if_regular, read_user_json,
-                          remove_empty_dirs, write_atomic)
+from core.fsutil import (disk_problem, make_dirs, missing_top, open_user_file, read_user_json, remove_empty_dirs,
+                          write_atomic)
 from core.records import RequestRecord
+from core.shape import ShapeError
 from core.results.migrate import to_current
 from core.results.evolve import evolve
 from core.results.models import SCHEMA_VERSION, BackendResult, RunResults
-from core.results.owner import current_owner, owner_alive
+from core.results.owner import current_owner
+from core.results.rundir import REQUESTS, check_results_dir_free, never_measured, set_aside
 
 # records are written on the measuring event loop: msgspec (a dependency) encodes them ~5x faster than json
 from msgspec.json import encode as _encode
@@ -95,7 +97,6 @@ class ResultsWriteError(RunFailed):
 # so that the final run.json (status "failed" and why) still fits on a disk that filled up.
 RESERVE_NAME = ".space-reserve"
 RESERVE_BYTES = 64 * 1024
-REQUESTS = "requests.jsonl"
 MAX_RECORD = 64 << 20  # one request's record (its tokens' times and logprobs) is kilobytes
 
 
@@ -118,7 +119,7 @@ def create_results_dir(root: str | os.PathLike[str], run_id: str) -> Path:
             d.mkdir()  # no exist_ok: the existence check and the creation are one step
         except FileExistsError:
             check_results_dir_free(root, run_id)  # refuses unless it holds a run that never measured
-            _set_aside(d)
+            set_aside(d)
             d.mkdir()  # (a simultaneous start with the same id that got there first wins)
     except FileExistsError:
         raise UserError(f"results directory {d} already exists; pick another --run-id") from None
@@ -138,47 +139,6 @@ def create_results_dir(root: str | os.PathLike[str], run_id: str) -> Path:
         raise UserError(f"cannot write to the results directory {root}: {disk_problem(e)}; pass a writable "
                         f"directory with --out") from None
     return d
-
-
-def never_measured(d: Path) -> bool:
-    """``d`` holds a run that ended (or whose owner died) before measuring anything: no request
-    recorded, no level summarised. Its run id may be used again (the old directory is replaced)."""
-    try:
-        doc = json.loads(read_if_regular(d / "run.json") or b"")  # (a FIFO or device there: not a run)
-        reqs = d / REQUESTS
-        if reqs.exists() and reqs.stat().st_size > 0:
-            return False
-    except (OSError, ValueError):
-        return False
-    if not isinstance(doc, dict) or not isinstance(doc.get("backends"), dict):
-        return False
-    status = doc.get("status")
-    if status == "running":
-        if owner_alive(doc.get("owner")) is not False:
-            return False  # (still running, or cannot tell)
-    elif status not in ("failed", "interrupted", "killed"):
-        return False
-    return not any(isinstance(b, dict) and b.get("levels") for b in doc["backends"].values())
-
-
-def check_results_dir_free(root: str | os.PathLike[str], run_id: str) -> None:
-    """Before anything starts: ``root/run_id`` does not exist, or holds a run that never measured."""
-    from core.fsutil import check_dir_option
-
-    check_dir_option(root, "--out")  # a file, a loop, under a file: refused before anything starts
-    d = Path(root) / run_id
-    if (d.exists() or d.is_symlink()) and not (d.is_dir() and not d.is_symlink() and never_measured(d)):
-        raise UserError(f"results directory {d} already exists; pick another --run-id")
-
-
-def _set_aside(d: Path) -> None:
-    """Move a never-measured run out of the way (one rename: a reader sees the old or nothing)."""
-    gone = d.with_name(f".{d.name}.replaced-{uuid.uuid4().hex[:8]}")
-    try:
-        os.rename(d, gone)
-    except FileNotFoundError:
-        return  # a simultaneous start set it aside first
-    shutil.rmtree(gone, ignore_errors=True)
 
 
 class ResultsWriter:
@@ -371,20 +331,25 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
         import gzip
 
         f = gzip.GzipFile(fileobj=raw_f) if p.suffix == ".gz" else raw_f
-        for raw in iter(lambda: f.readline(MAX_RECORD), b""):  # (bounded: a file of NULs has no lines)
+        for n, raw in enumerate(iter(lambda: f.readline(MAX_RECORD), b""), 1):  # (bounded: NULs have no lines)
             if len(raw) >= MAX_RECORD and not raw.endswith(b"\n"):
-                raise ValueError(f"a line longer than {MAX_RECORD >> 20} MiB, so not a record")
+                raise ValueError(f"line {n} is longer than {MAX_RECORD >> 20} MiB, so not a record")
             if not raw.strip():
                 continue
             try:
                 doc = json.loads(raw)
-            except ValueError:
+            except ValueError as e:
                 if not raw.endswith(b"\n"):  # (only the last line can lack one) never finished
                     sys.stderr.write(f"warning: {p}: skipped the torn last line ({len(raw)} bytes, no "
                                      f"newline): the run stopped while writing it\n")
                     return
-                raise
-            yield RequestRecord.from_json(doc)
+                if isinstance(e, UnicodeDecodeError):
+                    raise
+                raise ValueError(f"line {n} is not JSON ({getattr(e, 'msg', e)})") from None
+            try:
+                yield RequestRecord.from_json(doc)
+            except ShapeError as e:
+                raise ValueError(f"line {n}: {e}") from None
 
 
 def load_results(path: str | os.PathLike[str]) -> tuple[RunResults, list[RequestRecord]]:
@@ -395,6 +360,7 @@ def load_results(path: str | os.PathLike[str]) -> tuple[RunResults, list[Request
     try:
         return run, list(iter_records(path))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
-        problem = "not UTF-8" if isinstance(e, UnicodeDecodeError) else f"{type(e).__name__}: {e}"
+        problem = ("not UTF-8" if isinstance(e, UnicodeDecodeError) else
+                   str(e) if type(e) is ValueError else f"{type(e).__name__}: {e}")
         raise UserError(f"{path}/requests.jsonl has a corrupt line ({problem}); "
                         f"pass a complete results directory") from None

@@ -121,6 +121,33 @@ def test_run_json_of_the_wrong_shape(tmp_path, good_run, field, value, needles):
     assert sorted(os.listdir(d)) == before  # (no report written into it)
 
 
+@pytest.mark.parametrize("change, needles", [
+    ({"t_sent_ns": "x"}, ['line 2: t_sent_ns "x" (a string): should be a whole number']),
+    ({"event_times_ns": 5}, ["line 2: event_times_ns 5 (a number): should be a list, each a whole number"]),
+    ({"token_ids": [True]}, ["line 2: token_ids [true] (a list)"]),
+    ({"zzz": 1}, ["line 2: zzz: not a known field (allowed: request_id, backend"]),
+    ([1], ["line 2: [1] is a list, not an object of RequestRecord fields"]),
+])
+def test_requests_jsonl_of_the_wrong_shape(tmp_path, good_run, change, needles):
+    d = tmp_path / "damaged"
+    shutil.copytree(good_run, d)
+    lines = (d / "requests.jsonl").read_text().splitlines()
+    lines[1] = json.dumps({**json.loads(lines[1]), **change} if isinstance(change, dict) else change)
+    (d / "requests.jsonl").write_text("\n".join(lines) + "\n")
+    _refused(tmp_path, "report", str(d), needles=[f"{d}/requests.jsonl has a corrupt line", *needles])
+
+
+def test_records_with_measured_infinities_are_read(tmp_path, good_run):
+    """A logprob of -inf (and NaN from an engine) is a measured value, not damage."""
+    d = tmp_path / "lp"
+    shutil.copytree(good_run, d)
+    lines = (d / "requests.jsonl").read_text().splitlines()
+    lines[0] = json.dumps({**json.loads(lines[0]), "logprobs": [float("-inf"), float("nan")]})
+    (d / "requests.jsonl").write_text("\n".join(lines) + "\n")
+    p = run_cli("report", str(d))
+    assert p.returncode == 0, p.stderr
+
+
 @pytest.mark.parametrize("field, value, needles", [
     ("metrics", [1], ["metrics [1] (a list)", "valid dictionary"]),
     ("repeats", -1, ["repeats -1"]),
