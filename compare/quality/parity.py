@@ -203,8 +203,15 @@ def reference_model_for(spec: ServingSpec, opts: QualityOptions) -> str | None:
     if opts.reference_model:
         return opts.reference_model
     prov = Path(spec.model) / "llm_compare_quant.json"
-    if prov.is_file():
-        return json.loads(prov.read_text()).get("source")
+    if prov.is_file():  # (written by `compare quantize`; damaged: no reference, and quality says so)
+        from core.fsutil import read_if_regular
+
+        try:
+            doc = json.loads(read_if_regular(prov) or b"")
+        except ValueError:
+            return None
+        source = doc.get("source") if isinstance(doc, dict) else None
+        return source if isinstance(source, str) else None
     return spec.model if Path(spec.model, "config.json").is_file() else None
 
 

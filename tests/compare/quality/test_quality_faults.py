@@ -107,3 +107,20 @@ def test_a_reference_whose_weights_are_damaged(tmp_path, tiny_model):
     assert run["status"] == "complete"
     q = _speed_intact(run)["quality"]
     assert q["status"] == "failed" and "could not load" in q["reason"] and str(ref) in q["reason"], q
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "{half", '{"source": 5}'])
+def test_a_damaged_quantization_record_means_no_reference(tmp_path, tiny_model, text):
+    """A checkpoint's llm_compare_quant.json (written by `compare quantize`: where its float
+    reference is) damaged: quality is skipped saying so; the speed run goes on."""
+    model = tmp_path / "m"
+    model.mkdir()
+    for f in tiny_model.iterdir():
+        if f.is_file():
+            (model / f.name).symlink_to(f)
+    (model / "llm_compare_quant.json").write_text(text)
+    p = run_cli(*_RUN, "--model", str(model), "--out", str(tmp_path), "--run-id", "p")
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = json.loads((tmp_path / "p" / "run.json").read_text())
+    q = _speed_intact(run)["quality"]
+    assert q["status"] == "skipped" and "no local reference model" in q["reason"], q
