@@ -50,21 +50,20 @@ class QualityOptions:
 
 
 def load_accuracy_jsonl(path: str | Path) -> tuple[tuple[str, str], ...]:
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"accuracy file {path} does not exist: pass a JSONL of "
-                        '{"prompt": ..., "answer": ...} lines')
     from core.fsutil import read_user_text
 
+    fix = 'pass a JSONL of {"prompt": ..., "answer": ...} lines'
     pairs = []
-    for n, line in enumerate(read_user_text(p, "accuracy file").splitlines(), 1):
+    for n, line in enumerate(read_user_text(Path(path), "accuracy file", fix).splitlines(), 1):
         if not line.strip():
             continue
         try:
             d = json.loads(line)
-            pairs.append((str(d["prompt"]), str(d["answer"])))
-        except (ValueError, KeyError, TypeError):
-            raise UserError(f"{path}:{n}: expected a JSON object with \"prompt\" and \"answer\"") from None
+        except ValueError:
+            d = None
+        if not (isinstance(d, dict) and isinstance(d.get("prompt"), str) and isinstance(d.get("answer"), str)):
+            raise UserError(f"{path}:{n}: expected a JSON object with \"prompt\" and \"answer\" strings; {fix}")
+        pairs.append((d["prompt"], d["answer"]))
     if not pairs:
         raise UserError(f"accuracy file {path} has no prompt/answer pairs")
     return tuple(pairs)
