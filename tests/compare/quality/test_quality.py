@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import math
+import os
 
 import pytest
 
