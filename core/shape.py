@@ -80,6 +80,8 @@ def first_problem(e: Any, model: Any = None) -> str:
     value = err.get("input")
     msg = str(err.get("msg", "invalid")).replace("Input should be", "should be").replace("Value error, ", "")
     msg = re.sub(r"a valid dictionary or instance of (\w+)", r"a mapping of \1 fields", msg)
+    if not loc:  # (a check of the whole model: its message says what is wrong)
+        return msg
     return f"{where} {show_value(value)} ({_kind(value)}): {msg}"
 
 
@@ -123,20 +125,16 @@ def line_of(lines: Mapping[tuple[str | int, ...], int], loc: Sequence[str | int]
 # ---------------------------------------------------------------- frozen dataclasses from JSON
 
 
-def _fits(value: Any, ann: Any, finite: bool = True) -> bool:
-    """Whether a JSON value fits a dataclass field's annotation (int, float, str, bool, None,
-    ``X | None``, ``tuple[T, ...]``, ``tuple[A, B]``, a mapping); lists stand in for tuples.
-    ``finite``: a float must be finite (not for measured values such as a logprob of -inf)."""
-    return _checker(ann, finite)(value)
-
-
 _SCALARS: dict[Any, frozenset[type]] = {int: frozenset({int}), float: frozenset({int, float}),
                                         str: frozenset({str}), bool: frozenset({bool})}
 
 
 @functools.lru_cache(maxsize=None)
 def _checker(ann: Any, finite: bool) -> Callable[[Any], bool]:
-    """A check for one annotation, built once (records are read by the million)."""
+    """Whether a JSON value fits a dataclass field's annotation (int, float, str, bool, None,
+    ``X | None``, ``tuple[T, ...]``, ``tuple[A, B]``, a mapping; lists stand in for tuples), as a
+    check built once per annotation (records are read by the million). ``finite``: a float must be
+    finite (not for measured values such as a logprob of -inf)."""
     origin, args = typing.get_origin(ann), typing.get_args(ann)
     if ann is Any:
         return lambda v: True

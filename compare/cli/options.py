@@ -104,7 +104,7 @@ def _pydantic_error(e: ValidationError, what: str, model: Any, file: _YamlFile |
     top = str(loc[0]) if loc else ""
     if top in flags:
         return UserError(f"{flags[top]}: {problem}")
-    if file is not None and top in file.data:
+    if file is not None and (not loc or top in file.data):  # (no loc: a check of the whole file's model)
         return UserError(f"{file.where(loc)}: {problem}")
     return UserError(f"{what}: {problem}")
 

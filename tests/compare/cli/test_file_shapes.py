@@ -46,6 +46,8 @@ def _refused(tmp_path, *args, needles):
     ("sessions: {num_sessions: 1, think_time_s: 1.0e+300}\n", ["sessions.think_time_s 1e+300", "less than or equal "
                                                                 "to 3600"]),
     ("input: {dist: fixed, value: 1000000000}\n", ["input.value 1000000000", "less than or equal to 1048576"]),
+    ("token_id_range: [50, 10]\n", ["token_id_range must be [low, high) with 0 <= low < high"]),  # (the model's check)
+    ("input: {dist: uniform, min: 9, max: 3}\n", ["line 1: input", "uniform length: min must be <= max"]),
 ])
 def test_workload_file_of_the_wrong_shape(tmp_path, text, needles):
     f = tmp_path / "w.yaml"
