@@ -115,7 +115,7 @@ def _requests(replay: str | None, spec, workload, served=None):
         text = read_user_text(path, "--replay file", fix)
         from core.shape import ShapeError
 
-        out = []
+        out, seen = [], {}
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
@@ -123,6 +123,11 @@ def _requests(replay: str | None, spec, workload, served=None):
                 out.append(request_from_dict(parse_user_json(line, path, "--replay file", fix, line=n)))
             except ShapeError as e:
                 raise UserError(f"--replay file {path} line {n}: {e}; {fix}") from None
+            rid = out[-1].request_id  # (records are matched to requests by id)
+            if rid in seen:
+                raise UserError(f"--replay file {path} line {n}: request_id {rid!r} is given twice (also line "
+                                f"{seen[rid]}); {fix}")
+            seen[rid] = n
         if not out:
             raise UserError(f"--replay file {path} holds no requests; {fix}")
         return out

@@ -99,13 +99,15 @@ def test_sessions_too_many_to_build(tmp_path):
     ('{"request_id": "a", "max_tokens": 2, "prompt_token_ids": [1], "zzz": 1}', ["zzz: not a known field"]),
     ('{"request_id": "a", "max_tokens": 2, "messages": [["user", 5]]}', ["messages", "[a string, a string]"]),
     ("[1]", ["[1] is a list, not an object of GenerationRequest fields"]),
+    ('{"request_id": "a", "max_tokens": 2, "prompt_token_ids": [1]}\n{"request_id": "a", "max_tokens": 2, '
+     '"prompt_token_ids": [2]}', ["line 3: request_id 'a' is given twice (also line 2)"]),
 ])
 def test_replay_workload_of_the_wrong_shape(tmp_path, good_run, line, needles):
     d = tmp_path / "damaged"
     shutil.copytree(good_run, d)
     (d / "workload.jsonl").write_text("\n" + line + "\n")  # (line 2: blank lines are counted)
     _refused(tmp_path, "run", "--backends", "fake", "--replay", str(d),
-             needles=[f"--replay file {d}/workload.jsonl line 2", *needles])
+             needles=[f"--replay file {d}/workload.jsonl line {3 if 'twice' in needles[0] else 2}", *needles])
 
 
 @pytest.mark.parametrize("field, value, needles", [
