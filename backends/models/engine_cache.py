@@ -193,7 +193,10 @@ class EngineCache:
             pass
         if tree_digest(entry.path) != recorded:
             return "its files do not match the digest recorded when it was built"
-        write_json_atomic(memo, sig)
+        try:
+            write_json_atomic(memo, sig)
+        except OSError:
+            pass  # (a read-only cache: checked again next time)
         return None
 
     def entries(self) -> list[Entry]:
