@@ -58,16 +58,18 @@ def test_a_file_size_limit_hit_before_anything_is_measured_leaves_nothing(tmp_pa
 @pytest.fixture
 def full_disk(tmp_path):
     d = _mount_tmpfs(tmp_path / "disk", "size=64k")
-    fd = os.open(d / "filler", os.O_WRONLY | os.O_CREAT)  # every block taken
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError:
-        pass
+    try:  # (unmounted whatever happens here: a mount must not outlive the test)
+        fd = os.open(d / "filler", os.O_WRONLY | os.O_CREAT)  # every block taken
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        yield d
     finally:
-        os.close(fd)
-    yield d
-    subprocess.run(["umount", str(d)], check=False)
+        subprocess.run(["umount", str(d)], check=False)
 
 
 def test_a_full_disk_under_report_baseline_and_run(tmp_path, full_disk):
