@@ -34,7 +34,7 @@ Quantization = Literal[QUANTIZATION_VALUES]  # type: ignore[valid-type]
 class ServingSpec(BaseModel):
     """Everything that decides how an engine serves. ``None`` means "the framework's default"."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     model: str = Field(description="local model directory (HF layout) or model id")
     tokenizer: str | None = None
@@ -51,7 +51,7 @@ class ServingSpec(BaseModel):
     tensor_parallel: int = Field(1, gt=0)
     kv_cache_dtype: KvCacheDtype = "auto"
     enforce_eager: bool | None = None
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     load_format: Literal["auto", "safetensors", "dummy"] = "auto"
     # explicit per-backend overrides: {"vllm": {"swap_space": 0}, "tgi": {"--max-waiting-tokens": 20}}
     native: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -29,9 +29,15 @@ FILE_MODE = 0o666 & ~_umask()
 
 
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
+    """``path`` holds ``data`` whole, or is left as it was (a full disk, a kill mid-write): written
+    to a temp file beside it, synced, renamed over it. An OSError names ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    created = make_dirs(path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as e:
+        remove_empty_dirs(created, path.parent)
+        raise OSError(e.errno, e.strerror, str(path)) from None
     try:
         os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as f:
@@ -39,12 +45,55 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        remove_empty_dirs(created, path.parent)
+        if isinstance(e, OSError) and e.filename is None:  # (a write: say which file it was)
+            raise OSError(e.errno, e.strerror, str(path)) from None
         raise
+
+
+def disk_problem(e: OSError) -> str:
+    """"No space left on device (ENOSPC)": the OS's words and the errno name."""
+    import errno
+
+    name = errno.errorcode.get(e.errno or 0)
+    text = e.strerror or str(e)
+    return f"{text} ({name})" if name else text
+
+
+def missing_top(d: Path) -> Path | None:
+    """The topmost part of ``d`` that does not exist yet (None: ``d`` is there): what
+    ``d.mkdir(parents=True)`` would create, so a caller that fails can take it back."""
+    top = None
+    for p in [d, *d.parents]:
+        if p.exists() or p.is_symlink():
+            break
+        top = p
+    return top
+
+
+def make_dirs(d: Path) -> Path | None:
+    """``d.mkdir(parents=True, exist_ok=True)``; returns :func:`missing_top` from before."""
+    top = missing_top(d)
+    d.mkdir(parents=True, exist_ok=True)
+    return top
+
+
+def remove_empty_dirs(top: Path | None, d: Path) -> None:
+    """Remove ``d`` and its parents up to ``top`` (from :func:`make_dirs`) while they are empty."""
+    if top is None:
+        return
+    for p in [d, *d.parents]:
+        try:
+            p.rmdir()
+        except OSError:
+            return
+        if p == top:
+            return
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
@@ -106,19 +155,50 @@ def check_user_file(path: str | os.PathLike[str], what: str = "file", fix: str |
     open_user_file(path, what, fix).close()
 
 
-def read_user_bytes(path: str | os.PathLike[str], what: str = "file", fix: str | None = None) -> bytes:
-    """The bytes of a file the user named; any way it cannot be read is one UserError."""
+# The most of a user's file read into memory: a ShareGPT dump is ~700 MB; a file larger than this is
+# a mistake (a disk image, a log) that would take the machine's memory before its first line is parsed.
+MAX_USER_FILE = 1 << 30
+
+
+def _size_text(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+def read_user_bytes(path: str | os.PathLike[str], what: str = "file", fix: str | None = None,
+                    limit: int = MAX_USER_FILE) -> bytes:
+    """The bytes of a file the user named, at most ``limit`` of them; any way it cannot be read,
+    and a larger file, is one UserError."""
     with open_user_file(path, what, fix) as f:
-        try:
-            data: bytes = f.read()
-            return data
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise _user_error(what, path, f"is too large ({_size_text(size)}; at most {_size_text(limit)} is read)",
+                              fix or "pass a smaller file")
+        try:  # bounded even where the size said less (a file still growing, a /proc file)
+            data: bytes = f.read(limit + 1)
         except OSError as e:
             raise _user_error(what, path, _problem(e), fix) from None
+        if len(data) > limit:
+            raise _user_error(what, path, f"is too large (more than {_size_text(limit)}; at most that is read)",
+                              fix or "pass a smaller file")
+        return data
 
 
-def read_user_text(path: str | os.PathLike[str], what: str = "file", fix: str | None = None) -> str:
+def read_if_regular(path: str | os.PathLike[str], limit: int = MAX_USER_FILE) -> bytes | None:
+    """A file's bytes, or None when it is missing, unreadable, not a regular file (a FIFO or a
+    device put where a results file belongs would block or never end) or larger than ``limit``:
+    for the quick looks (is this run still running?) whose caller passes over what it cannot read."""
+    from core.errors import UserError
+
+    try:
+        return read_user_bytes(path, limit=limit)
+    except UserError:
+        return None
+
+
+def read_user_text(path: str | os.PathLike[str], what: str = "file", fix: str | None = None,
+                   limit: int = MAX_USER_FILE) -> str:
     """A user's file as UTF-8 text (a BOM is dropped); not UTF-8 -> UserError naming the byte."""
-    raw = read_user_bytes(path, what, fix)
+    raw = read_user_bytes(path, what, fix, limit)
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -157,11 +237,15 @@ def read_user_jsonl(path: str | os.PathLike[str], what: str = "file", fix: str |
     return rows
 
 
+# a spec or workload YAML is a screenful; parsing a large one would take minutes
+MAX_CONFIG_FILE = 16 << 20
+
+
 def read_user_yaml(path: str | os.PathLike[str], what: str = "file", fix: str | None = None) -> Any:
     """A user's YAML file (safe loader); bad syntax -> UserError with the line."""
     import yaml
 
-    text = read_user_text(path, what, fix)
+    text = read_user_text(path, what, fix, MAX_CONFIG_FILE)
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -212,5 +296,5 @@ def write_user_file(path: str | os.PathLike[str], data: str | bytes, flag: str) 
         text = {errno.EEXIST: "cannot be created (a part of its path is a file)",
                 errno.ENOTDIR: "cannot be created (a part of its path is a file)",
                 errno.ENOENT: "cannot be created (its directory cannot be made there)"}.get(e.errno or 0)
-        raise _user_error(flag, path, text or _problem(e).replace("is not readable", "is not writable"),
-                          "pass a writable file path") from None
+        problem = _problem(e).replace("is not readable", "is not writable").replace("cannot be read", "cannot be written")
+        raise _user_error(flag, path, text or problem, "pass a writable file path (or free space on its disk)") from None

@@ -32,7 +32,7 @@ class GenerationRequest:
         if self.prompt_token_ids is None and self.prompt_text is None and self.messages is None:
             raise ValueError(f"request {self.request_id}: needs prompt_token_ids, prompt_text or messages")
         if self.max_tokens <= 0:
-            raise ValueError(f"request {self.request_id}: max_tokens must be > 0")
+            raise ValueError(f"request {self.request_id}: max_tokens {self.max_tokens}: should be > 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,13 +227,17 @@ class RequestRecord:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "RequestRecord":
-        d = dict(d)
-        for k in ("event_times_ns", "event_token_counts", "token_ids"):
-            d[k] = tuple(d.get(k) or ())
-        if d.get("logprobs") is not None:
-            d["logprobs"] = tuple(d["logprobs"])
-        return cls(**d)
+    def from_json(cls, d: Any) -> "RequestRecord":
+        """A requests.jsonl line's record, every field checked against its type (core.shape:
+        ShapeError, a ValueError, naming the field and the value)."""
+        from core.shape import dataclass_from
+
+        d = dict(d) if isinstance(d, dict) else d
+        if isinstance(d, dict):
+            for k in ("event_times_ns", "event_token_counts", "token_ids"):
+                d[k] = d.get(k) or ()
+        rec: RequestRecord = dataclass_from(cls, d, finite=False)
+        return rec
 
 
 _RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))

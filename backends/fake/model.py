@@ -79,6 +79,8 @@ def parse_target(target: str | None) -> dict[str, str]:
         key, eq, val = term.partition("=")
         if not eq:
             raise FakeOptionError(f"fake engine target term {term!r} is not KEY=VALUE (e.g. fake@ttft=50ms+itl=10ms)")
+        if key.strip() in out:
+            raise FakeOptionError(f"fake engine option {key.strip()} is given twice in {target!r}; give it once")
         out[key.strip()] = val.strip()
     return out
 

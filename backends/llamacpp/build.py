@@ -163,6 +163,16 @@ def _run(argv: list[str], cwd: Path, logf, status: Callable[[str], None], what: 
     return p.returncode
 
 
+def _runs(binary: Path) -> bool:
+    """Whether a built binary starts and ends by itself (``--version``; llama-quantize answers it with
+    its usage and exit 1): a truncated one fails to exec (ENOEXEC), or dies of a signal."""
+    try:
+        rc = subprocess.run([str(binary), "--version"], capture_output=True, timeout=60).returncode
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return rc in (0, 1)
+
+
 def _progress(log: Path) -> str:
     """The last ``[n/N]`` of the build log (ninja's and make's progress), else its last line."""
     try:
@@ -210,6 +220,11 @@ def build_llama_cpp(cuda_arch: str | None = None, cache: EngineCache | None = No
         if rc != 0 or not all(b.is_file() for b in bins):
             raise BuildFailed(f"building llama.cpp {SOURCE_BUILD} failed (exit {rc}); the work directory "
                               f"{work} is kept so the next build resumes", tail)
+        for b in bins:  # a binary a killed earlier build left half-linked must never be published
+            if not _runs(b):
+                b.unlink()
+                raise BuildFailed(f"{b.name} of the llama.cpp build does not run (a link cut short?); it was "
+                                  f"removed, so the next build links it again", tail)
         (tmp / "bin").mkdir()
         for b in bins:
             shutil.copy2(b, tmp / "bin" / b.name)
@@ -227,7 +242,7 @@ def build_llama_cpp(cuda_arch: str | None = None, cache: EngineCache | None = No
             "listing": {"kind": "llama.cpp-build", "model": None, "flow": "cmake " + " ".join(TARGETS),
                         "quant": None, "built_by": f"llama.cpp {SOURCE_BUILD}",
                         "gpu": f"sm_{cuda_arch}" if cuda_arch else None}}
-    return cache.get_or_build(key, meta, build)
+    return cache.get_or_build(key, meta, build, log=say)
 
 
 QUANTIZE_ENV = "LLM_COMPARE_LLAMA_QUANTIZE"  # a prebuilt llama-quantize (default: beside the server)

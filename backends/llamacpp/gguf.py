@@ -114,7 +114,7 @@ def prepare_gguf(model_dir: str, gguf_type: str, quantize_bin: Path | None = Non
             "listing": {"kind": "gguf", "model": str(Path(model_dir).resolve()), "flow": "convert_hf_to_gguf.py"
                         + (" + llama-quantize" if gguf_type not in UNQUANTIZED else ""), "quant": gguf_type,
                         "built_by": f"llama.cpp {SOURCE_BUILD}", "gpu": None}}
-    return cache.get_or_build(key, meta, build)
+    return cache.get_or_build(key, meta, build, log=say)
 
 
 def _pythonpath() -> str:

@@ -41,7 +41,10 @@ def _server_here() -> Path | None:
     if os.environ.get(SERVER_ENV):
         p = Path(os.environ[SERVER_ENV])
         return p if os.access(p, os.X_OK) else None
-    entry = EngineCache().get(cache_key(build_fields(None)))
+    cache = EngineCache()
+    entry = cache.get(cache_key(build_fields(None)))
+    if entry is not None and cache.damage(entry) is not None:  # (never run a damaged build: the run rebuilds it)
+        return None
     p = entry.path / "bin" / "llama-server" if entry is not None else None
     return p if p is not None and os.access(p, os.X_OK) else None
 

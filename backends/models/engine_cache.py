@@ -8,9 +8,16 @@ out on purpose: they do not change the artifact and would only cause false misse
 
 Publishing is atomic: the builder writes into ``<root>/.tmp/<key>-<pid>-<rand>/`` and the finished
 directory is renamed to ``<root>/<key>`` (same filesystem), so a reader sees a whole entry or none.
-A per-key ``flock`` serialises concurrent builders across processes: the second one waits, then
-finds the published entry (a hit). The kernel drops the lock when a builder dies, and its temp dir
-(named with its pid) is swept by the next builder.
+A per-key ``flock`` serialises concurrent builders across processes: the second one waits (and
+says so, naming the builder's pid written in the lock file), then finds the published entry (a
+hit). The kernel drops the lock when a builder dies (SIGTERM, SIGKILL), its temp dir (named with
+its pid) is swept by the next builder, and nothing was published: the next run builds again.
+
+An entry's meta records the digest of its content (every file's path, size and sha256). An entry
+whose meta is missing or whose files no longer match it (a truncated binary, a deleted file) is
+damaged: it is never used, but moved aside and rebuilt. The digest is recomputed only when a file
+changed since it was last checked (size, mtime, ctime, inode; kept in ``.verified/``), so a hit
+costs a stat per file. Entries written before digests were recorded are used as they are.
 """
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ import os
 import secrets
 import shutil
 import stat
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +41,7 @@ from core.errors import UserError
 from core.fsutil import write_json_atomic
 
 META = "meta.json"
+DIGEST = "content_sha256"  # meta field: tree_digest of the entry when it was published
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
@@ -111,6 +120,33 @@ def cache_key(fields: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
+def _files(path: Path) -> list[tuple[str, Path]]:
+    """(relative path, path) of every file and symlink of an entry but its meta, sorted."""
+    return sorted((p.relative_to(path).as_posix(), p) for p in path.rglob("*")
+                  if (p.is_symlink() or p.is_file()) and p.relative_to(path).as_posix() != META)
+
+
+def _signature(path: Path) -> dict[str, list[int]]:
+    """Per file: what changes when it is written to (size, mtime, ctime, inode); cheap to take."""
+    out = {}
+    for rel, p in _files(path):
+        st = p.lstat()
+        out[rel] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    return out
+
+
+def tree_digest(path: Path) -> str:
+    """sha256 over (relative path, size, content sha256) of every file of an entry but its meta;
+    a symlink counts by its target."""
+    lines = []
+    for rel, p in _files(path):
+        if p.is_symlink():
+            lines.append(f"{rel}\0->{os.readlink(p)}\n")
+        else:
+            lines.append(f"{rel}\0{p.stat().st_size}\0{file_sha256(p)}\n")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Entry:
     key: str
@@ -143,6 +179,26 @@ class EngineCache:
             return None
         return Entry(key, path, meta)
 
+    def damage(self, entry: Entry) -> str | None:
+        """Why ``entry`` must not be used (its files no longer match the digest in its meta), or None."""
+        recorded = entry.meta.get(DIGEST)
+        if recorded is None:
+            return None  # (written before digests were recorded)
+        memo = self.root / ".verified" / f"{entry.key}.json"
+        sig = _signature(entry.path)
+        try:
+            if json.loads(memo.read_text()) == sig:
+                return None  # nothing written to since its digest was last checked
+        except (OSError, ValueError):
+            pass
+        if tree_digest(entry.path) != recorded:
+            return "its files do not match the digest recorded when it was built"
+        try:
+            write_json_atomic(memo, sig)
+        except OSError:
+            pass  # (a read-only cache: checked again next time)
+        return None
+
     def entries(self) -> list[Entry]:
         if not self.root.is_dir():
             return []
@@ -159,20 +215,31 @@ class EngineCache:
 
     # ------------------------------------------------------------------ writing
     @contextmanager
-    def _lock(self, key: str, timeout_s: float) -> Iterator[None]:
+    def _lock(self, key: str, timeout_s: float, say: Callable[[str], None] | None = None) -> Iterator[None]:
         locks = self.root / ".locks"
         locks.mkdir(parents=True, exist_ok=True)
         with open(locks / f"{key}.lock", "a+") as f:
             deadline = time.monotonic() + timeout_s
+            waited = False
             while True:
                 try:
                     fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
+                    if not waited and say is not None:
+                        f.seek(0)
+                        holder = f.read().strip() or "?"
+                        say(f"waiting for another build of engine cache entry {key[:12]} (process {holder}) "
+                            f"to finish; it is used once published")
+                    waited = True
                     if time.monotonic() > deadline:
                         raise UserError(f"another build of cache entry {key} has held its lock for over "
                                         f"{timeout_s:.0f}s; wait for it or check `compare cache ls`") from None
                     time.sleep(0.05)
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()}\n")  # (who holds it, for the next one's message)
+            f.flush()
             try:
                 yield
             finally:
@@ -192,21 +259,27 @@ class EngineCache:
                 _rmtree(p)
 
     def get_or_build(self, key: str, meta: dict[str, Any], build: Callable[[Path], None],
-                     lock_timeout_s: float = 6 * 3600) -> tuple[Entry, bool]:
-        """Return (entry, hit). ``build(tmpdir)`` fills tmpdir; on any exception nothing is published."""
-        entry = self.get(key)
+                     lock_timeout_s: float = 6 * 3600,
+                     log: Callable[[str], None] | None = None) -> tuple[Entry, bool]:
+        """Return (entry, hit). ``build(tmpdir)`` fills tmpdir; on any exception nothing is published.
+        A damaged entry is rebuilt; ``log`` hears why, and that another builder is waited for."""
+        say = log or (lambda s: print(s, file=sys.stderr, flush=True))
+        entry = self._usable(key, say)
         if entry is not None:
             return entry, True
-        with self._lock(key, lock_timeout_s):
-            entry = self.get(key)  # another process may have published while we waited
+        with self._lock(key, lock_timeout_s, say):
+            entry = self._usable(key, None)  # another process may have published while we waited
             if entry is not None:
                 return entry, True
             self._sweep_dead_tmp()
+            if (self.root / key).exists() or (self.root / key).is_symlink():
+                self._discard(key)  # damaged (said above): never used, moved aside before the rebuild
             tmp = self.root / ".tmp" / f"{key}-{os.getpid()}-{secrets.token_hex(4)}"
             tmp.mkdir(parents=True)
             try:
                 build(tmp)
-                write_json_atomic(tmp / META, {**meta, "key": key, "created": time.time()})
+                write_json_atomic(tmp / META, {**meta, "key": key, "created": time.time(),
+                                               DIGEST: tree_digest(tmp)})
                 os.rename(tmp, self.root / key)
                 _fsync_dir(self.root)
             except BaseException:
@@ -214,18 +287,33 @@ class EngineCache:
                 raise
         entry = self.get(key)
         assert entry is not None
+        write_json_atomic(self.root / ".verified" / f"{key}.json", _signature(entry.path))
         return entry, False
+
+    def _usable(self, key: str, say: Callable[[str], None] | None) -> Entry | None:
+        """The published entry ``key`` when it is whole; None when missing or damaged (said to ``say``)."""
+        entry = self.get(key)
+        problem = self.damage(entry) if entry is not None else None
+        if entry is None and (self.root / key).is_dir():
+            problem = f"its {META} is missing or unreadable"
+        if problem and say is not None:
+            say(f"engine cache entry {key[:12]} is damaged ({problem}); it is not used: building it again")
+        return entry if entry is not None and problem is None else None
+
+    def _discard(self, key: str) -> None:
+        """Move an entry aside (atomic for readers), then delete it; the caller holds the key's lock."""
+        path = self.root / key
+        trash = self.root / ".tmp" / f"{key}-{os.getpid()}-rm{secrets.token_hex(4)}"
+        trash.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(path, trash)
+        _rmtree(trash) if trash.is_dir() and not trash.is_symlink() else trash.unlink()
+        (self.root / ".verified" / f"{key}.json").unlink(missing_ok=True)
 
     def remove(self, key: str) -> None:
         """Under the key's lock: move the entry aside (atomic for readers), then delete it."""
         with self._lock(key, 60):
-            path = self.root / key
-            if not path.exists():
-                return
-            trash = self.root / ".tmp" / f"{key}-{os.getpid()}-rm{secrets.token_hex(4)}"
-            trash.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(path, trash)
-            _rmtree(trash)
+            if (self.root / key).exists():
+                self._discard(key)
 
 
 def _fsync_dir(path: Path) -> None:

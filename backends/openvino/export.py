@@ -98,7 +98,7 @@ def export_model(model_dir: str, options: Mapping[str, Any], cache: EngineCache 
 
     meta = {"kind": "openvino-ir", "source": str(Path(model_dir).resolve()), **fields,
             "argv": export_argv(cli, model_dir, options, Path("<entry>/model"))[1:]}
-    return cache.get_or_build(key, meta, build)
+    return cache.get_or_build(key, meta, build, log=log)
 
 
 def weight_types(xml: Path) -> dict[str, int]:

@@ -150,7 +150,7 @@ def load_baseline(name: str, directory: Path) -> Baseline:
     """The baseline ``name`` in ``directory`` (or at the path ``name``); one-line UserError when it is
     missing, not a baseline, or of another layout."""
     path = baseline_path(name, directory)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # (a symlink loop: the reader below says so)
         known = sorted(p.stem for p in Path(directory).glob("*.json")) if Path(directory).is_dir() else []
         raise UserError(f"baseline {name!r} not found at {path}; save one with `compare baseline save "
                         f"RESULTS --name {name}`" + (f" (known in {directory}: {', '.join(known)})" if known else ""))
@@ -160,7 +160,7 @@ def load_baseline(name: str, directory: Path) -> Baseline:
     if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT or data.get("version") != BASELINE_VERSION:
         raise UserError(f"{path} is not a version-{BASELINE_VERSION} llm-compare baseline; save it again "
                         f"with this version (`compare baseline save`)")
-    return checked_baseline(data, f"baseline {name}")
+    return checked_baseline(data, f"baseline {name} ({path})")
 
 
 # ---------------------------------------------------------------- the check

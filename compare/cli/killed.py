@@ -72,16 +72,17 @@ def settle(d: Path) -> str | None:
     from core.results.migrate import to_current
     from core.results.owner import boot_id, owner_alive
 
+    from core.fsutil import read_if_regular
+
+    raw = read_if_regular(d / "run.json")  # (None: unreadable, a FIFO or device: the command that reads it says so)
+    # cheap first look (a results root may hold many large runs): the writer puts status third, so a
+    # run that is not "running" is passed over without parsing it
+    if raw is None or b'"status": "running"' not in raw[:4096]:
+        return None
     try:
-        with open(d / "run.json", "rb") as f:
-            # cheap first look (a results root may hold many large runs): the writer puts status
-            # third, so a run that is not "running" is passed over without parsing it
-            head = f.read(4096)
-            if b'"status": "running"' not in head:
-                return None
-            doc = json.loads(head + f.read())
-    except (OSError, ValueError):
-        return None  # unreadable: the command that reads it says so
+        doc = json.loads(raw)
+    except ValueError:
+        return None
     if not isinstance(doc, dict) or doc.get("status") != "running" or owner_alive(doc.get("owner")) is not False:
         return None
     records = _records(d)
@@ -102,6 +103,7 @@ def settle(d: Path) -> str | None:
                                                        "between levels")
             this["status"] = entry["status"] = "killed"
             entry["error"] = f"the run was killed {where}"
+    unscored = _unscored_quality(doc)
     ended = _last_write(d)
     rebooted = owner.get("boot_id") and boot_id() and owner["boot_id"] != boot_id()
     how = ("the machine restarted while it ran" if rebooted else f"the process that ran it (pid "
@@ -109,6 +111,8 @@ def settle(d: Path) -> str | None:
     doc.update(status="killed", finished_at=ended,
                error=(f"killed: {how}; {len(records)} requests kept"
                       + (f", the cut level summarised from what finished ({', '.join(cut)})" if cut else "")
+                      + (f"; quality of {', '.join(unscored)} not measured (killed before the reference scored "
+                         f"it; the speed results are kept)" if unscored else "")
                       + f"; recorded as killed on {time.strftime('%Y-%m-%dT%H:%M:%S%z')}"))
     try:
         run = to_current(doc, str(d / "run.json"))
@@ -120,6 +124,19 @@ def settle(d: Path) -> str | None:
     except OSError:
         pass
     return f"note: run {doc.get('run_id', d.name)} in {d} was killed (its process is gone): recorded as killed"
+
+
+def _unscored_quality(doc: dict[str, Any]) -> list[str]:
+    """Backends whose quality probes waited for the reference when the run was killed (often in
+    the quality step itself, every engine stopped): marked not measured, with why."""
+    names = []
+    for name, entry in (doc.get("backends") or {}).items():
+        q = entry.get("quality") if isinstance(entry, dict) else None
+        if isinstance(q, dict) and q.get("status") == "pending":
+            entry["quality"] = {"status": "skipped", "reason": "not measured: the run was killed before the "
+                                                               "float32 reference scored it"}
+            names.append(name)
+    return names
 
 
 def settle_dir(results: Path) -> None:

@@ -3,12 +3,14 @@
 Each subcommand lives in its own module under compare/cli/commands/ and registers itself through
 ``add_parser(subparsers)``; this file only wires them and maps errors to exit codes:
 0 ok, 1 a run that measured but did not complete (or a regression, for ``check``),
-2 bad input (one line, no traceback), 128 + the signal when stopped by one: 130 SIGINT (Ctrl-C),
+2 bad input (one line, no traceback) and a file that could not be written (a full disk: nothing
+half-written is left), 128 + the signal when stopped by one: 130 SIGINT (Ctrl-C),
 143 SIGTERM, 129 SIGHUP (compare/running/aio.py: one policy for all three).
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import signal
@@ -77,6 +79,22 @@ def _main(argv: list[str] | None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as e:
+        if e.errno not in _DISK_ERRNOS:
+            raise
+        # a file the command writes (a report, a baseline, a tune) hit a full disk or a quota:
+        # each is written atomically, so nothing half-written is left; a run's results have their
+        # own handling (run.json says "failed", what was measured is kept, exit 1)
+        from core.fsutil import disk_problem
+
+        where = f" {e.filename}" if e.filename else ""
+        print(f"error: cannot write{where}: {disk_problem(e)}; free space on that disk (or write elsewhere) "
+              f"and run the command again; nothing was written", file=sys.stderr)
+        return 2
+
+
+# a full disk, a quota, a file-size limit, a read-only file system
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 
 
 if __name__ == "__main__":

@@ -56,13 +56,34 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--workload-seed", type=int, dest="workload_seed", help="seed of the request list and arrivals")
 
 
-def _read_yaml(path: str, what: str) -> dict[str, Any]:
-    from core.fsutil import read_user_yaml
+@dataclass(frozen=True)
+class _YamlFile:
+    """A spec or workload file: its fields and the line of each key (for messages)."""
 
-    data = read_user_yaml(path, f"{what} file", None) or {}
+    path: str
+    what: str
+    data: dict[str, Any]
+    lines: dict[tuple[str | int, ...], int]
+
+    def where(self, loc: Sequence[str | int]) -> str:
+        from core.shape import line_of
+
+        line = line_of(self.lines, loc)
+        return f"{self.what} file {self.path}" + (f" line {line}" if line else "")
+
+
+def _read_yaml(path: str, what: str) -> _YamlFile:
+    from core.fsutil import read_user_text, read_user_yaml
+    from core.shape import show_value, yaml_key_lines
+
+    data = read_user_yaml(path, f"{what} file", None)
+    if data is None:
+        data = {}
     if not isinstance(data, dict):
-        raise UserError(f"{what} file {path} must hold a mapping of field: value")
-    return data
+        raise UserError(f"{what} file {path}: the document is {show_value(data)}, not a mapping of field: value; "
+                        f"see `compare {'plan' if what == 'spec' else 'run'} --help` for the fields")
+    # (read again for the key lines: a user's file is small, and the reader refused anything odd)
+    return _YamlFile(path, what, data, yaml_key_lines(read_user_text(path, f"{what} file")))
 
 
 def _scalar(text: str) -> Any:
@@ -72,12 +93,20 @@ def _scalar(text: str) -> Any:
         return text
 
 
-def _pydantic_error(e: ValidationError, what: str) -> UserError:
-    err = e.errors()[0]
-    loc = ".".join(str(x) for x in err["loc"]) or what
-    flag = _flag(str(err["loc"][0])) if err["loc"] else ""
-    hint = f" (set it with {flag} or in the {what} file)" if flag else ""
-    return UserError(f"{what}: {loc}: {err['msg']}{hint}")
+def _pydantic_error(e: ValidationError, what: str, model: Any, file: _YamlFile | None,
+                    flags: Mapping[str, str]) -> UserError:
+    """The first field the model refuses, said where it came from: the flag that set it, or the
+    file and line; the value, and what is allowed."""
+    from core.shape import first_problem
+
+    loc = tuple(e.errors()[0]["loc"])
+    problem = first_problem(e, model)
+    top = str(loc[0]) if loc else ""
+    if top in flags:
+        return UserError(f"{flags[top]}: {problem}")
+    if file is not None and (not loc or top in file.data):  # (no loc: a check of the whole file's model)
+        return UserError(f"{file.where(loc)}: {problem}")
+    return UserError(f"{what}: {problem}")
 
 
 def spec_flags(args: argparse.Namespace) -> dict[str, str | None]:
@@ -96,14 +125,18 @@ def build_spec(spec_file: str | None, flags: Mapping[str, str | None], native_it
                default_model: str | None = None, defaults: Mapping[str, str] | None = None) -> ServingSpec:
     """The spec from --spec FILE, then the spec flags over it; ``defaults`` (the embedded tiny
     model's, or what the servers serve) stand in for flags the user left unset."""
-    data: dict[str, Any] = _read_yaml(spec_file, "spec") if spec_file else {}
+    file = _read_yaml(spec_file, "spec") if spec_file else None
+    data: dict[str, Any] = dict(file.data) if file else {}
+    set_by: dict[str, str] = {}  # field -> the flag that set it (for messages)
     for name in SPEC_CLI_FIELDS:
         v = flags.get(name)
-        if v is None:
+        if v is not None:
+            set_by[name] = _flag(name)
+        else:
             v = (defaults or {}).get(name)
         if v is not None:
             data[name] = _scalar(v) if name not in ("model", "tokenizer") else v
-    native: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (data.get("native") or {}).items()}
+    native: dict[str, dict[str, Any]] = {k: dict(v) for k, v in _native_section(file).items()}
     given: set[str] = set()
     for item in native_items:
         key, eq, value = item.partition("=")
@@ -128,8 +161,25 @@ def build_spec(spec_file: str | None, flags: Mapping[str, str | None], native_it
     try:
         spec = ServingSpec(**data)
     except ValidationError as e:
-        raise _pydantic_error(e, "spec") from None
+        raise _pydantic_error(e, "spec", ServingSpec, file, set_by) from None
     return spec
+
+
+def _native_section(file: _YamlFile | None) -> dict[str, dict[str, Any]]:
+    """The spec file's ``native:`` section, checked to be a mapping of backend -> mapping."""
+    from core.shape import show_value
+
+    section = file.data.get("native") if file else None
+    if file is None or section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise UserError(f"{file.where(('native',))}: native {show_value(section)}: should be a mapping of "
+                        f"backend -> {{option: value}}, e.g. native: {{vllm: {{max_num_seqs: 8}}}}")
+    for backend, opts in section.items():
+        if not isinstance(opts, dict):
+            raise UserError(f"{file.where(('native', str(backend)))}: native.{backend} {show_value(opts)}: "
+                            f"should be a mapping of option -> value, e.g. {{max_num_seqs: 8}}")
+    return section
 
 
 @dataclass(frozen=True)
@@ -157,8 +207,15 @@ def workload_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None
 
 def build_workload(flags: WorkloadFlags, defaults: Mapping[str, Any] | None = None) -> WorkloadSpec:
     data: dict[str, Any] = dict(defaults or {})
-    if flags.file:
-        data.update(_read_yaml(flags.file, "workload"))
+    file = _read_yaml(flags.file, "workload") if flags.file else None
+    if file:
+        data.update(file.data)
+    set_by = {k: f for k, f, v in (("num_requests", "--num-requests", flags.num_requests),
+                                  ("input", "--input-len", flags.input_len),
+                                  ("output", "--output-len", flags.output_len),
+                                  ("prompt_format", "--prompt-format", flags.prompt_format),
+                                  ("sharegpt", "--sharegpt", flags.sharegpt),
+                                  ("seed", "--workload-seed", flags.seed)) if v is not None}
     if flags.num_requests is not None:
         data["num_requests"] = flags.num_requests
     if flags.input_len is not None:
@@ -168,8 +225,9 @@ def build_workload(flags: WorkloadFlags, defaults: Mapping[str, Any] | None = No
     if flags.prompt_format:
         data["prompt_format"] = flags.prompt_format
     if flags.sharegpt:
-        if not Path(flags.sharegpt).exists():
-            raise UserError(f"ShareGPT file {flags.sharegpt} does not exist; check the path")
+        from core.fsutil import check_user_file
+
+        check_user_file(flags.sharegpt, "ShareGPT file")  # (missing, a directory, FIFO, loop: one line now)
         data["sharegpt"] = flags.sharegpt
     if flags.seed is not None:
         if flags.seed < 0:
@@ -178,17 +236,38 @@ def build_workload(flags: WorkloadFlags, defaults: Mapping[str, Any] | None = No
     try:
         spec = WorkloadSpec(**data)
     except ValidationError as e:
-        raise _pydantic_error(e, "workload") from None
+        raise _pydantic_error(e, "workload", WorkloadSpec, file, set_by) from None
     except ValueError as e:  # (a seed numpy refuses, and other checks the model runs itself)
         raise UserError(f"workload: {e}") from None
     if spec.num_requests > MAX_REQUESTS:
         raise UserError(f"workload: num_requests {spec.num_requests} is more than {MAX_REQUESTS:,} (every request is "
                         f"built in memory before the run); measure with fewer, e.g. --num-requests 1000")
+    _check_size(spec)
     return spec
+
+
+def _check_size(spec: WorkloadSpec) -> None:
+    """The request list is built in memory before anything starts: refuse one that would not fit,
+    from the workload's own bounds (the longest lengths its distributions can draw)."""
+    ss = spec.sessions
+    if ss is not None and not ss.sharegpt:
+        n, prompt = ss.num_sessions * ss.turns.upper(), ss.system_prompt_tokens + ss.turns.upper() * (
+            ss.user_tokens.upper() + ss.reply_tokens.upper())
+        if n > MAX_REQUESTS:
+            raise UserError(f"workload: sessions.num_sessions {ss.num_sessions} x up to {ss.turns.upper()} turns is "
+                            f"more than {MAX_REQUESTS:,} requests (built in memory before the run); give fewer")
+    else:
+        n = spec.num_requests
+        prompt = spec.input.upper() + (spec.shared_prefix.document_tokens if spec.shared_prefix else 0)
+    if n * prompt > MAX_PROMPT_TOKENS:
+        raise UserError(f"workload: up to {n:,} requests of up to {prompt:,} prompt tokens is more than "
+                        f"{MAX_PROMPT_TOKENS:,} tokens (built in memory before the run); give fewer or shorter "
+                        f"requests")
 
 
 # the request list is built (and written to workload.jsonl) before anything starts
 MAX_REQUESTS = 1_000_000
+MAX_PROMPT_TOKENS = 1 << 28  # ~10 GB of token ids as Python lists
 
 
 # ---------------------------------------------------------------- topology (backends/topology/backend.py)

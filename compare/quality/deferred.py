@@ -221,8 +221,13 @@ async def score_quality(cfg: Any, writer: Any, pending: list[Probed], progress: 
     progress.backend_start("quality")
     log = log_file(writer.dir, "quality")
     on_line = (lambda line: progress.log_line("quality", line)) if cfg.stream_logs else None
-    with capture(log, on_line):
-        results = await score(pending, cfg.quality, lambda what: progress.phase("quality", what, log))
+    try:
+        with capture(log, on_line):
+            results = await score(pending, cfg.quality, lambda what: progress.phase("quality", what, log))
+    except Exception as e:  # (score records a reference that fails to load; this is anything else)
+        # every engine has stopped and its speed results are written: quality never sinks them
+        why = f"not measured: the quality step failed after every engine stopped ({type(e).__name__}: {str(e)[:300]})"
+        results = {p.backend: Quality(status="failed", reason=why) for p in pending}
     for name, q in results.items():
         writer.update_backend(name, quality=q)
         said = (f"token agreement {q.token_agreement} vs the float32 reference on "

@@ -50,21 +50,20 @@ class QualityOptions:
 
 
 def load_accuracy_jsonl(path: str | Path) -> tuple[tuple[str, str], ...]:
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"accuracy file {path} does not exist: pass a JSONL of "
-                        '{"prompt": ..., "answer": ...} lines')
     from core.fsutil import read_user_text
 
+    fix = 'pass a JSONL of {"prompt": ..., "answer": ...} lines'
     pairs = []
-    for n, line in enumerate(read_user_text(p, "accuracy file").splitlines(), 1):
+    for n, line in enumerate(read_user_text(Path(path), "accuracy file", fix).splitlines(), 1):
         if not line.strip():
             continue
         try:
             d = json.loads(line)
-            pairs.append((str(d["prompt"]), str(d["answer"])))
-        except (ValueError, KeyError, TypeError):
-            raise UserError(f"{path}:{n}: expected a JSON object with \"prompt\" and \"answer\"") from None
+        except ValueError:
+            d = None
+        if not (isinstance(d, dict) and isinstance(d.get("prompt"), str) and isinstance(d.get("answer"), str)):
+            raise UserError(f"{path}:{n}: expected a JSON object with \"prompt\" and \"answer\" strings; {fix}")
+        pairs.append((d["prompt"], d["answer"]))
     if not pairs:
         raise UserError(f"accuracy file {path} has no prompt/answer pairs")
     return tuple(pairs)
@@ -203,8 +202,15 @@ def reference_model_for(spec: ServingSpec, opts: QualityOptions) -> str | None:
     if opts.reference_model:
         return opts.reference_model
     prov = Path(spec.model) / "llm_compare_quant.json"
-    if prov.is_file():
-        return json.loads(prov.read_text()).get("source")
+    if prov.is_file():  # (written by `compare quantize`; damaged: no reference, and quality says so)
+        from core.fsutil import read_if_regular
+
+        try:
+            doc = json.loads(read_if_regular(prov) or b"")
+        except ValueError:
+            return None
+        source = doc.get("source") if isinstance(doc, dict) else None
+        return source if isinstance(source, str) else None
     return spec.model if Path(spec.model, "config.json").is_file() else None
 
 

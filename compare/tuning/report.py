@@ -85,7 +85,7 @@ def tuned_specs(tune_dir: str, backends: list[str | Topology], base: ServingSpec
     """``compare run --tuned DIR``: each backend's best config from a tune, over the run's spec
     (keyed by display name; a topology runs the tuned config of its inner backend)."""
     path = Path(tune_dir) / "tune.json" if Path(tune_dir).is_dir() else Path(tune_dir)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # (a symlink loop: the reader below says so)
         raise UserError(f"--tuned {tune_dir}: no tune.json there; pass a directory written by `compare tune`")
     from core.fsutil import read_user_json
 
@@ -99,8 +99,8 @@ def tuned_specs(tune_dir: str, backends: list[str | Topology], base: ServingSpec
     try:
         tune = TuneResults.model_validate(data)
     except ValidationError as e:
-        raise UserError(f"--tuned file {path} is not a tune.json written by `compare tune` ({first_problem(e)}); "
-                        f"{fix}") from None
+        raise UserError(f"--tuned file {path} is not a tune.json written by `compare tune` "
+                        f"({first_problem(e, TuneResults)}); {fix}") from None
     best = {r.backend: r.best for r in tune.backends}
     out = {}
     for target in backends:

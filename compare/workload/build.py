@@ -22,17 +22,17 @@ __all__ = ["LengthDist", "SharedPrefix", "WorkloadSpec", "build_requests"]
 class SharedPrefix(BaseModel):
     """RAG / knowledge-base style: each request = one of N shared documents + its own question."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     num_documents: int = Field(gt=0)
     document_tokens: int = Field(gt=0)
 
 
 class WorkloadSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = "synthetic"
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     num_requests: int = Field(16, gt=0)
     input: LengthDist = LengthDist(dist="fixed", value=64)
     output: LengthDist = LengthDist(dist="fixed", value=32)
@@ -165,10 +165,10 @@ def request_to_dict(r: GenerationRequest) -> dict[str, Any]:
     return d
 
 
-def request_from_dict(d: dict[str, Any]) -> GenerationRequest:
-    d = dict(d)
-    if "prompt_token_ids" in d:
-        d["prompt_token_ids"] = tuple(d["prompt_token_ids"])
-    if "messages" in d:
-        d["messages"] = tuple(tuple(m) for m in d["messages"])
-    return GenerationRequest(**d)
+def request_from_dict(d: Any) -> GenerationRequest:
+    """A request as workload.jsonl holds it, each field checked against ``GenerationRequest``'s
+    types (core.shape.ShapeError names the field, the value and what is allowed)."""
+    from core.shape import dataclass_from
+
+    req: GenerationRequest = dataclass_from(GenerationRequest, d)
+    return req

@@ -14,6 +14,7 @@ A malformed row is refused naming the file, the line and what is wrong.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any, Iterator
@@ -42,38 +43,50 @@ def parse_columns(text: str | None) -> dict[str, str]:
     return cols
 
 
+_FIX = "pass a JSONL, CSV or Parquet prompt file"
+
+
 def _rows(path: Path, cols: dict[str, str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    from core.fsutil import check_user_file, read_user_text
+
     suffix = path.suffix.lower()
     if suffix == ".parquet":
+        check_user_file(path, "--dataset file", _FIX)  # (a directory, FIFO, device or loop: one line)
         try:
             import pyarrow.parquet as pq
         except ImportError:
             raise DatasetError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow), "
                                "or pass the prompts as JSONL or CSV") from None
-        for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
-            yield i, row
+        try:
+            table = pq.read_table(path).to_pylist()
+        except Exception as e:  # (pyarrow raises its own kinds for a damaged or foreign file)
+            raise DatasetError(f"{path}: not a Parquet file pyarrow can read ({type(e).__name__}); {_FIX}") from None
+        for i, row in enumerate(table, 1):
+            yield i, row if isinstance(row, dict) else {}
         return
-    with path.open(encoding="utf-8", newline="") as f:
-        if suffix == ".csv":
-            reader = csv.DictReader(f)
-            header = reader.fieldnames or []
-            prompt_cols = [cols[k] for k in ("prompt", "messages", "token_ids")]
-            if not any(c in header for c in prompt_cols):
-                raise DatasetError(f"{path}:1: missing column: none of {', '.join(map(repr, prompt_cols))} "
-                                   f"in the header ({', '.join(header)}); map one with --dataset-columns")
-            for row in reader:
-                yield reader.line_num, dict(row)
-            return
-        for no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DatasetError(f"{path}:{no}: not a JSON object ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise DatasetError(f"{path}:{no}: not a JSON object")
-            yield no, row
+    # through the user-file reader: a directory, FIFO, device, symlink loop, a huge or non-UTF-8
+    # file is one line (core.errors.UserError), never a hang
+    text = read_user_text(path, "--dataset file", _FIX)
+    if suffix == ".csv":
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        header = reader.fieldnames or []
+        prompt_cols = [cols[k] for k in ("prompt", "messages", "token_ids")]
+        if not any(c in header for c in prompt_cols):
+            raise DatasetError(f"{path}:1: missing column: none of {', '.join(map(repr, prompt_cols))} "
+                               f"in the header ({', '.join(header)}); map one with --dataset-columns")
+        for row in reader:
+            yield reader.line_num, dict(row)
+        return
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DatasetError(f"{path}:{no}: not a JSON object ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise DatasetError(f"{path}:{no}: not a JSON object")
+        yield no, row
 
 
 def _decode(value: Any, where: str, field: str) -> Any:
@@ -113,7 +126,8 @@ def _request(row: dict[str, Any], cols: dict[str, str], where: str, rid: str, de
             raise DatasetError(f"{where}: {cols['prompt']} must be non-empty text")
         return GenerationRequest(prompt_text=value, **common)
     if kind == "token_ids":
-        if not isinstance(value, list) or not value or not all(isinstance(x, int) and x >= 0 for x in value):
+        if not isinstance(value, list) or not value or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                               and x >= 0 for x in value):
             raise DatasetError(f"{where}: {cols['token_ids']} must be a non-empty list of token ids")
         return GenerationRequest(prompt_token_ids=tuple(value), **common)
     if (not isinstance(value, list) or not value
@@ -130,8 +144,6 @@ def load_dataset(path_: str, *, columns: dict[str, str] | None = None, default_o
     """The file's prompts, in file order (the first ``limit``); every row checked before any runs."""
     path = Path(path_)
     cols = columns or parse_columns(None)
-    if not path.is_file():
-        raise DatasetError(f"--dataset {path}: no such file; pass a JSONL, CSV or Parquet prompt file")
     reqs: list[GenerationRequest] = []
     try:
         for no, row in _rows(path, cols):
@@ -139,8 +151,8 @@ def load_dataset(path_: str, *, columns: dict[str, str] | None = None, default_o
                                  default_output_len, ignore_eos, seed))
             if limit is not None and len(reqs) >= limit:
                 break
-    except UnicodeDecodeError:
-        raise DatasetError(f"{path}: not UTF-8 text; save the prompt file as UTF-8") from None
+    except csv.Error as e:
+        raise DatasetError(f"{path}: not a CSV file ({e}); {_FIX}") from None
     if not reqs:
         raise DatasetError(f"{path}: no prompts in the file")
     return reqs

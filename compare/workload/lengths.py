@@ -7,18 +7,22 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+# the longest length drawn (sampled lengths are clipped to it): 1M tokens is beyond any served context
+MAX_LENGTH = 1 << 20
+
+
 class LengthDist(BaseModel):
     """A token-length distribution. ``fixed``: value; ``uniform``: [min, max];
     ``normal``: mean/std; ``lognormal``: mean/std of the *lengths* (not of the log)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
-    value: int | None = Field(None, gt=0)
-    min: int | None = Field(None, gt=0)
-    max: int | None = Field(None, gt=0)
-    mean: float | None = Field(None, gt=0)
-    std: float | None = Field(None, ge=0)
+    value: int | None = Field(None, gt=0, le=MAX_LENGTH)
+    min: int | None = Field(None, gt=0, le=MAX_LENGTH)
+    max: int | None = Field(None, gt=0, le=MAX_LENGTH)
+    mean: float | None = Field(None, gt=0, le=MAX_LENGTH)
+    std: float | None = Field(None, ge=0, le=MAX_LENGTH)
 
     @model_validator(mode="after")
     def _check(self) -> "LengthDist":
@@ -31,9 +35,13 @@ class LengthDist(BaseModel):
             raise ValueError("uniform length: min must be <= max")
         return self
 
+    def upper(self) -> int:
+        """The longest length :meth:`sample` can draw."""
+        return self.value if self.dist == "fixed" and self.value else (self.max or MAX_LENGTH)
+
     def sample(self, rng: np.random.Generator, n: int) -> list[int]:
         lo = self.min or 1
-        hi = self.max or 1 << 20
+        hi = self.max or MAX_LENGTH
         if self.dist == "fixed":
             out = np.full(n, self.value)
         elif self.dist == "uniform":

@@ -30,14 +30,14 @@ Conversation = tuple[str, list[tuple[str, str]]]
 class SessionsSpec(BaseModel):
     """The ``sessions:`` section of a workload YAML (docs/workloads.md)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     num_sessions: int = Field(8, gt=0)
     turns: LengthDist = LengthDist(dist="fixed", value=4)  # turns per session (synthetic)
     user_tokens: LengthDist = LengthDist(dist="fixed", value=64)  # each new user turn
     reply_tokens: LengthDist = LengthDist(dist="fixed", value=32)  # each reply = the turn's output length
     system_prompt_tokens: int = Field(0, ge=0)  # one system prompt shared by every session
-    think_time_s: float = Field(0.0, ge=0)  # between a reply's end and the next turn's send
+    think_time_s: float = Field(0.0, ge=0, le=3600)  # between a reply's end and the next turn's send
     think_time_dist: Literal["fixed", "exponential"] = "fixed"  # exponential: think_time_s is the mean
     # ShareGPT JSON/JSONL conversations, every turn: the recorded replies are the history and each
     # reply's length in tokens is its turn's output length (reply_tokens when no tokenizer is given)

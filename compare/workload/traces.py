@@ -14,7 +14,9 @@ a time window and a request cap. A malformed line is refused naming the file, th
 from __future__ import annotations
 
 import csv
+import io
 import json
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from core.records import GenerationRequest
+from core.shape import show_value
 
 BLOCK_TOKENS = 512  # Mooncake's hash_ids each stand for one block of this many prompt tokens
 FORMATS = ("mooncake", "azure", "burstgpt")
@@ -46,8 +49,8 @@ class Trace:
     fmt: str
 
 
-def detect_format(path: Path) -> str:
-    first = _first_line(path)
+def detect_format(path: Path, text: str | None = None) -> str:
+    first = _first_line(path, _text(path) if text is None else text)
     if first.lstrip().startswith("{"):
         return "mooncake"
     header = {h.strip() for h in first.split(",")}
@@ -59,67 +62,86 @@ def detect_format(path: Path) -> str:
                      f"pass --trace-format {'|'.join(FORMATS)}")
 
 
-def _first_line(path: Path) -> str:
-    try:
-        with path.open(encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    return line
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read the trace ({e.strerror}); pass an existing file") from None
-    except UnicodeDecodeError:
-        raise TraceError(f"{path}: not UTF-8 text; pass a Mooncake JSONL or Azure/BurstGPT CSV") from None
+def _text(path: Path) -> str:
+    """The whole trace through the user-file reader: a directory, a FIFO or device, a symlink
+    loop, a huge or non-UTF-8 file is one line (core.errors.UserError), never a hang."""
+    from core.fsutil import read_user_text
+
+    return read_user_text(path, "--trace file", "pass a Mooncake JSONL or Azure/BurstGPT CSV trace")
+
+
+def _first_line(path: Path, text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line
     raise TraceError(f"{path}: the trace is empty; pass a file with at least one request")
 
 
 def _int(value: object, where: str, field: str) -> int:
     try:
+        if isinstance(value, (bool, list, dict)) or value is None:
+            raise TypeError
         n = int(str(value).strip())
     except (TypeError, ValueError):
-        raise TraceError(f"{where}: {field} {value!r} is not a whole number") from None
+        raise TraceError(f"{where}: {field} {show_value(value)}: should be a whole number >= 0") from None
     if n < 0:
-        raise TraceError(f"{where}: {field} {n} is negative")
+        raise TraceError(f"{where}: {field} {n}: should be a whole number >= 0")
     return n
 
 
-def _read_mooncake(path: Path) -> list[tuple[int, float, int, int, tuple[int, ...]]]:
+MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
+
+
+def _read_mooncake(path: Path, text: str) -> list[tuple[int, float, int, int, tuple[int, ...]]]:
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{no}"
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TraceError(f"{where}: not a JSON object ({e.msg})") from None
-            if not isinstance(d, dict):
-                raise TraceError(f"{where}: not a JSON object")
-            for key in ("timestamp", "input_length", "output_length"):
-                if key not in d:
-                    raise TraceError(f"{where}: missing {key!r} (a Mooncake line has timestamp, "
-                                     "input_length, output_length, hash_ids)")
-            ts = _number(d["timestamp"], where, "timestamp") / 1000.0
-            ids = d.get("hash_ids", [])
-            if not isinstance(ids, list) or not all(isinstance(x, int) for x in ids):
-                raise TraceError(f"{where}: hash_ids must be a list of integers")
-            rows.append((no, ts, _int(d["input_length"], where, "input_length"),
-                         _int(d["output_length"], where, "output_length"), tuple(ids)))
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{no}"
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TraceError(f"{where}: not a JSON object ({e.msg})") from None
+        if not isinstance(d, dict):
+            raise TraceError(f"{where}: not a JSON object")
+        unknown = [k for k in d if k not in MOONCAKE_KEYS]
+        if unknown:
+            raise TraceError(f"{where}: {unknown[0]!r} is not a Mooncake field (a line has "
+                             f"{', '.join(MOONCAKE_KEYS)})")
+        for key in ("timestamp", "input_length", "output_length"):
+            if key not in d:
+                raise TraceError(f"{where}: missing {key!r} (a Mooncake line has timestamp, "
+                                 "input_length, output_length, hash_ids)")
+        ts = _number(d["timestamp"], where, "timestamp") / 1000.0
+        ids = d.get("hash_ids", [])
+        if not isinstance(ids, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in ids):
+            raise TraceError(f"{where}: hash_ids {show_value(ids)}: should be a list of whole numbers")
+        rows.append((no, ts, _int(d["input_length"], where, "input_length"),
+                     _int(d["output_length"], where, "output_length"), tuple(ids)))
     return rows
 
 
 def _number(value: object, where: str, field: str) -> float:
     try:
-        return float(str(value).strip())
+        if isinstance(value, (bool, list, dict)) or value is None:
+            raise TypeError
+        x = float(str(value).strip())
     except (TypeError, ValueError):
-        raise TraceError(f"{where}: {field} {value!r} is not a number") from None
+        x = math.nan
+    if not math.isfinite(x) or x < 0:
+        raise TraceError(f"{where}: {field} {show_value(value)}: should be a finite number >= 0")
+    return x
 
 
 def _seconds(value: str, where: str) -> float:
     try:
-        return float(value)
+        x = float(value)
     except ValueError:
-        pass
+        x = None
+    if x is not None:
+        if not (math.isfinite(x) and x >= 0):
+            raise TraceError(f"{where}: TIMESTAMP {value!r}: should be finite seconds >= 0 or a date-time")
+        return x
     try:  # Azure's traces stamp requests with a date-time, e.g. 2023-11-16 18:15:46.6805900
         text = value.strip()
         head, _, frac = text.partition(".")
@@ -129,39 +151,40 @@ def _seconds(value: str, where: str) -> float:
         raise TraceError(f"{where}: TIMESTAMP {value!r} is neither seconds nor a date-time") from None
 
 
-def _read_csv(path: Path, ts_col: str, in_col: str, out_col: str) -> list[tuple[int, float, int, int, tuple[int, ...]]]:
+def _read_csv(path: Path, text: str, ts_col: str, in_col: str,
+              out_col: str) -> list[tuple[int, float, int, int, tuple[int, ...]]]:
     rows = []
-    with path.open(encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f)
-        header = [h.strip() for h in reader.fieldnames or []]
-        reader.fieldnames = header
-        missing = [c for c in (ts_col, in_col, out_col) if c not in header]
-        if missing:
-            raise TraceError(f"{path}:1: missing column {', '.join(repr(c) for c in missing)} "
-                             f"(have {', '.join(header)})")
-        for rec in reader:
-            no = reader.line_num
-            where = f"{path}:{no}"
-            rows.append((no, _seconds(rec[ts_col] or "", where), _int(rec[in_col], where, in_col),
-                         _int(rec[out_col], where, out_col), ()))
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    header = [h.strip() for h in reader.fieldnames or []]
+    reader.fieldnames = header
+    missing = [c for c in (ts_col, in_col, out_col) if c not in header]
+    if missing:
+        raise TraceError(f"{path}:1: missing column {', '.join(repr(c) for c in missing)} "
+                         f"(have {', '.join(header)})")
+    for rec in reader:
+        no = reader.line_num
+        where = f"{path}:{no}"
+        rows.append((no, _seconds(rec[ts_col] or "", where), _int(rec[in_col], where, in_col),
+                     _int(rec[out_col], where, out_col), ()))
     return rows
 
 
 def read_rows(path_: str, fmt: str | None = None) -> tuple[str, list[TraceRow]]:
     """The trace's rows with offsets from its first request; refuses timestamps going backwards."""
     path = Path(path_)
-    fmt = fmt or detect_format(path)
-    if fmt not in FORMATS:
+    if fmt is not None and fmt not in FORMATS:
         raise TraceError(f"--trace-format {fmt!r}: use one of {', '.join(FORMATS)}")
+    text = _text(path)
+    fmt = fmt or detect_format(path, text)
     try:
         if fmt == "mooncake":
-            raw = _read_mooncake(path)
+            raw = _read_mooncake(path, text)
         elif fmt == "azure":
-            raw = _read_csv(path, "TIMESTAMP", "ContextTokens", "GeneratedTokens")
+            raw = _read_csv(path, text, "TIMESTAMP", "ContextTokens", "GeneratedTokens")
         else:
-            raw = _read_csv(path, "Timestamp", "Request tokens", "Response tokens")
-    except UnicodeDecodeError:
-        raise TraceError(f"{path}: not UTF-8 text; pass a Mooncake JSONL or Azure/BurstGPT CSV") from None
+            raw = _read_csv(path, text, "Timestamp", "Request tokens", "Response tokens")
+    except csv.Error as e:
+        raise TraceError(f"{path}: not a CSV trace ({e}); pass a Mooncake JSONL or Azure/BurstGPT CSV") from None
     if not raw:
         raise TraceError(f"{path}: the trace has no requests")
     prev = raw[0][1]

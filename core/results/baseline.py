@@ -63,7 +63,7 @@ class Baseline(_Closed):
     workload_sha256: str | None = None
     levels: list[str] = Field(default_factory=list)
     slo: list[SloLimit] = Field(default_factory=list)
-    repeats: int = 0
+    repeats: int = Field(0, ge=0)
     fingerprint: Fingerprint = Field(default_factory=Fingerprint)
     metrics: dict[str, dict[str, MetricCell]] = Field(default_factory=dict)
 
@@ -78,5 +78,5 @@ def checked_baseline(data: dict[str, Any], where: str) -> Baseline:
     try:
         return Baseline.model_validate(data)
     except ValidationError as e:
-        raise UserError(f"{where} is not a valid llm-compare baseline ({first_problem(e)}); save it again "
+        raise UserError(f"{where} is not a valid llm-compare baseline ({first_problem(e, Baseline)}); save it again "
                         f"with this version (`compare baseline save`)") from None

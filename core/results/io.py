@@ -22,16 +22,20 @@ import shutil
 import sys
 import time
 import uuid
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Iterator
 
 from core.errors import RunFailed, UserError
-from core.fsutil import open_user_file, read_user_json, write_atomic
+from core.fsutil import (disk_problem, make_dirs, missing_top, open_user_file, read_user_json, remove_empty_dirs,
+                          write_atomic)
 from core.records import RequestRecord
+from core.shape import ShapeError
 from core.results.migrate import to_current
 from core.results.evolve import evolve
 from core.results.models import SCHEMA_VERSION, BackendResult, RunResults
-from core.results.owner import current_owner, owner_alive
+from core.results.owner import current_owner
+from core.results.rundir import REQUESTS, check_results_dir_free, never_measured, set_aside
 
 # records are written on the measuring event loop: msgspec (a dependency) encodes them ~5x faster than json
 from msgspec.json import encode as _encode
@@ -89,18 +93,11 @@ class ResultsWriteError(RunFailed):
     """The results directory stopped taking writes mid-run (full disk, quota, I/O error)."""
 
 
-def disk_problem(e: OSError) -> str:
-    """"No space left on device (ENOSPC)": the OS's words and the errno name."""
-    name = errno.errorcode.get(e.errno or 0)
-    text = e.strerror or str(e)
-    return f"{text} ({name})" if name else text
-
-
 # Space set aside in the results directory while a run measures, given back when a write fails,
 # so that the final run.json (status "failed" and why) still fits on a disk that filled up.
 RESERVE_NAME = ".space-reserve"
 RESERVE_BYTES = 64 * 1024
-REQUESTS = "requests.jsonl"
+MAX_RECORD = 64 << 20  # one request's record (its tokens' times and logprobs) is kilobytes
 
 
 def create_results_dir(root: str | os.PathLike[str], run_id: str) -> Path:
@@ -110,7 +107,7 @@ def create_results_dir(root: str | os.PathLike[str], run_id: str) -> Path:
     check_run_id(run_id)  # before anything is created
     root = Path(root)
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        made = make_dirs(root)  # (taken back when the probe below fails: nothing is left behind)
     except FileExistsError:
         raise UserError(f"results directory {root} is a file, not a directory; pass a directory with --out") from None
     except OSError as e:
@@ -122,7 +119,7 @@ def create_results_dir(root: str | os.PathLike[str], run_id: str) -> Path:
             d.mkdir()  # no exist_ok: the existence check and the creation are one step
         except FileExistsError:
             check_results_dir_free(root, run_id)  # refuses unless it holds a run that never measured
-            _set_aside(d)
+            set_aside(d)
             d.mkdir()  # (a simultaneous start with the same id that got there first wins)
     except FileExistsError:
         raise UserError(f"results directory {d} already exists; pick another --run-id") from None
@@ -138,51 +135,10 @@ def create_results_dir(root: str | os.PathLike[str], run_id: str) -> Path:
         probe.unlink()
     except OSError as e:
         shutil.rmtree(d, ignore_errors=True)
+        remove_empty_dirs(made, root)
         raise UserError(f"cannot write to the results directory {root}: {disk_problem(e)}; pass a writable "
                         f"directory with --out") from None
     return d
-
-
-def never_measured(d: Path) -> bool:
-    """``d`` holds a run that ended (or whose owner died) before measuring anything: no request
-    recorded, no level summarised. Its run id may be used again (the old directory is replaced)."""
-    try:
-        with open(d / "run.json", "rb") as f:
-            doc = json.loads(f.read())
-        reqs = d / REQUESTS
-        if reqs.exists() and reqs.stat().st_size > 0:
-            return False
-    except (OSError, ValueError):
-        return False
-    if not isinstance(doc, dict) or not isinstance(doc.get("backends"), dict):
-        return False
-    status = doc.get("status")
-    if status == "running":
-        if owner_alive(doc.get("owner")) is not False:
-            return False  # (still running, or cannot tell)
-    elif status not in ("failed", "interrupted", "killed"):
-        return False
-    return not any(isinstance(b, dict) and b.get("levels") for b in doc["backends"].values())
-
-
-def check_results_dir_free(root: str | os.PathLike[str], run_id: str) -> None:
-    """Before anything starts: ``root/run_id`` does not exist, or holds a run that never measured."""
-    from core.fsutil import check_dir_option
-
-    check_dir_option(root, "--out")  # a file, a loop, under a file: refused before anything starts
-    d = Path(root) / run_id
-    if (d.exists() or d.is_symlink()) and not (d.is_dir() and not d.is_symlink() and never_measured(d)):
-        raise UserError(f"results directory {d} already exists; pick another --run-id")
-
-
-def _set_aside(d: Path) -> None:
-    """Move a never-measured run out of the way (one rename: a reader sees the old or nothing)."""
-    gone = d.with_name(f".{d.name}.replaced-{uuid.uuid4().hex[:8]}")
-    try:
-        os.rename(d, gone)
-    except FileNotFoundError:
-        return  # a simultaneous start set it aside first
-    shutil.rmtree(gone, ignore_errors=True)
 
 
 class ResultsWriter:
@@ -196,6 +152,7 @@ class ResultsWriter:
     already failing."""
 
     def __init__(self, root: Path, run_id: str, header: dict[str, Any]) -> None:
+        made = self._made = missing_top(Path(root))  # (taken back when the directory cannot be written)
         self.dir = create_results_dir(root, run_id)
         self._run = RunResults.model_validate({
             "schema_version": SCHEMA_VERSION, "run_id": run_id, "status": "running",
@@ -211,12 +168,12 @@ class ResultsWriter:
         except OSError as e:
             self._close_fd()
             shutil.rmtree(self.dir, ignore_errors=True)
+            remove_empty_dirs(made, Path(root))
             raise UserError(f"cannot write to the results directory {self.dir}: {disk_problem(e)}; pass a "
                             f"writable directory with --out") from None
 
-    @property
+    @property  # the run so far, typed (frozen: change it through ``update``/``update_backend``)
     def results(self) -> RunResults:
-        """The run so far, typed (frozen: change it through ``update``/``update_backend``)."""
         return self._run
 
     @property
@@ -255,10 +212,8 @@ class ResultsWriter:
             os.close(fd)
 
     def _release(self) -> None:
-        try:
+        with suppress(OSError):
             os.unlink(self.dir / RESERVE_NAME)
-        except OSError:
-            pass
 
     def _fail(self, what: str, e: OSError) -> ResultsWriteError:
         """The first failed write: cut the torn line, give back the reserve, record "failed"."""
@@ -268,24 +223,29 @@ class ResultsWriter:
             return self.error
         self.error = err
         if self._req >= 0:
-            try:
+            with suppress(OSError):  # (when it fails, readers skip a torn last line)
                 os.ftruncate(self._req, self._req_size)  # the torn part of the last line
-            except OSError:
-                pass  # readers skip a torn last line
         self._release()
         # the one measuring when the disk failed
         backends = {name: evolve(entry, status="failed", error=str(err)) if entry.status == "running" else entry
                     for name, entry in self._run.backends.items()}
         self.update(status="failed", finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=str(err),
                     backends=backends)
-        try:
+        with suppress(OSError):  # (nothing can be written there any more: the last complete run.json stays)
             self._write_run()
-        except OSError:
-            pass  # nothing can be written there any more: the last complete run.json stays
         return err
 
     def write_workload(self, requests: list[dict[str, Any]]) -> None:
-        self.write_text("workload.jsonl", "".join(json.dumps(r) + "\n" for r in requests))
+        """Written before anything starts: a disk that cannot take it is refused like a bad --out
+        (UserError), and the directory is taken back (nothing was measured, nothing is kept)."""
+        try:
+            write_atomic(self.dir / "workload.jsonl", "".join(json.dumps(r) + "\n" for r in requests))
+        except OSError as e:
+            self._close_fd()
+            shutil.rmtree(self.dir, ignore_errors=True)
+            remove_empty_dirs(self._made, self.dir.parent)
+            raise UserError(f"cannot write workload.jsonl in {self.dir}: {disk_problem(e)}; free space on that "
+                            f"disk or pass another --out; nothing was written") from None
 
     def add_record(self, rec: RequestRecord) -> None:
         if self.error is not None:
@@ -371,18 +331,25 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
         import gzip
 
         f = gzip.GzipFile(fileobj=raw_f) if p.suffix == ".gz" else raw_f
-        for raw in f:
+        for n, raw in enumerate(iter(lambda: f.readline(MAX_RECORD), b""), 1):  # (bounded: NULs have no lines)
+            if len(raw) >= MAX_RECORD and not raw.endswith(b"\n"):
+                raise ValueError(f"line {n} is longer than {MAX_RECORD >> 20} MiB, so not a record")
             if not raw.strip():
                 continue
             try:
                 doc = json.loads(raw)
-            except ValueError:
+            except ValueError as e:
                 if not raw.endswith(b"\n"):  # (only the last line can lack one) never finished
                     sys.stderr.write(f"warning: {p}: skipped the torn last line ({len(raw)} bytes, no "
                                      f"newline): the run stopped while writing it\n")
                     return
-                raise
-            yield RequestRecord.from_json(doc)
+                if isinstance(e, UnicodeDecodeError):
+                    raise
+                raise ValueError(f"line {n} is not JSON ({getattr(e, 'msg', e)})") from None
+            try:
+                yield RequestRecord.from_json(doc)
+            except ShapeError as e:
+                raise ValueError(f"line {n}: {e}") from None
 
 
 def load_results(path: str | os.PathLike[str]) -> tuple[RunResults, list[RequestRecord]]:
@@ -393,6 +360,7 @@ def load_results(path: str | os.PathLike[str]) -> tuple[RunResults, list[Request
     try:
         return run, list(iter_records(path))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
-        problem = "not UTF-8" if isinstance(e, UnicodeDecodeError) else f"{type(e).__name__}: {e}"
+        problem = ("not UTF-8" if isinstance(e, UnicodeDecodeError) else
+                   str(e) if type(e) is ValueError else f"{type(e).__name__}: {e}")
         raise UserError(f"{path}/requests.jsonl has a corrupt line ({problem}); "
                         f"pass a complete results directory") from None

@@ -16,10 +16,11 @@ from core.results.models import SCHEMA_VERSION, RunResults
 READABLE = (1, SCHEMA_VERSION)
 
 
-def first_problem(e: ValidationError) -> str:
-    err = e.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    return f"{where}: {err['msg']}"
+def first_problem(e: ValidationError, model: Any = RunResults) -> str:
+    """The first thing ``model`` refused: the field, the value and what is allowed."""
+    from core.shape import first_problem as shape_problem
+
+    return str(shape_problem(e, model))
 
 
 def writer_version(run: dict[str, Any]) -> str | None:

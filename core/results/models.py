@@ -365,8 +365,8 @@ class RunResults(_Open):
     workload: WorkloadInfo = Field(default_factory=WorkloadInfo)
     levels: list[LevelDef] = Field(default_factory=list)
     slo: list[SloLimit] = Field(default_factory=list)
-    warmup_requests: int | None = None
-    repeats: int = 1
+    warmup_requests: int | None = Field(None, ge=0)
+    repeats: int = Field(1, ge=1)
     hardware: HardwareInfo = Field(default_factory=HardwareInfo)
     client: ClientInfo | None = None
     gpu_hour_price: float | None = None

@@ -54,3 +54,21 @@ def test_a_gpu_run_builds_for_the_gpus_architecture():
     assert parse_compute_cap("9.0") == "90" and parse_compute_cap("12.0\n") == "120"
     assert parse_compute_cap("[N/A]") is None and parse_compute_cap("") is None
     assert "-DCMAKE_CUDA_ARCHITECTURES=90" in cmake_flags(parse_compute_cap("9.0"))
+
+
+def test_a_half_linked_binary_is_never_published(tmp_path):
+    """What a build killed mid-link leaves in its resumable work directory: a binary cut short.
+    The check before publishing runs each binary; one that does not start is refused."""
+    import shutil
+
+    whole = tmp_path / "whole"
+    shutil.copy("/bin/true", whole)
+    assert build._runs(whole)
+    half = tmp_path / "half"
+    shutil.copy("/bin/true", half)
+    os.truncate(half, half.stat().st_size // 3)
+    assert not build._runs(half)
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    empty.chmod(0o755)
+    assert not build._runs(empty)

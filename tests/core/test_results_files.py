@@ -74,5 +74,5 @@ def test_baseline_of_another_layout_is_refused(tmp_path):
     with pytest.raises(UserError, match=r"fingerprint\.gpus\.gpu0\.driver"):
         checked_baseline({**base, "fingerprint": fp}, "baseline b")
     (tmp_path / "b.json").write_text(json.dumps({**base, "slo": [{"metric": "ttft"}]}))
-    with pytest.raises(UserError, match=r"baseline b is not a valid llm-compare baseline \(slo\.0\.stat"):
+    with pytest.raises(UserError, match=r"baseline b \(.*b.json\) is not a valid llm-compare baseline \(slo\.0\.stat"):
         load_baseline("b", tmp_path)

@@ -75,9 +75,12 @@ def _killed_runs(args: argparse.Namespace) -> None:
         import json
 
         for d in sorted(p for p in args.out.iterdir() if p.is_dir()):
+            from core.fsutil import read_if_regular
+
+            raw = read_if_regular(d / "run.json")  # (a FIFO or device there: passed over, never a hang)
             try:
-                doc = json.loads((d / "run.json").read_bytes())
-            except (OSError, ValueError):
+                doc = json.loads(raw) if raw is not None else None
+            except ValueError:
                 continue
             if isinstance(doc, dict) and doc.get("status") == "running" and owner_alive(doc.get("owner")) is False:
                 print(f"would record run {d.name} in {d} as killed (its process is gone)")

@@ -103,7 +103,7 @@ def _requests(replay: str | None, spec, workload, served=None):
     from compare.workload.build import build_requests, load_sharegpt, request_from_dict
 
     if replay:
-        from core.fsutil import read_user_jsonl
+        from core.fsutil import parse_user_json, read_user_text
 
         if not Path(replay).is_dir():
             raise UserError(f"--replay {replay}: not a directory; pass a results directory written by "
@@ -112,12 +112,22 @@ def _requests(replay: str | None, spec, workload, served=None):
         if not path.exists() and not path.is_symlink():
             raise UserError(f"--replay {replay}: no workload.jsonl there; pass a results directory")
         fix = "pass a results directory written by `compare run`"
-        rows = read_user_jsonl(path, "--replay file", fix)
-        try:
-            out = [request_from_dict(row) for row in rows]
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise UserError(f"--replay file {path} holds a request that is not one `compare run` wrote "
-                            f"({type(e).__name__}: {e}); {fix}") from None
+        text = read_user_text(path, "--replay file", fix)
+        from core.shape import ShapeError
+
+        out, seen = [], {}
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(request_from_dict(parse_user_json(line, path, "--replay file", fix, line=n)))
+            except ShapeError as e:
+                raise UserError(f"--replay file {path} line {n}: {e}; {fix}") from None
+            rid = out[-1].request_id  # (records are matched to requests by id)
+            if rid in seen:
+                raise UserError(f"--replay file {path} line {n}: request_id {rid!r} is given twice (also line "
+                                f"{seen[rid]}); {fix}")
+            seen[rid] = n
         if not out:
             raise UserError(f"--replay file {path} holds no requests; {fix}")
         return out

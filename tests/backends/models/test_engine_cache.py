@@ -176,3 +176,109 @@ def test_remove_and_read_only_trees(tmp_path):
     e, _ = cache.get_or_build("abc123", {}, build)
     cache.remove("abc123")
     assert not e.path.exists() and cache.entries() == []
+
+
+# ---------------------------------------------------------------- damaged entries, interrupted and concurrent builds
+
+
+def _binary_build(d: Path):
+    (d / "bin").mkdir()
+    (d / "bin" / "server").write_bytes(b"\x7fELF" + b"x" * 4096)
+    (d / "build.log").write_text("ok\n")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing_file", "missing_meta", "meta_not_json", "rewritten"])
+def test_a_damaged_entry_is_detected_by_its_digest_and_rebuilt(tmp_path, damage):
+    cache = EngineCache(tmp_path / "c")
+    e, hit = cache.get_or_build("k", {}, _binary_build)
+    assert not hit and e.meta["content_sha256"]
+    server = e.path / "bin" / "server"
+    if damage == "truncated":  # (the size changes: seen without re-reading the file)
+        os.truncate(server, 100)
+    elif damage == "missing_file":
+        server.unlink()
+    elif damage == "missing_meta":
+        (e.path / "meta.json").unlink()
+    elif damage == "meta_not_json":
+        (e.path / "meta.json").write_text("{half")
+    else:  # same size, same mtime: only the content differs (ctime moves, so it is re-hashed)
+        st = server.stat()
+        server.write_bytes(b"\x7fELF" + b"y" * 4096)
+        os.utime(server, ns=(st.st_atime_ns, st.st_mtime_ns))
+    said, built = [], []
+    e2, hit2 = cache.get_or_build("k", {}, lambda d: built.append(1) or _binary_build(d), log=said.append)
+    assert not hit2 and built == [1], "a damaged entry is rebuilt, never used"
+    assert (e2.path / "bin" / "server").stat().st_size == 4100
+    assert len(said) == 1 and "engine cache entry k is damaged" in said[0] and "building it again" in said[0]
+    # the rebuilt entry is whole: the next look is a hit that builds nothing and says nothing
+    said.clear()
+    assert cache.get_or_build("k", {}, lambda d: built.append(2), log=said.append)[1] and built == [1] and not said
+    assert [p.name for p in (tmp_path / "c" / ".tmp").iterdir()] == []
+
+
+def test_a_hit_does_not_rehash_unchanged_files(tmp_path, monkeypatch):
+    cache = EngineCache(tmp_path / "c")
+    cache.get_or_build("k", {}, _binary_build)
+    import backends.models.engine_cache as ec
+
+    calls = []
+    real = ec.file_sha256
+    monkeypatch.setattr(ec, "file_sha256", lambda p: calls.append(p.name) or real(p))
+    assert cache.get_or_build("k", {}, _binary_build)[1]
+    assert calls == []
+
+
+def test_an_entry_without_a_recorded_digest_is_used_as_it_is(tmp_path):
+    """Entries published before digests were recorded stay usable (a rebuild may take minutes)."""
+    cache = EngineCache(tmp_path / "c")
+    e, _ = cache.get_or_build("k", {}, _binary_build)
+    meta = json.loads((e.path / "meta.json").read_text())
+    del meta["content_sha256"]
+    (e.path / "meta.json").write_text(json.dumps(meta))
+    assert cache.get_or_build("k", {}, lambda d: pytest.fail("rebuilt"))[1]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_an_interrupted_build_publishes_nothing_and_the_next_run_builds(tmp_path, sig):
+    ctx = mp.get_context("fork")
+    started = ctx.Event()
+    p = ctx.Process(target=_killed_builder, args=(tmp_path / "c", started))
+    p.start()
+    assert started.wait(20)
+    os.kill(p.pid, sig)
+    p.join(10)
+    assert p.exitcode == -sig
+    cache = EngineCache(tmp_path / "c")
+    assert cache.get("k") is None and not (tmp_path / "c" / "k").exists()
+    e, hit = cache.get_or_build("k", {}, _binary_build, lock_timeout_s=5)
+    assert not hit and not (e.path / "partial").exists()  # (the half-built file never reaches an entry)
+    assert list((tmp_path / "c" / ".tmp").iterdir()) == []
+
+
+def _waiting_builder(root, key, q):
+    said = []
+    e, hit = EngineCache(root).get_or_build(key, {}, _binary_build, log=said.append)
+    q.put((hit, said))
+
+
+def test_a_second_builder_waits_and_says_so(tmp_path):
+    ctx = mp.get_context("fork")
+    started, q = ctx.Event(), ctx.Queue()
+    first = ctx.Process(target=_killed_builder, args=(tmp_path / "c", started))  # holds the lock 60 s
+    first.start()
+    assert started.wait(20)
+    second = ctx.Process(target=_waiting_builder, args=(tmp_path / "c", "k", q))
+    second.start()
+    deadline = time.monotonic() + 20
+    lock = tmp_path / "c" / ".locks" / "k.lock"
+    while time.monotonic() < deadline and lock.read_text().strip() != str(first.pid):
+        time.sleep(0.05)
+    time.sleep(1.0)  # (the second is waiting on the lock now)
+    assert second.is_alive()
+    os.kill(first.pid, signal.SIGKILL)  # the first dies: the second takes over and builds
+    hit, said = q.get(timeout=30)
+    second.join(10)
+    first.join(10)
+    assert not hit
+    assert len(said) == 1 and said[0].startswith("waiting for another build of engine cache entry k") \
+        and f"(process {first.pid})" in said[0]

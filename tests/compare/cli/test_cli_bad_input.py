@@ -37,6 +37,7 @@ def assert_one_line_error(p, *needles):
     (["run", "--dtype", "float64"], ["dtype"]),
     (["run", "--native", "vllm-swap_space"], ["BACKEND.KEY=VALUE"]),
     (["plan", "--backends", "vllm", "--block-size", "-16"], ["block_size"]),
+    (["run", "--backends", "fake@ttft=5ms+ttft=6ms"], ["fake engine option ttft is given twice"]),
 ])
 def test_bad_input(tmp_path, args, needles):
     out = tmp_path / "results"
@@ -55,7 +56,7 @@ def test_malformed_yaml(tmp_path):
     typo = tmp_path / "spec.yaml"
     typo.write_text("model: /m\nmax_num_seq: 4\n")
     p = run_cli("plan", "--spec", str(typo))
-    assert_one_line_error(p, "max_num_seq", "Extra inputs are not permitted")
+    assert_one_line_error(p, "spec.yaml line 2", "max_num_seq", "not a known field", "did you mean max_num_seqs")
 
 
 def test_help_and_plan_work_without_vllm_installed():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 
 import pytest
 
@@ -65,6 +66,12 @@ def test_accuracy_jsonl_bad_input(tmp_path):
     bad.write_text('{"prompt": "x"}\n')
     with pytest.raises(UserError, match=r"bad.jsonl:1"):
         load_accuracy_jsonl(bad)
+    bad.write_text('{"prompt": ["x"], "answer": 4}\n')  # (no longer turned into the strings "['x']" and "4")
+    with pytest.raises(UserError, match=r"bad.jsonl:1: expected a JSON object with \"prompt\" and \"answer\" strings"):
+        load_accuracy_jsonl(bad)
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    with pytest.raises(UserError, match=r"fifo.jsonl is not a regular file \(a pipe or device\)"):
+        load_accuracy_jsonl(tmp_path / "fifo.jsonl")
     good = tmp_path / "good.jsonl"
     good.write_text(json.dumps({"prompt": "2+2=", "answer": "4"}) + "\n\n")
     assert load_accuracy_jsonl(good) == (("2+2=", "4"),)

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from compare.workload.datasets import DatasetError, load_dataset, parse_columns
+from core.errors import UserError
 
 
 def _jsonl(tmp_path, rows, name="p.jsonl"):
@@ -52,7 +53,7 @@ def test_malformed_row_is_one_line_naming_file_and_line(tmp_path, name, content,
 def test_non_utf8_and_bad_mapping(tmp_path):
     p = tmp_path / "p.jsonl"
     p.write_bytes(b'{"prompt": "a"}\n\xff\n')
-    with pytest.raises(DatasetError, match="not UTF-8"):
+    with pytest.raises(UserError, match="not UTF-8"):  # (the user-file reader's error, with the byte)
         load_dataset(str(p))
     with pytest.raises(DatasetError, match="FIELD=COLUMN"):
         parse_columns("question")

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from compare.workload.traces import BLOCK_TOKENS, TraceError, build_trace, detect_format, parse_window
+from core.errors import UserError
 
 
 def _mooncake(tmp_path, rows):
@@ -60,7 +61,7 @@ def test_azure_and_burstgpt_csv(tmp_path):
     ('{"timestamp": 2000, "input_length": 5, "output_length": 1}\n'
      '{"timestamp": 1000, "input_length": 5, "output_length": 1}\n', ":2: timestamp goes backwards"),
     ('{"timestamp": 1, "input_length": 5}\n', ":1: missing 'output_length'"),
-    ('{"timestamp": 1, "input_length": "x", "output_length": 1}\n', ":1: input_length 'x'"),
+    ('{"timestamp": 1, "input_length": "x", "output_length": 1}\n', ':1: input_length "x": should be a whole number >= 0'),
     ("TIMESTAMP,ContextTokens\n1,2\n", ":1: missing column 'GeneratedTokens'"),
     ("hello\n", ":1: cannot tell the trace format"),
 ])
@@ -76,7 +77,7 @@ def test_bad_trace_is_one_line_naming_file_and_line(tmp_path, content, needle):
 def test_non_utf8_and_bad_window(tmp_path):
     p = tmp_path / "bin.jsonl"
     p.write_bytes(b'{"timestamp": 1, "input_length": 5, "output_length": 1}\n\xff\xfe\n')
-    with pytest.raises(TraceError, match="not UTF-8"):
+    with pytest.raises(UserError, match="not UTF-8"):  # (the user-file reader's error, with the byte)
         build_trace(str(p))
     with pytest.raises(TraceError, match="START:END"):
         parse_window("9:3")
