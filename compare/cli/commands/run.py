@@ -39,6 +39,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--duration", type=float, metavar="SECONDS",
                    help="time-bounded --rate levels: each sends the requests whose seeded send time falls in "
                         "the first SECONDS (the same on every backend); --num-requests must cover them")
+    g.add_argument("--warmup-seconds", type=float, metavar="S",
+                   help="--duration levels: requests due in the first S seconds are kept in requests.jsonl but "
+                        "left out of the level's statistics (default: a tenth of --duration; 0: none)")
+    g.add_argument("--cooldown-seconds", type=float, metavar="S",
+                   help="--duration levels: the measured window ends S seconds before the sends stop; requests "
+                        "finished after it are kept but not counted (default: a tenth of --duration; 0: none)")
     g.add_argument("--requests-per-stream", type=int, metavar="K",
                    help="each closed-loop level at concurrency C sends the workload's first min(N, K*C) requests "
                         "(the same prefix on every backend), so single-stream levels stay short while saturated "
