@@ -58,10 +58,11 @@ class Trim:
         return rec
 
 
-def measured_ns(level: Any, t_start_ns: int, t_end_ns: int) -> int:
-    """The wall time a level's throughput is over: its window when trimmed, else first send to last end."""
-    w = window_ns(level)
-    return t_end_ns - t_start_ns if w is None else w[1] - w[0]
+def measured_ns(outcome: Any) -> int:
+    """The wall time a level's throughput is over (``outcome``: a compare/running/outcome.py
+    LevelOutcome): its window when trimmed, else first send to last end."""
+    w = window_ns(outcome.level)
+    return outcome.t_end_ns - outcome.t_start_ns if w is None else w[1] - w[0]
 
 
 def steady_state(level: Any, records: Sequence[RequestRecord]) -> SteadyState | None:

@@ -52,6 +52,7 @@ class RunRequest:
     quality: QualityOptions
     served: ServedRun | None = None  # already running servers, without --model: their model is the run's
     replay: str | None = None  # RESULTS_DIR whose requests are replayed
+    levels_given: bool = False  # --concurrency/--rate given (else a replayed trace keeps its clock)
     dataset: tuple[str, str | None] | None = None  # --dataset FILE, --dataset-columns (compare/workload/datasets.py)
     trace: dict[str, Any] | None = None  # --trace FILE and its options (compare/workload/traces.py)
     requests_per_stream: int | None = None
@@ -110,7 +111,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
                                      warmup_s=warm, cooldown_s=cool)
     return RunRequest(
         targets=tuple(targets), levels=tuple(levels), slo=slo, spec=spec, workload=workload, quality=quality,
-        served=served, replay=args.replay, trace=_trace(args),
+        served=served, replay=args.replay, trace=_trace(args), levels_given=bool(args.concurrency or args.rate),
         dataset=(args.dataset, args.dataset_columns) if getattr(args, "dataset", None) else None,
         requests_per_stream=args.requests_per_stream, max_rate=search,
         warmup=args.warmup, timeout_s=args.timeout, max_errors=args.max_errors, repeats=args.repeats,

@@ -44,7 +44,8 @@ from core.results import LevelSummary, ResultsWriter, new_run_id
 from core.results.evolve import evolve
 from compare.running.entry import BackendEntry
 from compare.workload.schedule import LoadLevel
-from compare.workload.build import WorkloadSpec, request_to_dict
+from compare.workload.build import WorkloadSpec
+from compare.workload.clock import workload_rows
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
                    "client_procs": "auto" if cfg.client_procs is None else cfg.client_procs},
         **(extra_header or {}),  # e.g. gpu_hour_price, so reports re-render with it
     })
-    writer.write_workload([request_to_dict(r) for r in cfg.requests])
+    writer.write_workload(workload_rows(cfg.requests, cfg.levels))  # with a trace's clock (workload/clock.py)
     status, error = "complete", None
     pool = RepeatPool()
     failed: set[str] = set()
@@ -176,7 +177,7 @@ class RepeatPool:
     def add(self, key: tuple[str, str], outcome: LevelOutcome, records: list[RequestRecord],
             lagged: bool = False) -> None:
         self.records.setdefault(key, []).extend(records)
-        self.wall_ns[key] = self.wall_ns.get(key, 0) + measured_ns(outcome.level, outcome.t_start_ns, outcome.t_end_ns)
+        self.wall_ns[key] = self.wall_ns.get(key, 0) + measured_ns(outcome)
         lag = self.lag.setdefault(key, {"max": 0.0})
         for k in ("max", "p99"):
             if k in outcome.loop_lag_ms:
@@ -236,8 +237,7 @@ async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resul
                 # steady state of a time-bounded level: the same marks requests.jsonl got (steady.py)
                 trim = Trim(level, level.take(cfg.requests), cfg.workload.seed)
                 records = [replace(trim(r), repeat=rep) for r in outcome.records]
-                summary = level_summary(cfg, records, measured_ns(level, outcome.t_start_ns, outcome.t_end_ns),
-                                        outcome.loop_lag_ms)
+                summary = level_summary(cfg, records, measured_ns(outcome), outcome.loop_lag_ms)
                 add: dict[str, Any] = _client_health(cfg, outcome)
                 if outcome.client_procs is not None:
                     add["client_procs"] = outcome.client_procs

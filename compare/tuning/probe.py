@@ -110,8 +110,7 @@ class _Prober:
                               on_record=self.hooks.record)
         # a time-bounded probe is judged on its steady state, like a --duration level
         trim = Trim(lv, lv.take(self.requests), self.search.seed + seed_offset)
-        p = compact(lv, summarize([trim(r) for r in out.records], measured_ns(lv, out.t_start_ns, out.t_end_ns),
-                                  self.slo))
+        p = compact(lv, summarize([trim(r) for r in out.records], measured_ns(out), self.slo))
         p["seed_offset"] = seed_offset
         p["sustained"] = lv.kind == "concurrency" or p["req_s"] >= KEEP_UP * lv.value
         p["held"] = p["slo_met"] and p["sustained"]

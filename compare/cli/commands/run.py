@@ -104,29 +104,39 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
+def _replayed(replay: str):
+    """``--replay RESULTS_DIR``: the earlier run's requests and, for a trace run, the trace's send
+    offsets (compare/workload/clock.py; None otherwise)."""
+    from compare.workload.build import request_from_dict
+    from compare.workload.clock import split_clock
+    from core.fsutil import read_user_jsonl
+
+    if not Path(replay).is_dir():
+        raise UserError(f"--replay {replay}: not a directory; pass a results directory written by "
+                        f"`compare run`")
+    path = Path(replay) / "workload.jsonl"
+    if not path.exists() and not path.is_symlink():
+        raise UserError(f"--replay {replay}: no workload.jsonl there; pass a results directory")
+    fix = "pass a results directory written by `compare run`"
+    try:
+        rows, clock = split_clock(read_user_jsonl(path, "--replay file", fix), f"--replay file {path}")
+        out = [request_from_dict(row) for row in rows]
+    except UserError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise UserError(f"--replay file {path} holds a request that is not one `compare run` wrote "
+                        f"({type(e).__name__}: {e}); {fix}") from None
+    if not out:
+        raise UserError(f"--replay file {path} holds no requests; {fix}")
+    return out, clock
+
+
 def _requests(replay: str | None, spec, workload, served=None):
     """The run's requests: those of an earlier run (``--replay RESULTS_DIR``), else the workload's."""
-    from compare.workload.build import build_requests, load_sharegpt, request_from_dict
+    from compare.workload.build import build_requests, load_sharegpt
 
     if replay:
-        from core.fsutil import read_user_jsonl
-
-        if not Path(replay).is_dir():
-            raise UserError(f"--replay {replay}: not a directory; pass a results directory written by "
-                            f"`compare run`")
-        path = Path(replay) / "workload.jsonl"
-        if not path.exists() and not path.is_symlink():
-            raise UserError(f"--replay {replay}: no workload.jsonl there; pass a results directory")
-        fix = "pass a results directory written by `compare run`"
-        rows = read_user_jsonl(path, "--replay file", fix)
-        try:
-            out = [request_from_dict(row) for row in rows]
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise UserError(f"--replay file {path} holds a request that is not one `compare run` wrote "
-                            f"({type(e).__name__}: {e}); {fix}") from None
-        if not out:
-            raise UserError(f"--replay file {path} holds no requests; {fix}")
-        return out
+        return _replayed(replay)[0]
     convs = None
     if workload.sharegpt:  # read and checked before the (seconds-long) tokenizer load
         try:
@@ -173,7 +183,7 @@ def _dataset(dataset: tuple[str, str | None], workload):
 
 def _trace_levels(opts: dict, seed: int):
     """``--trace FILE``: the trace's requests, sent in one open-loop level at the trace's offsets."""
-    from compare.workload.schedule import LoadLevel
+    from compare.workload.clock import trace_level
     from compare.workload.traces import TraceError, build_trace, parse_window
 
     try:
@@ -183,9 +193,7 @@ def _trace_levels(opts: dict, seed: int):
                             window=parse_window(opts["window"]), cap=opts["cap"], seed=seed)
     except TraceError as e:
         raise UserError(str(e)) from None
-    span_s = trace.offsets_ns[-1] / 1e9
-    rate = (len(trace.requests) - 1) / span_s if span_s > 0 else float("inf")  # arrivals per second
-    return trace.requests, [LoadLevel("rate", rate, offsets_ns=tuple(trace.offsets_ns))]
+    return trace.requests, [trace_level(trace.offsets_ns)]
 
 
 def _check_lengths(spec, requests) -> None:
@@ -210,10 +218,21 @@ def execute(r: RunRequest) -> int:
     after_levels = max_rate.hook(r.max_rate, r.slo, r.timeout_s)  # --find-max-rate (compare/cli/max_rate.py)
     if sum(x is not None for x in (r.trace, r.dataset, r.replay)) > 1:
         raise UserError("--trace, --dataset and --replay each give the request list; pass one of them")
-    requests = _dataset(r.dataset, r.workload) if r.dataset else _requests(r.replay, r.spec, r.workload, r.served)
+    clock = None
+    if r.replay:  # a replayed trace run keeps the trace's send offsets (compare/workload/clock.py)
+        requests, clock = _replayed(r.replay)
+    else:
+        requests = _dataset(r.dataset, r.workload) if r.dataset else _requests(None, r.spec, r.workload, r.served)
     if r.served is None:
         _check_lengths(r.spec, requests)
     levels = list(r.levels)
+    if clock is not None and not r.levels_given:
+        from compare.workload.clock import trace_level
+
+        levels = [trace_level(clock)]
+    elif clock is not None:
+        print(f"note: --replay {r.replay} was a trace run; its requests are sent at --concurrency/--rate "
+              f"instead of the trace's clock (leave both out to keep it)", file=sys.stderr)
     if r.trace is not None:
         requests, levels = _trace_levels(r.trace, r.workload.seed)
     if r.requests_per_stream is not None:
