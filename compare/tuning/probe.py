@@ -56,6 +56,7 @@ class LoadSearch:
     duration_s: float | None = None
     warmup_s: float | None = None  # with a duration: the probes' steady-state trims (compare/analysis/steady.py)
     cooldown_s: float | None = None
+    unit: str = "req/s"  # what a rate counts: requests, or sessions started (multi-turn sessions)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,7 +103,7 @@ class _Prober:
         if self.hooks.level_start:
             self.hooks.level_start(lv, len(self.requests))
         from compare.running.sessions import run_session_level
-        from compare.workload.sessions import is_sessions
+        from compare.workload.sessions import group_sessions, is_sessions
 
         send = run_session_level if is_sessions(self.requests) else run_level  # multi-turn: turns in order
         out = await send(self.backend, lv.take(self.requests), lv, seed=self.search.seed + seed_offset,
@@ -112,7 +113,11 @@ class _Prober:
         trim = Trim(lv, lv.take(self.requests), self.search.seed + seed_offset)
         p = compact(lv, summarize([trim(r) for r in out.records], measured_ns(out), self.slo))
         p["seed_offset"] = seed_offset
-        p["sustained"] = lv.kind == "concurrency" or p["req_s"] >= KEEP_UP * lv.value
+        # kept up: achieved vs offered requests/s; a session rate offers its turns (each session's
+        # turns, on average, per session started)
+        per = len(lv.take(self.requests)) / max(1, len(group_sessions(lv.take(self.requests)))) \
+            if is_sessions(self.requests) else 1.0
+        p["sustained"] = lv.kind == "concurrency" or p["req_s"] >= KEEP_UP * lv.value * per
         p["held"] = p["slo_met"] and p["sustained"]
         self.probes.append(p)
         if self.hooks.probe:

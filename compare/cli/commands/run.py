@@ -196,6 +196,24 @@ def _trace_levels(opts: dict, seed: int):
     return trace.requests, [trace_level(trace.offsets_ns)]
 
 
+def _check_sessions(r: RunRequest, requests) -> None:
+    """Multi-turn sessions: what cannot send them, refused in one line rather than bypassed."""
+    from compare.workload.sessions import is_sessions
+
+    if not is_sessions(requests):
+        return
+    # a turn waits on the reply before it, so one process holds a whole session (compare/running/sessions.py)
+    if r.client_procs not in (None, 1):
+        raise UserError(f"--client-procs {r.client_procs}: multi-turn sessions are sent by one client process "
+                        f"(each turn waits on the reply before it); use --client-procs 1 or auto")
+    if r.scaleout is not None and getattr(r.scaleout, "load_shards", 0):
+        raise UserError("--ray-load-shards: multi-turn sessions are sent by one client process (each turn waits "
+                        "on the reply before it); leave --ray-load-shards out")
+    if any(lv.duration_s is not None for lv in r.levels):
+        raise UserError("--duration bounds lists of single requests; a sessions workload's level is bounded by its "
+                        "sessions: drop --duration and set sessions.num_sessions")
+
+
 def _check_lengths(spec, requests) -> None:
     """A request that cannot fit the context the spec sets would only fail on every engine."""
     limit = spec.max_model_len
@@ -235,6 +253,7 @@ def execute(r: RunRequest) -> int:
               f"instead of the trace's clock (leave both out to keep it)", file=sys.stderr)
     if r.trace is not None:
         requests, levels = _trace_levels(r.trace, r.workload.seed)
+    _check_sessions(r, requests)
     if r.requests_per_stream is not None:
         from compare.workload.schedule import per_stream
 
