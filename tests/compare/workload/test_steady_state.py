@@ -134,3 +134,33 @@ def test_max_rate_probes_carry_the_trims():
         "run", "--backends", "fake", "--rate", "4", "--duration", "3", "--cooldown-seconds", "1",
         "--num-requests", "64", "--find-max-rate", "--slo", "ttft_p95=1s"])).max_rate
     assert (opts.duration_s, opts.warmup_s, opts.cooldown_s) == (3.0, None, 1.0)
+
+
+def test_steady_state_with_vary_repeats_max_rate_and_the_html_report(tiny_model, tmp_path):
+    from tests.conftest import run_cli
+
+    out = tmp_path / "out"
+    p = run_cli("run", "--backends", "fake@ttft=20ms+itl=5ms", "--vary", "max_num_seqs=1,4", "--repeats", "2",
+                "--model", str(tiny_model), "--rate", "80", "--arrival", "constant", "--duration", "1",
+                "--num-requests", "400", "--input-len", "8", "--output-len", "2", "--warmup", "0", "--quality", "off",
+                "--slo", "ttft_p95=150ms", "--find-max-rate", "--max-rate-start", "20", "--max-rate-probes", "2",
+                "--out", str(out), "--run-id", "v", timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    run = json.loads((out / "v" / "run.json").read_text())
+    cool = {}
+    for name, b in run["backends"].items():
+        per = [r["levels"]["r80-const"]["steady_state"] for r in b["repeats"]]
+        pooled = b["levels"]["r80-const"]["steady_state"]
+        for k in ("counted", "trimmed_warmup", "trimmed_cooldown"):
+            assert pooled[k] == per[0][k] + per[1][k]  # the pooled row counts every repeat
+        assert b["levels"]["r80-const"]["requests"] == pooled["counted"]
+        cool[name] = pooled["trimmed_cooldown"]
+        # the search's probes were time-bounded and trimmed like the level
+        search = b["max_rate"]["search"]
+        assert (search["duration_s"], search["warmup_s"], search["cooldown_s"]) == (1.0, None, None)
+    # one slot (40 req/s) cannot keep up with 80 req/s; four slots can
+    # (four slots: only the sends of the last ~0.1 s finish after the window)
+    assert cool["fake@ttft=20ms+itl=5ms[max_num_seqs=1]"] > 2 * cool["fake@ttft=20ms+itl=5ms[max_num_seqs=4]"]
+    r = run_cli("report", str(out / "v"), "--html", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "steady state measured 0.1-0.9 s of 1 s" in (out / "v" / "report.html").read_text()
