@@ -194,6 +194,10 @@ class RequestRecord:
     # the writer lost its CPU around the send (backends/http/rxstamp.py send_stamp): the bytes left
     # within this many ns after t_sent_ns, so the TTFT may hold up to that much client time
     send_window_ns: int | None = None
+    # a time-bounded level's steady-state trim (compare/analysis/steady.py): "warmup" (sent in the
+    # level's first seconds) or "cooldown" (finished after the measured window): kept in the raw
+    # records, left out of the level's statistics
+    trimmed: str | None = None
 
     @property
     def send_lateness_ns(self) -> int | None:

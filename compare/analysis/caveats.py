@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from compare.analysis.client_health import distortion, lag_words
+from compare.analysis.steady import words as steady_words
 from core.results import RunResults, as_run
 
 
@@ -27,6 +28,8 @@ def caveats(run: RunResults | dict[str, Any]) -> list[str]:
                 out.append(f"{name} {label}: {h.preempted_sends} request(s) left while the client had lost its CPU "
                            f"around the write (up to {h.preempted_send_max_ms:.1f} ms): each is timed from just "
                            f"before its write, so its TTFT may hold up to that much client time")
+            if s.steady_state is not None:  # a time-bounded level: what was measured, what was left out
+                out.append(f"{name} {steady_words(label, s.steady_state)}")
             if s.short_outputs:
                 out.append(f"{name} {label}: {s.short_outputs} request(s) returned fewer tokens than asked")
             if s.coordinated_omission and s.send_delay_ms:

@@ -124,6 +124,8 @@ def match_level(level: str, records: list[RequestRecord], slo: SLO = SLO()) -> L
     cells: dict[tuple[str, int], list[RequestRecord]] = {}
     by_id: dict[str, list[RequestRecord]] = {}
     for r in records:
+        if r.trimmed is not None:  # outside a time-bounded level's steady state
+            continue
         cells.setdefault((r.backend, r.repeat), []).append(r)
         by_id.setdefault(r.request_id, []).append(r)
     k: dict[str, int] = {}

@@ -61,7 +61,10 @@ def request_meets_slo(r: RequestRecord, slo: SLO) -> bool:
 def summarize(records: Sequence[RequestRecord], wall_ns: int,
               slo: SLO = SLO()) -> LevelSummary:
     """One level's summary. Every key written here is set on the model (a metric without values is
-    an explicit null), the engine-side and SLO ones only where they apply: run.json's layout."""
+    an explicit null), the engine-side and SLO ones only where they apply: run.json's layout.
+    Records trimmed from a time-bounded level's steady state (compare/analysis/steady.py) are left
+    out; ``wall_ns`` is then the measured window's."""
+    records = [r for r in records if r.trimmed is None]
     ok = [r for r in records if r.ok]
     out_tokens = sum(r.output_tokens for r in ok)
     wall_s = max(wall_ns, 1) / 1e9

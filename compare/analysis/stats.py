@@ -128,6 +128,8 @@ def collect(run: RunResults | dict[str, Any], records: Iterable[RequestRecord]
     by_cell: dict[tuple[str, str, int], dict[str, RequestRecord]] = {}
     ids: set[str] = set()
     for r in records:
+        if r.trimmed is not None:  # outside a time-bounded level's steady state (compare/analysis/steady.py)
+            continue
         by_cell.setdefault((r.backend, r.level, r.repeat), {})[r.request_id] = r
         ids.add(r.request_id)
     order = sorted(ids)

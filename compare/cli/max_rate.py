@@ -34,6 +34,8 @@ class MaxRateOptions:
     arrival: str = "poisson"
     burstiness: float = 1.0
     duration_s: float | None = None  # --duration: each probe sends for this long (steady state)
+    warmup_s: float | None = None  # --warmup-seconds / --cooldown-seconds: each probe's trims
+    cooldown_s: float | None = None
 
 
 def options(find: bool, slo: SLO, start: float, probes: int, tol: float) -> MaxRateOptions | None:
@@ -60,4 +62,5 @@ def hook(opts: MaxRateOptions | None, slo: SLO, timeout_s: float):
 
     return make_hook(slo, LoadSearch(kind="rate", start=opts.start, tol=opts.tol, max_probes=opts.probes, repeats=1,
                                      warmup=0, timeout_s=timeout_s, arrival=opts.arrival,
-                                     burstiness=opts.burstiness, duration_s=opts.duration_s))
+                                     burstiness=opts.burstiness, duration_s=opts.duration_s,
+                                     warmup_s=opts.warmup_s, cooldown_s=opts.cooldown_s))

@@ -52,6 +52,7 @@ class RunRequest:
     quality: QualityOptions
     served: ServedRun | None = None  # already running servers, without --model: their model is the run's
     replay: str | None = None  # RESULTS_DIR whose requests are replayed
+    levels_given: bool = False  # --concurrency/--rate given (else a replayed trace keeps its clock)
     dataset: tuple[str, str | None] | None = None  # --dataset FILE, --dataset-columns (compare/workload/datasets.py)
     trace: dict[str, Any] | None = None  # --trace FILE and its options (compare/workload/traces.py)
     requests_per_stream: int | None = None
@@ -100,16 +101,17 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     # --ray: the cells as Ray tasks (compare/running/ray_cells.py)
     ray = scaleout(args.ray, args.ray_load_shards, args.ray_max_clock_error_ms, args.backends)
     served, spec, workload = _spec_and_workload(args, targets)
-    levels = _bounded(levels, getattr(args, "duration", None), workload)
+    duration, warm, cool = (getattr(args, k, None) for k in ("duration", "warmup_seconds", "cooldown_seconds"))
+    levels = _bounded(levels, duration, warm, cool, workload)
     if search is not None:  # --find-max-rate probes the same kind of open-loop level as --rate
         import dataclasses
 
         search = dataclasses.replace(search, arrival=getattr(args, "arrival", "poisson"),
-                                     burstiness=getattr(args, "burstiness", 1.0),
-                                     duration_s=getattr(args, "duration", None))
+                                     burstiness=getattr(args, "burstiness", 1.0), duration_s=duration,
+                                     warmup_s=warm, cooldown_s=cool)
     return RunRequest(
         targets=tuple(targets), levels=tuple(levels), slo=slo, spec=spec, workload=workload, quality=quality,
-        served=served, replay=args.replay, trace=_trace(args),
+        served=served, replay=args.replay, trace=_trace(args), levels_given=bool(args.concurrency or args.rate),
         dataset=(args.dataset, args.dataset_columns) if getattr(args, "dataset", None) else None,
         requests_per_stream=args.requests_per_stream, max_rate=search,
         warmup=args.warmup, timeout_s=args.timeout, max_errors=args.max_errors, repeats=args.repeats,
@@ -154,12 +156,14 @@ def _spec_and_workload(args: argparse.Namespace, targets: list[Any]) -> tuple[Se
     return served, spec, workload
 
 
-def _bounded(levels: list[LoadLevel], duration: float | None, workload: Any) -> list[LoadLevel]:
-    """``--duration``: each --rate level cut to the sends inside it (compare/workload/duration.py)."""
+def _bounded(levels: list[LoadLevel], duration: float | None, warmup: float | None, cooldown: float | None,
+             workload: Any) -> list[LoadLevel]:
+    """``--duration``: each --rate level cut to the sends inside it, its warm-up and cool-down
+    trimmed from its statistics (compare/workload/duration.py)."""
     from compare.workload.duration import bound_levels
 
     try:
-        return bound_levels(levels, duration, workload.num_requests, workload.seed)
+        return bound_levels(levels, duration, workload.num_requests, workload.seed, warmup, cooldown)
     except ValueError as e:
         raise UserError(str(e)) from None
 

@@ -7,7 +7,7 @@ from typing import Callable
 from core.results import RunResults
 from compare.tuning.max_rate import answer_line, fmt_rate
 
-HEADERS = ["backend", "start", "rate req/s", "SLO met", "kept up", "within SLO", "achieved req/s",
+HEADERS = ["backend", "start", "rate", "SLO met", "kept up", "within SLO", "achieved",
            "TTFT p95 ms", "TPOT p95 ms"]
 MEANING = ("each probe sends the whole request list as Poisson arrivals at that rate; a rate counts as met "
            "when every SLO term holds and the engine achieved at least half the offered rate. The answer "
@@ -27,7 +27,11 @@ def probe_rows(run: RunResults, label: Callable[[str], str]) -> list[list[str]]:
     for n, b in run.backends.items():
         for start in b.max_rate.repeats if b.max_rate else []:
             for p in start.probes:
-                rows.append([label(n), str(start.repeat + 1), fmt_rate(p.rate),
+                # a session search's rate starts sessions; what it achieved counts their turns
+                unit, done = ("req/s", "req/s") if b.max_rate.search.unit == "req/s" else (b.max_rate.search.unit,
+                                                                                          "turns/s")
+                rows.append([label(n), str(start.repeat + 1), f"{fmt_rate(p.rate)} {unit}",
                              "yes" if p.slo_met else "no", "yes" if p.sustained else "no",
-                             f"{p.slo_attainment or 0:.0%}", f"{p.req_s:.2f}", ms(p.ttft_p95_ms), ms(p.tpot_p95_ms)])
+                             f"{p.slo_attainment or 0:.0%}", f"{p.req_s:.2f} {done}", ms(p.ttft_p95_ms),
+                             ms(p.tpot_p95_ms)])
     return rows

@@ -33,6 +33,7 @@ from compare.running.load import offered_load
 from core.hardware import fingerprint
 from backends.http.urls import redact_url
 from compare.analysis.metrics import summarize
+from compare.analysis.steady import Trim, measured_ns, steady_state
 from compare.analysis.turns import session_stats
 from compare.workload.sessions import is_sessions
 from compare.quality.deferred import score_quality, unscored
@@ -43,7 +44,8 @@ from core.results import LevelSummary, ResultsWriter, new_run_id
 from core.results.evolve import evolve
 from compare.running.entry import BackendEntry
 from compare.workload.schedule import LoadLevel
-from compare.workload.build import WorkloadSpec, request_to_dict
+from compare.workload.build import WorkloadSpec
+from compare.workload.clock import workload_rows
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
                    "client_procs": "auto" if cfg.client_procs is None else cfg.client_procs},
         **(extra_header or {}),  # e.g. gpu_hour_price, so reports re-render with it
     })
-    writer.write_workload([request_to_dict(r) for r in cfg.requests])
+    writer.write_workload(workload_rows(cfg.requests, cfg.levels))  # with a trace's clock (workload/clock.py)
     status, error = "complete", None
     pool = RepeatPool()
     failed: set[str] = set()
@@ -175,7 +177,7 @@ class RepeatPool:
     def add(self, key: tuple[str, str], outcome: LevelOutcome, records: list[RequestRecord],
             lagged: bool = False) -> None:
         self.records.setdefault(key, []).extend(records)
-        self.wall_ns[key] = self.wall_ns.get(key, 0) + (outcome.t_end_ns - outcome.t_start_ns)
+        self.wall_ns[key] = self.wall_ns.get(key, 0) + measured_ns(outcome)
         lag = self.lag.setdefault(key, {"max": 0.0})
         for k in ("max", "p99"):
             if k in outcome.loop_lag_ms:
@@ -229,8 +231,10 @@ async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resul
                     summary = _keep_interrupted_level(cfg, stopped.outcome, be, rep)
                     stopped_in.append(f"in level {level.label} ({summary.aborted})")
                     raise
-                records = [replace(r, repeat=rep) for r in outcome.records]
-                summary = level_summary(cfg, records, outcome.t_end_ns - outcome.t_start_ns, outcome.loop_lag_ms)
+                # steady state of a time-bounded level: the same marks requests.jsonl got (steady.py)
+                trim = Trim(level, level.take(cfg.requests), cfg.workload.seed)
+                records = [replace(trim(r), repeat=rep) for r in outcome.records]
+                summary = level_summary(cfg, records, measured_ns(outcome), outcome.loop_lag_ms)
                 add: dict[str, Any] = _client_health(cfg, outcome)
                 if outcome.client_procs is not None:
                     add["client_procs"] = outcome.client_procs
@@ -247,6 +251,8 @@ async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resul
                     add["sessions"] = turns  # multi-turn sessions: by turn index (compare/analysis/turns.py)
                 if outcome.schedule_offsets_ns is not None:
                     add["schedule_offsets_ns"] = outcome.schedule_offsets_ns
+                if (steady := steady_state(level, records)) is not None:
+                    add["steady_state"] = steady
                 if outcome.aborted:
                     add["aborted"] = outcome.aborted
                 summary = evolve(summary, **add)
@@ -259,6 +265,8 @@ async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resul
                     latest = {k: getattr(summary, k) for k in ("server_metrics", "server_gauges", "prefix_cache",
                                                                "time_breakdown", "telemetry", "aborted", "sessions")
                               if k in summary.model_fields_set}
+                    if (steady := steady_state(level, pool.records[key])) is not None:
+                        latest["steady_state"] = steady  # every repeat's counts
                     # (client_lagged: some repeat's client fell behind)
                     shown = evolve(pooled, client_lagged=pool.lagged[key], **latest, repeats=rep + 1)
                 be.put_level(level.label, summary, shown)
@@ -363,8 +371,10 @@ async def _run_level(cfg: RunConfig, backend: Backend, level: LoadLevel, writer:
                      progress: Progress, rep: int = 0) -> LevelOutcome:
     requests = level.take(cfg.requests)  # --requests-per-stream: this level's prefix of the workload
     progress.level_start(backend.name, level, len(requests))
+    trim = Trim(level, requests, cfg.workload.seed)  # a time-bounded level's steady state (steady.py)
 
     def on_record(rec: RequestRecord) -> None:
+        rec = trim(rec)
         writer.add_record(replace(rec, repeat=rep) if rep else rec)
         progress.request_done(rec)
 

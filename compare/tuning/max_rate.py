@@ -84,11 +84,16 @@ def summarize_starts(starts: list[MaxRateStart]) -> MaxRateSummary:
 def make_hook(slo: SLO, search: LoadSearch) -> Hook:
     """The runner's ``after_levels`` step: search, keep every probe in the backend's entry as it
     happens (an interrupted search keeps what it probed), then update the summary."""
-    search = replace(search, kind="rate", repeats=1, warmup=0)  # the run warmed the engine up
+    base = replace(search, kind="rate", repeats=1, warmup=0)  # the run warmed the engine up
 
     async def after_levels(cfg: Any, name: str, backend: Backend, entry: Any, rep: int,
                            progress: Any) -> None:
         """``entry``: the backend's section in the writer (compare/running/entry.py BackendEntry)."""
+        from compare.workload.sessions import is_sessions
+
+        # multi-turn sessions: a probe's rate starts sessions, and every line says so
+        search = replace(base, seed=cfg.workload.seed,
+                         unit="sessions/s" if is_sessions(cfg.requests) else base.unit)
         section = entry.entry.max_rate or MaxRate(slo=[SloLimit(**t) for t in slo.to_json()],
                                                   search=LoadSearchInfo(**search.as_dict()), repeats=[])
         before = list(section.repeats)
@@ -107,15 +112,14 @@ def make_hook(slo: SLO, search: LoadSearch) -> Hook:
         def on_probe(p: dict[str, Any]) -> None:
             probes.append(p)
             keep(running())
-            progress.note(name, probe_line(name, _probe_row(p)))
+            progress.note(name, probe_line(name, _probe_row(p), search.unit))
 
         keep(running())
         hooks = ProbeHooks(level_start=lambda lv, n: progress.level_start(name, lv, n),
                            record=progress.request_done, probe=on_probe)
         progress.phase(name, "max-rate search")
         try:
-            result = await max_load_under_slo(backend, cfg.requests, slo,
-                                              replace(search, seed=cfg.workload.seed), hooks)
+            result = await max_load_under_slo(backend, cfg.requests, slo, search, hooks)
         except BaseException:
             keep(MaxRateStart(repeat=rep, status="interrupted", probes=running().probes))
             raise
@@ -136,17 +140,21 @@ def fmt_rate(r: float | None) -> str:
     return f"{r:.3g}" if r < 100 else f"{r:.0f}"
 
 
-def probe_line(name: str, p: MaxRateProbe) -> str:
-    """``  vllm max-rate r4: met (100% within SLO, 3.9 req/s achieved)``"""
+def probe_line(name: str, p: MaxRateProbe, unit: str = "req/s") -> str:
+    """``  vllm max-rate r4: met (100% within SLO, 3.9 req/s achieved)``; sessions: ``r2 sessions/s``
+    with the turns/s achieved."""
     what = "met" if p.met else "fell behind" if p.slo_met else "missed"
-    return (f"  {name} max-rate r{fmt_rate(p.rate)}: {what} ({p.slo_attainment or 0:.0%} within SLO, "
-            f"{p.req_s:.2f} req/s achieved)")
+    rate = f"r{fmt_rate(p.rate)}" + ("" if unit == "req/s" else f" {unit}")
+    done = "req/s" if unit == "req/s" else "turns/s"
+    return (f"  {name} max-rate {rate}: {what} ({p.slo_attainment or 0:.0%} within SLO, "
+            f"{p.req_s:.2f} {done} achieved)")
 
 
 def answer_line(name: str, section: MaxRate) -> str:
     """One line per backend, e.g. ``vllm  max rate meeting SLO: 6.2 req/s (met at 6.2, missed at 7.8)``."""
     starts = [s for s in section.repeats if s.status == "complete"]
     s = section.summary or summarize_starts(starts)
+    u = section.search.unit  # req/s, or sessions/s for multi-turn sessions
     head = f"{name}  max rate meeting SLO:"
     if not starts:
         return f"{head} no finished search"
@@ -154,24 +162,24 @@ def answer_line(name: str, section: MaxRate) -> str:
         low = min(x.missed_at for x in starts if x.missed_at is not None)
         close = [x.closest for x in starts if x.closest]
         best = max(close, key=lambda p: p.slo_attainment or 0) if close else None
-        near = (f"; closest at {fmt_rate(best.rate)} req/s: {best.slo_attainment or 0:.0%} of requests "
+        near = (f"; closest at {fmt_rate(best.rate)} {u}: {best.slo_attainment or 0:.0%} of requests "
                 f"within it") if best else ""
-        return f"{head} none met (missed at every rate probed, down to {fmt_rate(low)} req/s{near})"
+        return f"{head} none met (missed at every rate probed, down to {fmt_rate(low)} {u}{near})"
     if s.verdict == "some starts met none":
         per = ", ".join("none" if x.max_rate is None else fmt_rate(x.max_rate) for x in starts)
-        return f"{head} not every engine start met it (per start: {per} req/s); no interval"
+        return f"{head} not every engine start met it (per start: {per} {u}); no interval"
     if len(starts) == 1:
         x = starts[0]
         if x.missed_at is None:
-            return (f"{head} >= {fmt_rate(x.max_rate)} req/s (met at every rate probed, up to "
+            return (f"{head} >= {fmt_rate(x.max_rate)} {u} (met at every rate probed, up to "
                     f"{fmt_rate(x.highest_probed)}; more --max-rate-probes or a higher --max-rate-start "
                     f"find the limit)")
-        return f"{head} {fmt_rate(x.max_rate)} req/s (met at {fmt_rate(x.max_rate)}, missed at {fmt_rate(x.missed_at)})"
+        return f"{head} {fmt_rate(x.max_rate)} {u} (met at {fmt_rate(x.max_rate)}, missed at {fmt_rate(x.missed_at)})"
     met = ", ".join(fmt_rate(x.max_rate) for x in starts)
     missed = ", ".join("never" if x.missed_at is None else fmt_rate(x.missed_at) for x in starts)
     lo, hi = (s.ci95.lo, s.ci95.hi) if s.ci95 else (None, None)
     bound = (f"95% CI {fmt_rate(lo)}-{fmt_rate(hi)}" if hi is not None
              else f"95% CI from {fmt_rate(lo)}, no upper end: some start never missed it")
     ge = "" if s.bounded else ">= "
-    return (f"{head} {ge}{fmt_rate(s.max_rate)} req/s (mean of {len(starts)} engine starts; met at {met}, "
+    return (f"{head} {ge}{fmt_rate(s.max_rate)} {u} (mean of {len(starts)} engine starts; met at {met}, "
             f"missed at {missed}; {bound})")

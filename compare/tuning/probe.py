@@ -24,6 +24,7 @@ from core.records import GenerationRequest
 from backends.base import Backend
 from compare.running.executor import run_level, run_one
 from compare.analysis.metrics import summarize
+from compare.analysis.steady import Trim, measured_ns
 from core.results import LevelSummary
 from core.slo import SLO
 from compare.workload.duration import time_bounded
@@ -53,6 +54,9 @@ class LoadSearch:
     arrival: str = "poisson"
     burstiness: float = 1.0
     duration_s: float | None = None
+    warmup_s: float | None = None  # with a duration: the probes' steady-state trims (compare/analysis/steady.py)
+    cooldown_s: float | None = None
+    unit: str = "req/s"  # what a rate counts: requests, or sessions started (multi-turn sessions)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,22 +95,29 @@ class _Prober:
         if self.search.kind == "concurrency":
             return LoadLevel("concurrency", value)
         lv = LoadLevel("rate", value, arrival=self.search.arrival, burstiness=self.search.burstiness)
-        return time_bounded(lv, self.search.duration_s, len(self.requests), self.search.seed + seed_offset)
+        return time_bounded(lv, self.search.duration_s, len(self.requests), self.search.seed + seed_offset,
+                            self.search.warmup_s, self.search.cooldown_s)
 
     async def probe(self, value: float, seed_offset: int = 0) -> dict[str, Any]:
         lv = self.level(value, seed_offset)
         if self.hooks.level_start:
             self.hooks.level_start(lv, len(self.requests))
         from compare.running.sessions import run_session_level
-        from compare.workload.sessions import is_sessions
+        from compare.workload.sessions import group_sessions, is_sessions
 
         send = run_session_level if is_sessions(self.requests) else run_level  # multi-turn: turns in order
         out = await send(self.backend, lv.take(self.requests), lv, seed=self.search.seed + seed_offset,
                               timeout_s=self.search.timeout_s, max_errors=len(self.requests),
                               on_record=self.hooks.record)
-        p = compact(lv, summarize(out.records, out.t_end_ns - out.t_start_ns, self.slo))
+        # a time-bounded probe is judged on its steady state, like a --duration level
+        trim = Trim(lv, lv.take(self.requests), self.search.seed + seed_offset)
+        p = compact(lv, summarize([trim(r) for r in out.records], measured_ns(out), self.slo))
         p["seed_offset"] = seed_offset
-        p["sustained"] = lv.kind == "concurrency" or p["req_s"] >= KEEP_UP * lv.value
+        # kept up: achieved vs offered requests/s; a session rate offers its turns (each session's
+        # turns, on average, per session started)
+        per = len(lv.take(self.requests)) / max(1, len(group_sessions(lv.take(self.requests)))) \
+            if is_sessions(self.requests) else 1.0
+        p["sustained"] = lv.kind == "concurrency" or p["req_s"] >= KEEP_UP * lv.value * per
         p["held"] = p["slo_met"] and p["sustained"]
         self.probes.append(p)
         if self.hooks.probe:

@@ -28,6 +28,10 @@ class LoadLevel:
     # open loop only: the level sends the requests whose offsets fall in this many seconds
     # (compare/workload/duration.py sets ``requests`` to match)
     duration_s: float | None = None
+    # a time-bounded level's steady state (compare/analysis/steady.py): requests due in the first
+    # ``warmup_s`` or finished in the last ``cooldown_s`` of the duration are trimmed from its statistics
+    warmup_s: float | None = None
+    cooldown_s: float | None = None
     # trace replay: each request's send offset (ns from the level's start) taken from the trace
     # (compare/workload/traces.py) instead of drawn; ``value`` is then the trace's mean rate
     offsets_ns: tuple[int, ...] | None = None
@@ -72,6 +76,8 @@ class LoadLevel:
                 out["burstiness"] = self.burstiness
         if self.duration_s is not None:
             out["duration_s"] = self.duration_s
+        if self.warmup_s is not None:
+            out.update(warmup_s=self.warmup_s, cooldown_s=self.cooldown_s)
         return out
 
 

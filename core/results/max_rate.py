@@ -31,6 +31,9 @@ class LoadSearchInfo(_Closed):
     arrival: str = "poisson"  # rate searches: the probes' arrival process (--arrival)
     burstiness: float = 1.0  # gamma arrivals (--burstiness)
     duration_s: float | None = None  # --duration: each probe time-bounded
+    warmup_s: float | None = None  # with a duration: each probe's steady-state trims (--warmup-seconds)
+    cooldown_s: float | None = None  # (--cooldown-seconds)
+    unit: str = "req/s"  # what a probed rate counts: req/s, or sessions/s for multi-turn sessions
 
 
 class MaxRateProbe(_Closed):

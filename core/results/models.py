@@ -24,6 +24,7 @@ from core.results.sections import LevelShards, QuantVerification, RayCell, RayNo
 from core.results.slo import SloCheck, SloLimit
 from core.results.dist import Dist
 from core.results.sessions import SessionStats
+from core.results.steady import SteadyState
 from core.results.telemetry import Telemetry
 
 SCHEMA_VERSION = 2
@@ -173,6 +174,7 @@ class LevelSummary(_Measured):
     repeats: int | None = None  # pooled summary: how many repeats it pools
     telemetry: Telemetry | None = None  # CPU per process, GPUs (backends/telemetry.py)
     sessions: SessionStats | None = None  # multi-turn sessions: by turn index (compare/analysis/turns.py)
+    steady_state: SteadyState | None = None  # time-bounded levels: the measured window, what was trimmed
 
     def server_histogram(self, key: str) -> ServerHistogram | None:
         """``server_metrics[key]`` (e.g. "server_queue_ms") typed, whatever version wrote it."""
@@ -295,6 +297,8 @@ class LevelDef(_Closed):
     arrival: str | None = None  # open loop: constant | gamma (absent: Poisson)
     burstiness: float | None = None  # gamma arrivals: the gaps' squared coefficient of variation
     duration_s: float | None = None  # time-bounded open loop: the sends inside this many seconds
+    warmup_s: float | None = None  # time-bounded: requests due before this are trimmed (steady state)
+    cooldown_s: float | None = None  # time-bounded: requests finished in the duration's last seconds are trimmed
 
 
 class GpuInfo(_Closed):

@@ -39,6 +39,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--duration", type=float, metavar="SECONDS",
                    help="time-bounded --rate levels: each sends the requests whose seeded send time falls in "
                         "the first SECONDS (the same on every backend); --num-requests must cover them")
+    g.add_argument("--warmup-seconds", type=float, metavar="S",
+                   help="--duration levels: requests due in the first S seconds are kept in requests.jsonl but "
+                        "left out of the level's statistics (default: a tenth of --duration; 0: none)")
+    g.add_argument("--cooldown-seconds", type=float, metavar="S",
+                   help="--duration levels: the measured window ends S seconds before the sends stop; requests "
+                        "finished after it are kept but not counted (default: a tenth of --duration; 0: none)")
     g.add_argument("--requests-per-stream", type=int, metavar="K",
                    help="each closed-loop level at concurrency C sends the workload's first min(N, K*C) requests "
                         "(the same prefix on every backend), so single-stream levels stay short while saturated "
@@ -98,39 +104,62 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
-def _requests(replay: str | None, spec, workload, served=None):
-    """The run's requests: those of an earlier run (``--replay RESULTS_DIR``), else the workload's."""
-    from compare.workload.build import build_requests, load_sharegpt, request_from_dict
+def _replayed(replay: str):
+    """``--replay RESULTS_DIR``: the earlier run's requests and, for a trace run, the trace's send
+    offsets (compare/workload/clock.py; None otherwise). Every line is checked against the request's
+    typed shape (one line naming the line and the field), and request ids must be unique (records
+    are matched to requests by id)."""
+    from compare.workload.build import request_from_dict
+    from compare.workload.clock import split_clock
+    from core.fsutil import parse_user_json, read_user_text
+    from core.shape import ShapeError
 
-    if replay:
-        from core.fsutil import parse_user_json, read_user_text
-
-        if not Path(replay).is_dir():
-            raise UserError(f"--replay {replay}: not a directory; pass a results directory written by "
-                            f"`compare run`")
-        path = Path(replay) / "workload.jsonl"
-        if not path.exists() and not path.is_symlink():
-            raise UserError(f"--replay {replay}: no workload.jsonl there; pass a results directory")
-        fix = "pass a results directory written by `compare run`"
-        text = read_user_text(path, "--replay file", fix)
-        from core.shape import ShapeError
-
-        out, seen = [], {}
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
+    if not Path(replay).is_dir():
+        raise UserError(f"--replay {replay}: not a directory; pass a results directory written by "
+                        f"`compare run`")
+    path = Path(replay) / "workload.jsonl"
+    if not path.exists() and not path.is_symlink():
+        raise UserError(f"--replay {replay}: no workload.jsonl there; pass a results directory")
+    fix = "pass a results directory written by `compare run`"
+    text = read_user_text(path, "--replay file", fix)
+    rows, lines = [], []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        row = parse_user_json(line, path, "--replay file", fix, line=n)
+        if not isinstance(row, dict):  # the typed check names what belongs there
             try:
-                out.append(request_from_dict(parse_user_json(line, path, "--replay file", fix, line=n)))
+                request_from_dict(row)
             except ShapeError as e:
                 raise UserError(f"--replay file {path} line {n}: {e}; {fix}") from None
-            rid = out[-1].request_id  # (records are matched to requests by id)
-            if rid in seen:
-                raise UserError(f"--replay file {path} line {n}: request_id {rid!r} is given twice (also line "
-                                f"{seen[rid]}); {fix}")
-            seen[rid] = n
-        if not out:
-            raise UserError(f"--replay file {path} holds no requests; {fix}")
-        return out
+        rows.append(row)
+        lines.append(n)
+    try:
+        rows, clock = split_clock(rows, f"--replay file {path}")
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    out, seen = [], {}
+    for n, row in zip(lines, rows):
+        try:
+            out.append(request_from_dict(row))
+        except ShapeError as e:
+            raise UserError(f"--replay file {path} line {n}: {e}; {fix}") from None
+        rid = out[-1].request_id
+        if rid in seen:
+            raise UserError(f"--replay file {path} line {n}: request_id {rid!r} is given twice (also line "
+                            f"{seen[rid]}); {fix}")
+        seen[rid] = n
+    if not out:
+        raise UserError(f"--replay file {path} holds no requests; {fix}")
+    return out, clock
+
+
+def _requests(replay: str | None, spec, workload, served=None):
+    """The run's requests: those of an earlier run (``--replay RESULTS_DIR``), else the workload's."""
+    from compare.workload.build import build_requests, load_sharegpt
+
+    if replay:
+        return _replayed(replay)[0]
     convs = None
     if workload.sharegpt:  # read and checked before the (seconds-long) tokenizer load
         try:
@@ -177,7 +206,7 @@ def _dataset(dataset: tuple[str, str | None], workload):
 
 def _trace_levels(opts: dict, seed: int):
     """``--trace FILE``: the trace's requests, sent in one open-loop level at the trace's offsets."""
-    from compare.workload.schedule import LoadLevel
+    from compare.workload.clock import trace_level
     from compare.workload.traces import TraceError, build_trace, parse_window
 
     try:
@@ -187,9 +216,25 @@ def _trace_levels(opts: dict, seed: int):
                             window=parse_window(opts["window"]), cap=opts["cap"], seed=seed)
     except TraceError as e:
         raise UserError(str(e)) from None
-    span_s = trace.offsets_ns[-1] / 1e9
-    rate = (len(trace.requests) - 1) / span_s if span_s > 0 else float("inf")  # arrivals per second
-    return trace.requests, [LoadLevel("rate", rate, offsets_ns=tuple(trace.offsets_ns))]
+    return trace.requests, [trace_level(trace.offsets_ns)]
+
+
+def _check_sessions(r: RunRequest, requests) -> None:
+    """Multi-turn sessions: what cannot send them, refused in one line rather than bypassed."""
+    from compare.workload.sessions import is_sessions
+
+    if not is_sessions(requests):
+        return
+    # a turn waits on the reply before it, so one process holds a whole session (compare/running/sessions.py)
+    if r.client_procs not in (None, 1):
+        raise UserError(f"--client-procs {r.client_procs}: multi-turn sessions are sent by one client process "
+                        f"(each turn waits on the reply before it); use --client-procs 1 or auto")
+    if r.scaleout is not None and getattr(r.scaleout, "load_shards", 0):
+        raise UserError("--ray-load-shards: multi-turn sessions are sent by one client process (each turn waits "
+                        "on the reply before it); leave --ray-load-shards out")
+    if any(lv.duration_s is not None for lv in r.levels):
+        raise UserError("--duration bounds lists of single requests; a sessions workload's level is bounded by its "
+                        "sessions: drop --duration and set sessions.num_sessions")
 
 
 def _check_lengths(spec, requests) -> None:
@@ -214,12 +259,24 @@ def execute(r: RunRequest) -> int:
     after_levels = max_rate.hook(r.max_rate, r.slo, r.timeout_s)  # --find-max-rate (compare/cli/max_rate.py)
     if sum(x is not None for x in (r.trace, r.dataset, r.replay)) > 1:
         raise UserError("--trace, --dataset and --replay each give the request list; pass one of them")
-    requests = _dataset(r.dataset, r.workload) if r.dataset else _requests(r.replay, r.spec, r.workload, r.served)
+    clock = None
+    if r.replay:  # a replayed trace run keeps the trace's send offsets (compare/workload/clock.py)
+        requests, clock = _replayed(r.replay)
+    else:
+        requests = _dataset(r.dataset, r.workload) if r.dataset else _requests(None, r.spec, r.workload, r.served)
     if r.served is None:
         _check_lengths(r.spec, requests)
     levels = list(r.levels)
+    if clock is not None and not r.levels_given:
+        from compare.workload.clock import trace_level
+
+        levels = [trace_level(clock)]
+    elif clock is not None:
+        print(f"note: --replay {r.replay} was a trace run; its requests are sent at --concurrency/--rate "
+              f"instead of the trace's clock (leave both out to keep it)", file=sys.stderr)
     if r.trace is not None:
         requests, levels = _trace_levels(r.trace, r.workload.seed)
+    _check_sessions(r, requests)
     if r.requests_per_stream is not None:
         from compare.workload.schedule import per_stream
 

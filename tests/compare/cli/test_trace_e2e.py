@@ -48,3 +48,38 @@ def test_trace_and_dataset_together_are_refused(tmp_path, tiny_model):
     p = run_cli("run", "--backends", "fake", "--model", str(tiny_model), "--trace", str(trace),
                 "--dataset", str(trace), "--out", str(tmp_path / "out"), timeout=120)
     assert p.returncode == 2 and "pass one of them" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_replay_of_a_trace_run_keeps_the_trace_clock(tmp_path, tiny_model):
+    """workload.jsonl keeps each request's trace offset; --replay sends at those offsets again."""
+    rows = [{"timestamp": t, "input_length": 16, "output_length": 3} for t in (0, 150, 200, 650, 700, 1100)]
+    trace, out = _trace(tmp_path, rows), tmp_path / "out"
+    common = ("--backends", "fake", "--model", str(tiny_model), "--warmup", "0", "--quality", "off",
+              "--out", str(out))
+    p = run_cli("run", *common, "--trace", str(trace), "--trace-speedup", "2", "--run-id", "t", timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    saved = [json.loads(x) for x in (out / "t" / "workload.jsonl").read_text().splitlines()]
+    assert [r["send_offset_ns"] for r in saved] == [t * 500_000 for t in (0, 150, 200, 650, 700, 1100)]
+    p = run_cli("run", *common, "--replay", str(out / "t"), "--run-id", "r", timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    first, again = (json.loads((out / d / "run.json").read_text()) for d in ("t", "r"))
+    assert again["levels"] == first["levels"] == [{"kind": "rate", "value": 5 / 0.55, "label": "trace"}]
+    offsets = [lv["backends"]["fake"]["levels"]["trace"]["schedule_offsets_ns"] for lv in (first, again)]
+    assert offsets[0] == offsets[1] == [r["send_offset_ns"] for r in saved]
+    assert (out / "r" / "workload.jsonl").read_text() == (out / "t" / "workload.jsonl").read_text()
+    # asked for other levels, the replay sends the same requests there and says the clock is not kept
+    p = run_cli("run", *common, "--replay", str(out / "t"), "--concurrency", "2", "--run-id", "c", timeout=300)
+    assert p.returncode == 0 and "instead of the trace's clock" in p.stderr
+    assert list(json.loads((out / "c" / "run.json").read_text())["backends"]["fake"]["levels"]) == ["c2"]
+
+
+def test_a_replay_file_with_a_partial_clock_is_one_line(tmp_path, tiny_model):
+    d = tmp_path / "old"
+    d.mkdir()
+    row = {"request_id": "a", "max_tokens": 2, "prompt_token_ids": [5, 6]}
+    (d / "workload.jsonl").write_text(json.dumps({**row, "send_offset_ns": 0}) + "\n"
+                                      + json.dumps({**row, "request_id": "b"}) + "\n")
+    p = run_cli("run", "--backends", "fake", "--model", str(tiny_model), "--replay", str(d),
+                "--out", str(tmp_path / "out"), timeout=120)
+    assert p.returncode == 2 and "line 2 has no send_offset_ns" in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()

@@ -12,6 +12,7 @@ from backends.fake.engine import FakeBackend
 from compare.running.sessions import run_session_level
 from compare.workload.build import WorkloadSpec, build_requests
 from compare.workload.schedule import LoadLevel
+from core.slo import SLO
 from tests.conftest import run_cli
 
 THINK_S = 0.05
@@ -116,3 +117,34 @@ def test_sessions_with_repeats_require_slo_and_find_max_rate(tmp_path, tiny_mode
     assert b["levels"]["c1"]["slo_met"] is True
     # each probe sent every turn of every session (through compare/running/sessions.py)
     assert all(s["met"] and s["probes"][0]["ok"] == s["probes"][0]["requests"] == 6 for s in b["max_rate"]["repeats"])
+    # its rate starts sessions, and the output says so (run.json, the probe lines, the answer)
+    assert b["max_rate"]["search"]["unit"] == "sessions/s"
+    assert "max-rate r8 sessions/s: met" in p.stdout and "turns/s achieved" in p.stdout
+    assert "max rate meeting SLO: >= 8 sessions/s" in p.stdout
+
+
+def test_a_session_probe_keeps_up_only_with_its_turns():
+    """Kept up compares achieved turns/s with the turns a session rate offers, not with sessions/s."""
+    from compare.tuning.probe import LoadSearch, _Prober
+
+    reqs = _requests(6, 3)  # 3 turns a session: 8 sessions/s offer 24 turns/s
+
+    async def go(target: str):
+        async with FakeBackend(ServingSpec(model="unused"), target=target) as b:
+            return await _Prober(b, reqs, SLO.parse("ttft_p95=60s"), LoadSearch(timeout_s=30)).probe(8.0)
+
+    assert asyncio.run(go("ttft=5ms+itl=1ms"))["sustained"]
+    # one slot, ~0.1 s a turn: ~10 turns/s, under half the 24 offered (though over half of 8 sessions/s)
+    slow = asyncio.run(go("ttft=0.1s+itl=1ms+seqs=1"))
+    assert 5 < slow["req_s"] < 11 and not slow["sustained"]
+
+
+def test_what_cannot_send_sessions_is_refused_in_one_line(tmp_path, tiny_model):
+    wl = tmp_path / "sessions.yaml"
+    wl.write_text("sessions:\n  num_sessions: 2\n  turns: {value: 2}\n")
+    for extra, message in ((("--client-procs", "2"), "--client-procs 2: multi-turn sessions are sent by one client"),
+                           (("--rate", "2", "--duration", "5"), "--duration bounds lists of single requests")):
+        p = run_cli("run", "--backends", "fake", "--model", str(tiny_model), "--workload", str(wl), *extra,
+                    "--out", str(tmp_path / "out"), timeout=120)
+        assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()

@@ -90,7 +90,7 @@ def test_generous_slo_two_engine_starts(tmp_path, tiny_model):
     assert "fake max rate meeting SLO:" in out and "mean of 2 engine starts" in out
     assert "max-rate r8: met" in p.stdout
     md = run_cli("report", str(tmp_path / "r")).stdout
-    assert "Max rate meeting the SLO: every probe" in md and "| fake | 2 | 8 |" in md
+    assert "Max rate meeting the SLO: every probe" in md and "| fake | 2 | 8 req/s |" in md
 
 
 def test_impossible_slo_none_met_is_an_answer(tmp_path, tiny_model):
