@@ -172,16 +172,29 @@ class RepeatPool:
         self.lagged: dict[tuple[str, str], bool] = {}
         self.lag_max: dict[tuple[str, str], float] = {}  # (a cell run on a Ray cluster sends these back)
 
-    def add(self, key: tuple[str, str], outcome: LevelOutcome, records: list[RequestRecord],
-            lagged: bool = False) -> None:
+    def add(self, key: tuple[str, str], wall_ns: int, loop_lag_ms: dict[str, Any],
+            records: list[RequestRecord], lagged: bool = False) -> None:
+        """One repeat's run of a level: its records, wall time, client lag and whether it fell behind."""
         self.records.setdefault(key, []).extend(records)
-        self.wall_ns[key] = self.wall_ns.get(key, 0) + (outcome.t_end_ns - outcome.t_start_ns)
+        self.wall_ns[key] = self.wall_ns.get(key, 0) + wall_ns
         lag = self.lag.setdefault(key, {"max": 0.0})
         for k in ("max", "p99"):
-            if k in outcome.loop_lag_ms:
-                lag[k] = max(lag.get(k, 0.0), outcome.loop_lag_ms[k])
+            if loop_lag_ms.get(k) is not None:
+                lag[k] = max(lag.get(k, 0.0), loop_lag_ms[k])
         self.lagged[key] = self.lagged.get(key, False) or lagged
         self.lag_max[key] = lag["max"]
+
+    def pooled(self, cfg: RunConfig, key: tuple[str, str], latest: LevelSummary, repeats: int) -> LevelSummary:
+        """The pooled row over every repeat added so far; ``latest`` is the last repeat's own row.
+        One rule for `compare run --repeats` and `compare merge` (compare/running/merge.py)."""
+        pooled = level_summary(cfg, self.records[key], self.wall_ns[key], self.lag[key])
+        # server-side samples are per level run; the pooled row shows the latest one
+        own = {k: getattr(latest, k) for k in _LATEST if k in latest.model_fields_set}
+        # (client_lagged: some repeat's client fell behind)
+        return evolve(pooled, client_lagged=self.lagged[key], **own, repeats=repeats)
+
+
+_LATEST = ("server_metrics", "server_gauges", "prefix_cache", "time_breakdown", "telemetry", "aborted", "sessions")
 
 
 async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: ResultsWriter,
@@ -253,14 +266,9 @@ async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resul
                 shown = summary
                 if cfg.repeats > 1:
                     key = (name, level.label)
-                    pool.add(key, outcome, records, summary.client_lagged)
-                    pooled = level_summary(cfg, pool.records[key], pool.wall_ns[key], pool.lag[key])
-                    # server-side samples are per level run; the pooled row shows the latest one
-                    latest = {k: getattr(summary, k) for k in ("server_metrics", "server_gauges", "prefix_cache",
-                                                               "time_breakdown", "telemetry", "aborted", "sessions")
-                              if k in summary.model_fields_set}
-                    # (client_lagged: some repeat's client fell behind)
-                    shown = evolve(pooled, client_lagged=pool.lagged[key], **latest, repeats=rep + 1)
+                    pool.add(key, outcome.t_end_ns - outcome.t_start_ns, outcome.loop_lag_ms, records,
+                             summary.client_lagged)
+                    shown = pool.pooled(cfg, key, summary, rep + 1)
                 be.put_level(level.label, summary, shown)
                 be.update(describe=backend.describe().as_dict())  # may have learned more (e.g. /metrics)
                 writer.flush()
