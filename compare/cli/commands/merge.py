@@ -24,9 +24,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _merge(args: argparse.Namespace) -> int:
+    from compare.cli.killed import settle_dir
     from compare.running.merge import merge_runs
     from core.results import new_run_id
 
+    for d in args.runs:  # a run killed outright is recorded as such, not taken for one still running
+        settle_dir(d)
     d = merge_runs(args.runs, args.out, args.run_id or new_run_id())
     print(f"merged {len(args.runs)} runs into {d}; render it with `compare report {d}`", file=sys.stderr)
     print(d)

@@ -127,6 +127,23 @@ def test_two_backends_two_runs_each_become_two_columns_with_intervals(runs, tmp_
     assert html.returncode == 0 and (d / "report.html").stat().st_size > 0
 
 
+def test_a_repeats_run_contributes_all_its_repeats(runs, tmp_path):
+    _, made = runs
+    out = tmp_path / "new" / "root"  # (created)
+    p = _merge(out, "m", made["a1"], made["rep"])
+    assert p.returncode == 0, p.stderr
+    run = json.loads((out / "m" / "run.json").read_text())
+    sec = run["backends"][A]
+    assert run["repeats"] == 3 and [r["repeat"] for r in sec["repeats"]] == [0, 1, 2]
+    assert [m["backends"] for m in run["merged_from"]] == [{A: [0]}, {A: [1, 2]}]
+    assert all(sec["levels"][lv]["requests"] == 3 * N and sec["levels"][lv]["repeats"] == 3 for lv in LEVELS)
+    rep = json.loads((made["rep"] / "run.json").read_text())["backends"][A]["repeats"]
+    _same(sec["repeats"][2]["levels"], rep[1]["levels"])
+    by_rep = {k: sum(1 for r in _lines(out / "m") if r["repeat"] == k) for k in (0, 1, 2)}
+    assert by_rep == {0: 2 * N, 1: 2 * N, 2: 2 * N}  # two levels of N each
+    assert sorted(x.name for x in out.iterdir()) == ["m"]  # nothing left beside it
+
+
 def test_runs_of_different_backends_merge_into_columns(runs, tmp_path):
     _, made = runs
     p = _merge(tmp_path, "m", made["a1"], made["b1"])
