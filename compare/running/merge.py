@@ -149,11 +149,7 @@ def _write(inputs: list[Input], staging: Path, run_id: str) -> Path:
     from compare.running.runner import RepeatPool, RunConfig
 
     first = inputs[0]
-    header = {k: v for k, v in first.doc.items() if k not in OWN}
-    header["backend_specs"] = {k: v for i in inputs for k, v in i.doc.get("backend_specs", {}).items()}
-    starts = [i.run.started_at for i in inputs if i.run.started_at]
-    if starts:
-        header["started_at"] = min(starts)
+    header = _header(inputs)
     # what level_summary reads of a run's configuration: the run's SLO and the client-lag threshold
     cfg: Any = SimpleNamespace(slo=SLO.from_json(first.doc.get("slo")), lag_threshold_ms=RunConfig.lag_threshold_ms)
     columns: dict[str, _Column] = {}
@@ -197,6 +193,24 @@ def _write(inputs: list[Input], staging: Path, run_id: str) -> Path:
         raise
     writer.finish("complete")
     return writer.dir
+
+
+def _header(inputs: list[Input]) -> dict[str, Any]:
+    """The merged run's header: the first input's (the compared fields are equal in all), with
+    every input's per-backend specs and variant columns, and the earliest start."""
+    header = {k: v for k, v in inputs[0].doc.items() if k not in OWN}
+    header["backend_specs"] = {k: v for i in inputs for k, v in i.doc.get("backend_specs", {}).items()}
+    starts = [i.run.started_at for i in inputs if i.run.started_at]
+    if starts:
+        header["started_at"] = min(starts)
+    price = next((i.doc["gpu_hour_price"] for i in inputs if i.doc.get("gpu_hour_price") is not None), None)
+    if price is not None:
+        header["gpu_hour_price"] = price
+    variants = [i.doc["variants"] for i in inputs if isinstance(i.doc.get("variants"), dict)]
+    if variants:  # (`--vary` columns: what each column overrides, whichever input ran it)
+        cols = {k: v for vs in variants if isinstance(vs.get("columns"), dict) for k, v in vs["columns"].items()}
+        header["variants"] = {**variants[0], "columns": cols}
+    return header
 
 
 def _section(entry: BackendResult) -> BackendResult:
