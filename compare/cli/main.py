@@ -23,7 +23,7 @@ from core.errors import LLMCompareError
 # module names under compare.cli.commands; each defines add_parser(subparsers). Modules not
 # written yet are skipped, so features land independently.
 COMMANDS = ["run", "plan", "backends", "model", "calibrate", "containers", "clean", "cache", "report",
-            "baseline", "check", "quant", "quantize", "tune", "bundle"]
+            "baseline", "check", "quant", "quantize", "tune", "bundle", "merge"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -44,7 +44,7 @@ class Merger:
         self.lag_max: dict[str, float] = {}
 
     def merge(self, res: Any, opts: dict[str, Any]) -> None:
-        from compare.running.runner import level_summary
+        from compare.running.repeat_pool import level_summary
 
         cfg, writer, name, rep = self.cfg, self.writer, res.name, res.repeat
         self.merged.add((name, rep))

@@ -32,7 +32,6 @@ from compare.running.aio import running_loop_name
 from compare.running.load import offered_load
 from core.hardware import fingerprint
 from backends.http.urls import redact_url
-from compare.analysis.metrics import summarize
 from compare.analysis.steady import Trim, measured_ns, steady_state
 from compare.analysis.turns import session_stats
 from compare.workload.sessions import is_sessions
@@ -43,6 +42,7 @@ from core.records import RequestRecord
 from core.results import LevelSummary, ResultsWriter, new_run_id
 from core.results.evolve import evolve
 from compare.running.entry import BackendEntry
+from compare.running.repeat_pool import RepeatPool, level_summary
 from compare.workload.schedule import LoadLevel
 from compare.workload.build import WorkloadSpec
 from compare.workload.clock import workload_rows
@@ -164,28 +164,6 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
     return writer
 
 
-class RepeatPool:
-    """Records and wall time of every repeat so far, per (backend, level): the pooled summary."""
-
-    def __init__(self) -> None:
-        self.records: dict[tuple[str, str], list[RequestRecord]] = {}
-        self.wall_ns: dict[tuple[str, str], int] = {}
-        self.lag: dict[tuple[str, str], dict[str, float]] = {}  # the worst max and p99 of any repeat
-        self.lagged: dict[tuple[str, str], bool] = {}
-        self.lag_max: dict[tuple[str, str], float] = {}  # (a cell run on a Ray cluster sends these back)
-
-    def add(self, key: tuple[str, str], outcome: LevelOutcome, records: list[RequestRecord],
-            lagged: bool = False) -> None:
-        self.records.setdefault(key, []).extend(records)
-        self.wall_ns[key] = self.wall_ns.get(key, 0) + measured_ns(outcome)
-        lag = self.lag.setdefault(key, {"max": 0.0})
-        for k in ("max", "p99"):
-            if k in outcome.loop_lag_ms:
-                lag[k] = max(lag.get(k, 0.0), outcome.loop_lag_ms[k])
-        self.lagged[key] = self.lagged.get(key, False) or lagged
-        self.lag_max[key] = lag["max"]
-
-
 async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: ResultsWriter,
                        progress: Progress, rep: int = 0, pool: RepeatPool | None = None,
                        pending: list[Any] | None = None) -> bool:
@@ -259,16 +237,8 @@ async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resul
                 shown = summary
                 if cfg.repeats > 1:
                     key = (name, level.label)
-                    pool.add(key, outcome, records, summary.client_lagged)
-                    pooled = level_summary(cfg, pool.records[key], pool.wall_ns[key], pool.lag[key])
-                    # server-side samples are per level run; the pooled row shows the latest one
-                    latest = {k: getattr(summary, k) for k in ("server_metrics", "server_gauges", "prefix_cache",
-                                                               "time_breakdown", "telemetry", "aborted", "sessions")
-                              if k in summary.model_fields_set}
-                    if (steady := steady_state(level, pool.records[key])) is not None:
-                        latest["steady_state"] = steady  # every repeat's counts
-                    # (client_lagged: some repeat's client fell behind)
-                    shown = evolve(pooled, client_lagged=pool.lagged[key], **latest, repeats=rep + 1)
+                    pool.add(key, measured_ns(outcome), outcome.loop_lag_ms, records, summary.client_lagged)
+                    shown = pool.pooled(cfg, key, summary, rep + 1)
                 be.put_level(level.label, summary, shown)
                 be.update(describe=backend.describe().as_dict())  # may have learned more (e.g. /metrics)
                 writer.flush()
@@ -323,15 +293,6 @@ async def _engine(cfg: RunConfig, name: str, backend: Backend, log: Path, progre
             progress.phase(name, "stopping", log)
             with aio.signals_deferred():  # a stop signal never cuts a teardown short
                 await backend.__aexit__(None, None, None)
-
-
-def level_summary(cfg: RunConfig, records: list[RequestRecord], wall_ns: int,
-                   lag: dict[str, float] | float) -> LevelSummary:
-    from compare.analysis.client_health import judge_summary
-
-    lag = {"max": lag} if isinstance(lag, (int, float)) else lag
-    return evolve(summarize(records, wall_ns, cfg.slo), loop_lag_ms=dict(lag) if lag else {"max": 0.0},
-                  client_lagged=judge_summary(lag, cfg.lag_threshold_ms))
 
 
 def _client_health(cfg: RunConfig, o: LevelOutcome) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from core.results.base import Closed as _Closed, Open as _Open
 from core.results.client_health import ClientHealth
 from core.results.max_rate import MaxRate
 from core.results.quality import Quality
-from core.results.sections import LevelShards, QuantVerification, RayCell, RayNode
+from core.results.sections import LevelShards, MergedInput, QuantVerification, RayCell, RayNode
 from core.results.slo import SloCheck, SloLimit
 from core.results.dist import Dist
 from core.results.sessions import SessionStats
@@ -378,6 +378,7 @@ class RunResults(_Open):
     length_matched: LengthMatched | None = None
     ray: RayCluster | None = None  # runs with --ray only
     owner: RunOwner | None = None  # the process writing the run (absent in runs written before it was kept)
+    merged_from: list[MergedInput] | None = None  # `compare merge`: the runs pooled into this one
 
     @property
     def level_labels(self) -> list[str]:

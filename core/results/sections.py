@@ -1,5 +1,6 @@
 """run.json sections whose shape other features fix: the Ray cluster a run used
-(compare/running/ray_*.py) and the quantization check of each backend (compare/quality/verify.py).
+(compare/running/ray_*.py), the quantization check of each backend (compare/quality/verify.py) and
+the runs `compare merge` pooled (compare/running/merge.py).
 
 Open (extra keys kept) where an older or newer writer may add a key readers do not need; the
 keys listed are the ones every writer so far has produced. Engine-reported parts stay plain
@@ -67,3 +68,13 @@ class QuantVerification(_Open):
     problems: list[str] = Field(default_factory=list)
     reason: str | None = None
     loaded: dict[str, Any] | None = None  # as the engine reported it: engine-specific
+
+
+class MergedInput(_Open):
+    """One results directory ``compare merge`` pooled into this run (compare/running/merge.py)."""
+
+    run_id: str
+    path: str  # as given on the command line, resolved
+    started_at: str | None = None
+    # backend -> the merged run's repeat numbers its repeats became (its own repeats in order)
+    backends: dict[str, list[int]] = Field(default_factory=dict)
