@@ -18,6 +18,7 @@ from core.records import RequestRecord
 from core.results import LevelSummary, ResultsWriter
 from core.results.evolve import evolve
 from core.results.models import RepeatRun
+from compare.running.repeat_pool import RepeatPool
 
 _PER_REPEAT = ("levels", "repeats", "status", "error", "start_s")
 
@@ -39,13 +40,10 @@ class Merger:
         self.failed: set[str] = set()
         self.merged: set[tuple[str, int]] = set()
         self.levels = {lv.label: lv for lv in cfg.levels}
-        self.pool: dict[str, list[RequestRecord]] = {}
-        self.wall_ns: dict[str, int] = {}
-        self.lag_max: dict[str, float] = {}
+        # the runner's own pooling rule (a cell sends back its client lag's maximum only, no p99)
+        self.pool = RepeatPool()
 
     def merge(self, res: Any, opts: dict[str, Any]) -> None:
-        from compare.running.repeat_pool import level_summary
-
         cfg, writer, name, rep = self.cfg, self.writer, res.name, res.repeat
         self.merged.add((name, rep))
         self.progress.backend_start(name if cfg.repeats == 1 else f"{name} (repeat {rep + 1}/{cfg.repeats})")
@@ -64,16 +62,11 @@ class Merger:
             shown = this.levels
             levels = dict(entry.levels)
             for label in res.wall_ns:  # levels that ran to their end, pooled in repeat order
-                key = f"{name}\0{label}"
-                self.pool.setdefault(key, []).extend(r for r in res.records if r.level == label)
-                self.wall_ns[key] = self.wall_ns.get(key, 0) + res.wall_ns[label]
-                self.lag_max[key] = max(self.lag_max.get(key, 0.0), res.lag_max.get(label, 0.0))
-                pooled = level_summary(cfg, self.pool[key], self.wall_ns[key], self.lag_max[key])
-                # what the runner's pooled row takes from the latest repeat (server-side samples, ...):
-                # the cell's own pooled row holds exactly those keys beside the pooled numbers
-                own = ce.get("levels", {}).get(label, {})
-                latest = {k: v for k, v in own.items() if k not in pooled.model_fields_set}
-                levels[label] = evolve(pooled, **{**latest, "repeats": rep + 1})
+                key = (name, label)
+                own = this.levels.get(label) or LevelSummary.model_validate(ce.get("levels", {}).get(label, {}))
+                self.pool.add(key, res.wall_ns[label], {"max": res.lag_max.get(label, 0.0)},
+                              [r for r in res.records if r.level == label], own.client_lagged)
+                levels[label] = self.pool.pooled(cfg, key, own, rep + 1)
             entry = evolve(entry, repeats=[*(entry.repeats or []), this], levels=levels)
         else:
             shown = {k: LevelSummary.model_validate(v) for k, v in (ce.get("levels") or {}).items()}
