@@ -159,6 +159,43 @@ def test_no_llama_server_outlives_the_tool(tiny_model, tmp_path, sig):
             os.killpg(p.pid, signal.SIGKILL)
 
 
+def test_llama_server_killed_mid_level_ends_the_level_as_engine_died(tiny_model, tmp_path):
+    """The engine dies, not the tool: llama-server SIGKILLed once records are being written. The
+    level stops at the first refused request (engine_dead), the run is `partial` with the backend
+    `failed` ("engine died"), the records measured before are kept, exit 1, no traceback of ours,
+    and no llama-server is left."""
+    p = subprocess.Popen([str(VENV_BIN / "compare"), "run", "--backends", "llamacpp", "--model", str(tiny_model),
+                          *TINY_SPEC_ARGS, "--num-requests", "400", "--concurrency", "1", "--output-len", "64",
+                          "--warmup", "0", "--quality", "off", "--out", str(tmp_path), "--run-id", "died"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    reqs = tmp_path / "died" / "requests.jsonl"
+    try:
+        servers = []
+        deadline = time.time() + 1800  # the first use may build llama.cpp
+        while time.time() < deadline and p.poll() is None:
+            servers = _llama_servers(psutil.Process(p.pid).children(recursive=True))
+            if servers and reqs.exists() and reqs.read_text().count("\n") >= 2:
+                break
+            time.sleep(0.2)
+        assert servers, "llama-server never started"
+        servers[0].kill()
+        output, _ = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 1, output[-2000:]
+    assert "Traceback" not in output, output[-2000:]
+    run = json.loads((tmp_path / "died" / "run.json").read_text())
+    b = run["backends"]["llamacpp"]
+    assert run["status"] == "partial" and b["status"] == "failed" and "engine died" in b["error"], b.get("error")
+    lines = [json.loads(x) for x in reqs.read_text().splitlines()]
+    assert sum(1 for x in lines if x["error_kind"] is None) >= 2 and len(lines) < 400  # measured work kept
+    assert any(x["error_kind"] == "engine_dead" for x in lines)
+    assert b["levels"]["c1"]["aborted"]
+    time.sleep(0.5)
+    assert not _llama_servers(servers)
+
+
 def test_gguf_builds_are_listed_in_the_engine_cache(tiny_model):
     from backends.llamacpp.gguf import prepare_gguf
 
