@@ -77,6 +77,7 @@ class _Proc:
     last_cpu: float
     last_t: float
     last_threads: dict[int, float]
+    last_threads_t: float = 0.0  # when last_threads was read (its own stamp: see sample())
     pct: list[float] = field(default_factory=list)
     top_thread_pct: list[float] = field(default_factory=list)
     loop_pct: list[float] = field(default_factory=list)  # the client's event-loop thread
@@ -133,6 +134,11 @@ class ProcessSampler:
                     cpu = sum(p.cpu_times()[:2])
                     nthreads = p.num_threads()
                     tt = _thread_times(p)
+                    # the threads' times are read after the process's, and in our own process the
+                    # sampler may wait for the GIL in between (the event loop holds it while busy):
+                    # they get a stamp of their own, or a busy loop thread could show more CPU in
+                    # one interval than the whole process
+                    tt_t = time.monotonic()
                     rec = self._procs.get(key)
                     if rec is None:  # first sight: the baseline; it counts from the next tick
                         cmd = " ".join(p.cmdline()) or p.name()
@@ -140,20 +146,20 @@ class ProcessSampler:
                         if prefix is not None:
                             role = "container" if p.pid in self.extra_roots else f"container: {role}"
                         self._procs[key] = _Proc(p.pid, role, (cmd.split() or ["?"])[0][:60], p, cpu, now, tt,
-                                                 threads=nthreads)
+                                                 last_threads_t=tt_t, threads=nthreads)
                         continue
             except ps.Error:  # it ended between the listing and the read
                 continue
-            dt = now - rec.last_t
-            if dt <= 0:
+            dt, dtt = now - rec.last_t, tt_t - rec.last_threads_t
+            if dt <= 0 or dtt <= 0:
                 continue
             rec.pct.append(100.0 * (cpu - rec.last_cpu) / dt)
             # a thread born since the last tick spent all its time within this interval
-            per = {tid: 100.0 * (t - rec.last_threads.get(tid, 0.0)) / dt for tid, t in tt.items()}
+            per = {tid: 100.0 * (t - rec.last_threads.get(tid, 0.0)) / dtt for tid, t in tt.items()}
             rec.top_thread_pct.append(max(per.values(), default=0.0))
             if self.loop_tid is not None and rec.role == "client" and self.loop_tid in per:
                 rec.loop_pct.append(per[self.loop_tid])
-            rec.last_cpu, rec.last_t, rec.last_threads = cpu, now, tt
+            rec.last_cpu, rec.last_t, rec.last_threads, rec.last_threads_t = cpu, now, tt, tt_t
             rec.threads = max(rec.threads, nthreads)
 
     def summary(self) -> list[dict[str, Any]]:

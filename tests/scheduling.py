@@ -61,7 +61,8 @@ WEIGHTS = {
     # compare quant quality: 2 vLLM starts, 2 OpenVINO exports + compiles, one llmcompressor run
     "test_heldout.py": 88,
     # llama.cpp (built by setup): one shared server start and two signalled runs (SIGKILL, SIGTERM)
-    "test_llamacpp.py": 25,
+    "test_llamacpp.py": 30,
+    "test_llamacpp_cache_cli.py": 32,
     "test_llamacpp_e2e.py": 30,  # two GGUF runs (the four-engine run is test_two_engines_e2e.py)
     "test_trtllm_pipeline.py": 77,
     "test_trtllm_serve_http.py": 29,

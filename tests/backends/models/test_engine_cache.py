@@ -139,6 +139,9 @@ def test_concurrent_builders_build_once(tmp_path):
 
 
 def _killed_builder(root, started):
+    # killed as a process with no handler of its own: a SIGTERM handler some earlier test left in
+    # this forked worker must not decide how it dies
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     cache = EngineCache(root)
 
     def build(d: Path):
