@@ -49,9 +49,10 @@ def _running(p: psutil.Process) -> bool:
 # Long enough that the stop lands inside the level even when the signal is handled seconds late:
 # on an overloaded 2-core machine (the suite's two workers and engines) the handler has run 4-24 s
 # after the signal. The signal is sent once 2 records are written: short requests reach them soon
-# (no warm-up either: nothing here depends on it), many keep the level long (200 rounds of 64
-# tokens at concurrency 2).
-REQUESTS, OUTPUT_LEN = 400, 64
+# (no warm-up either: nothing here depends on it), many keep the level long (1000 rounds of 64
+# tokens at concurrency 2; a level that ends before the signal lands proves nothing, and the
+# requests after the signal are never sent, so a long list costs nothing).
+REQUESTS, OUTPUT_LEN = 2000, 64
 
 
 class Stopped:
