@@ -144,23 +144,21 @@ def rtn_w4(w):
     return pack_int4(q.view(out_f, in_f)), scale
 
 
-def to_w4a16(src: Path, out: Path, device: str = "cuda") -> dict:
-    """compressed-tensors W4A16 (group 128, symmetric, round to nearest) of every linear weight of
-    the decoder layers; embeddings, norms and lm_head stay bf16."""
+def _rewrite_linears(src: Path, out: Path, device: str, quantize) -> None:
+    """Every shard of ``src`` written to ``out`` with each decoder-layer linear weight replaced by
+    ``quantize(name, w)`` (a dict of tensors, or None to keep it); everything else in bf16."""
     import torch
     from safetensors.torch import load_file, save_file
 
-    t0 = time.time()
     out.mkdir(parents=True, exist_ok=True)
     index = {"metadata": {}, "weight_map": {}}
     for shard in sorted(src.glob("*.safetensors")):
         tensors = load_file(shard, device=device)
         q: dict[str, torch.Tensor] = {}
         for name, w in tensors.items():
-            if ".layers." in name and name.endswith("proj.weight") and w.dim() == 2 and w.shape[1] % W4_GROUP == 0:
-                stem = name.removesuffix("weight")
-                q[stem + "weight_packed"], q[stem + "weight_scale"] = rtn_w4(w)
-                q[stem + "weight_shape"] = torch.tensor(list(w.shape), dtype=torch.int64)
+            got = quantize(name, w) if ".layers." in name and name.endswith("proj.weight") and w.dim() == 2 else None
+            if got is not None:
+                q.update(got)
             else:
                 q[name] = w.to(torch.bfloat16) if w.is_floating_point() else w
         q = {k: v.contiguous().cpu() for k, v in q.items()}
@@ -168,16 +166,38 @@ def to_w4a16(src: Path, out: Path, device: str = "cuda") -> dict:
         index["weight_map"].update({k: shard.name for k in q})
         del tensors, q
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+
+
+def _compressed_tensors(fmt: str, weights: dict, input_activations: dict | None) -> dict:
+    """The ``quantization_config`` llmcompressor writes for one config group over every Linear but lm_head."""
+    return {
+        "config_groups": {"group_0": {"format": fmt, "input_activations": input_activations, "output_activations": None,
+                                      "targets": ["Linear"], "weights": weights}},
+        "format": fmt, "global_compression_ratio": None, "ignore": ["lm_head"], "kv_cache_scheme": None,
+        "quant_method": "compressed-tensors", "quantization_status": "compressed", "sparsity_config": {},
+        "transform_config": {}}
+
+
+def to_w4a16(src: Path, out: Path, device: str = "cuda") -> dict:
+    """compressed-tensors W4A16 (group 128, symmetric, round to nearest) of every linear weight of
+    the decoder layers; embeddings, norms and lm_head stay bf16."""
+    import torch
+
+    def w4(name, w):
+        if w.shape[1] % W4_GROUP:
+            return None
+        stem = name.removesuffix("weight")
+        packed, scale = rtn_w4(w)
+        return {stem + "weight_packed": packed, stem + "weight_scale": scale,
+                stem + "weight_shape": torch.tensor(list(w.shape), dtype=torch.int64)}
+
+    t0 = time.time()
+    _rewrite_linears(src, out, device, w4)
     cfg = json.loads((src / "config.json").read_text())
     weights = {"actorder": None, "block_structure": None, "dynamic": False, "group_size": W4_GROUP, "num_bits": 4,
                "observer": "memoryless_minmax", "observer_kwargs": {}, "scale_dtype": None, "strategy": "group",
                "symmetric": True, "type": "int", "zp_dtype": None}
-    cfg["quantization_config"] = {
-        "config_groups": {"group_0": {"format": "pack-quantized", "input_activations": None, "output_activations": None,
-                                      "targets": ["Linear"], "weights": weights}},
-        "format": "pack-quantized", "global_compression_ratio": None, "ignore": ["lm_head"], "kv_cache_scheme": None,
-        "quant_method": "compressed-tensors", "quantization_status": "compressed", "sparsity_config": {},
-        "transform_config": {}}
+    cfg["quantization_config"] = _compressed_tensors("pack-quantized", weights, None)
     cfg["torch_dtype"] = cfg["dtype"] = "bfloat16"
     return _finish(src, out, cfg, "w4a16", "int4 weights, group 128, symmetric, round to nearest", t0)
 
@@ -200,36 +220,18 @@ def to_w8a8_int8(src: Path, out: Path, device: str = "cuda") -> dict:
     """compressed-tensors W8A8-int8 of every linear weight of the decoder layers: int8 weights with
     one scale per output channel (symmetric, round to nearest), activations quantized per token at
     run time; embeddings, norms and lm_head stay bf16 (llmcompressor's data-free W8A8 preset)."""
-    import torch
-    from safetensors.torch import load_file, save_file
+    def w8(name, w):
+        q, scale = rtn_w8(w)
+        return {name: q, name.removesuffix("weight") + "weight_scale": scale}
 
     t0 = time.time()
-    out.mkdir(parents=True, exist_ok=True)
-    index = {"metadata": {}, "weight_map": {}}
-    for shard in sorted(src.glob("*.safetensors")):
-        tensors = load_file(shard, device=device)
-        q: dict[str, torch.Tensor] = {}
-        for name, w in tensors.items():
-            if ".layers." in name and name.endswith("proj.weight") and w.dim() == 2:
-                q[name], q[name.removesuffix("weight") + "weight_scale"] = rtn_w8(w)
-            else:
-                q[name] = w.to(torch.bfloat16) if w.is_floating_point() else w
-        q = {k: v.contiguous().cpu() for k, v in q.items()}
-        save_file(q, out / shard.name, metadata={"format": "pt"})
-        index["weight_map"].update({k: shard.name for k in q})
-        del tensors, q
-    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    _rewrite_linears(src, out, device, w8)
     cfg = json.loads((src / "config.json").read_text())
     common = {"actorder": None, "block_structure": None, "group_size": None, "num_bits": 8, "observer_kwargs": {},
               "scale_dtype": None, "symmetric": True, "type": "int", "zp_dtype": None}
     weights = {**common, "dynamic": False, "observer": "memoryless_minmax", "strategy": "channel"}
     acts = {**common, "dynamic": True, "observer": None, "strategy": "token"}
-    cfg["quantization_config"] = {
-        "config_groups": {"group_0": {"format": "int-quantized", "input_activations": acts, "output_activations": None,
-                                      "targets": ["Linear"], "weights": weights}},
-        "format": "int-quantized", "global_compression_ratio": None, "ignore": ["lm_head"], "kv_cache_scheme": None,
-        "quant_method": "compressed-tensors", "quantization_status": "compressed", "sparsity_config": {},
-        "transform_config": {}}
+    cfg["quantization_config"] = _compressed_tensors("int-quantized", weights, acts)
     cfg["torch_dtype"] = cfg["dtype"] = "bfloat16"
     return _finish(src, out, cfg, "w8a8-int8", "int8 weights per output channel, symmetric, round to nearest; "
                    "int8 activations per token at run time", t0)
