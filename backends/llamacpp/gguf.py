@@ -20,12 +20,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from backends.llamacpp.build import SOURCE_BUILD, converter_dir
-from backends.models.engine_cache import BuildFailed, EngineCache, Entry, cache_key, checkpoint_digest, file_sha256
+from backends.models.engine_cache import (BuildFailed, EngineCache, Entry, cache_key, checkpoint_digest, file_sha256,
+                                          run_step)
 from core.errors import UserError
 
 MODEL_FILE = "model.gguf"
@@ -61,17 +63,20 @@ def declared_pre_tokenizer(model_dir: str | os.PathLike[str]) -> str:
     return "-"
 
 
-def _run_logged(argv: list[str], log: Path, env: dict[str, str] | None = None) -> int:
+def _run_logged(argv: list[str], log: Path, env: dict[str, str] | None = None,
+                stop: threading.Event | None = None) -> int:
     with open(log, "a") as f:
         f.write(" ".join(argv) + "\n")
         f.flush()
-        return subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              env={**os.environ, **(env or {})}).returncode
+        return run_step(argv, stop, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        env={**os.environ, **(env or {})})
 
 
 def prepare_gguf(model_dir: str, gguf_type: str, quantize_bin: Path | None = None, cache: EngineCache | None = None,
-                 log: Callable[[str], None] | None = None, base_type: str = "f32") -> tuple[Entry, bool]:
-    """(cache entry holding ``model.gguf``, hit). A quantized type is made from the ``base_type`` GGUF."""
+                 log: Callable[[str], None] | None = None, base_type: str = "f32",
+                 stop: threading.Event | None = None) -> tuple[Entry, bool]:
+    """(cache entry holding ``model.gguf``, hit). A quantized type is made from the ``base_type`` GGUF.
+    ``stop`` set (the run is stopping) ends a conversion under way: nothing is published."""
     say = log or (lambda s: print(s, file=sys.stderr, flush=True))
     if not Path(model_dir, "config.json").is_file():
         raise UserError(f"{model_dir}: not a local HF checkpoint (no config.json); llama.cpp's converter needs "
@@ -88,7 +93,7 @@ def prepare_gguf(model_dir: str, gguf_type: str, quantize_bin: Path | None = Non
             raise UserError(f"GGUF type {gguf_type} needs llama-quantize")
         if base_type not in UNQUANTIZED:
             raise UserError(f"GGUF {gguf_type} is made from an f32, f16 or bf16 GGUF, not {base_type}")
-        base, _ = prepare_gguf(model_dir, base_type, cache=cache, log=say)
+        base, _ = prepare_gguf(model_dir, base_type, cache=cache, log=say, stop=stop)
         fields["quantize"] = {"binary_sha256": file_sha256(quantize_bin)[:16], "from": base.key}
     key = cache_key(fields)
 
@@ -100,11 +105,11 @@ def prepare_gguf(model_dir: str, gguf_type: str, quantize_bin: Path | None = Non
             argv = [sys.executable, "-m", "backends.llamacpp.convert_main", pre, str(conv), str(model_dir),
                     "--outtype", gguf_type, "--outfile", str(tmp / MODEL_FILE)]
             rc = _run_logged(argv, tmp / "convert.log", {"NO_LOCAL_GGUF": "1", "HF_HUB_OFFLINE": "1",
-                                                         "PYTHONPATH": _pythonpath()})
+                                                         "PYTHONPATH": _pythonpath()}, stop)
         else:
             say(f"quantizing {model_dir} to GGUF {gguf_type} with llama-quantize")
             argv = [str(quantize_bin), str(base.path / MODEL_FILE), str(tmp / MODEL_FILE), gguf_type]
-            rc = _run_logged(argv, tmp / "convert.log")
+            rc = _run_logged(argv, tmp / "convert.log", stop=stop)
         tail = "\n".join((tmp / "convert.log").read_text(errors="replace").splitlines()[-5:])
         if rc != 0 or not (tmp / MODEL_FILE).is_file():
             raise BuildFailed(f"GGUF {gguf_type} of {model_dir} failed (exit {rc})", tail)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -151,18 +152,20 @@ class LlamaCppBackend(HttpStreamBackend):
     def attach_results_dir(self, path: Path) -> None:
         self.results_dir = Path(path)
 
-    def _prepare(self) -> tuple[Path, Path]:
-        """(server binary, GGUF): resolved (built / converted when missing) off the event loop."""
+    def _prepare(self, stop: threading.Event) -> tuple[Path, Path]:
+        """(server binary, GGUF): resolved (built / converted when missing) off the event loop; a
+        build or conversion under way ends when ``stop`` is set."""
         from backends.llamacpp.build import quantize_binary, server_binary
         from backends.llamacpp.gguf import MODEL_FILE, prepare_gguf
 
-        server, origin = server_binary(self.plan.server_bin, cuda=self.plan.device == "cuda")
+        server, origin = server_binary(self.plan.server_bin, cuda=self.plan.device == "cuda", stop=stop)
         self._origin = {"server_bin": str(server), "server_from": origin}
         if self.plan.gguf:
             self._origin["gguf"] = {"path": self.plan.gguf, "from": "native llamacpp.gguf (served as is)"}
             return server, Path(self.plan.gguf)
         quant = quantize_binary(server) if self.plan.gguf_type not in ("f32", "f16", "bf16") else None
-        entry, hit = prepare_gguf(self.spec.model, self.plan.gguf_type, quant, base_type=self.plan.base_type or "f32")
+        entry, hit = prepare_gguf(self.spec.model, self.plan.gguf_type, quant, base_type=self.plan.base_type or "f32",
+                                  stop=stop)
         self._tensor_types, self._linear_bits = gguf_tensor_types(entry.path / MODEL_FILE)
         self._origin["gguf"] = {"path": str(entry.path / MODEL_FILE), "cache_key": entry.key, "cache_hit": hit,
                                 "type": self.plan.gguf_type,
@@ -173,7 +176,19 @@ class LlamaCppBackend(HttpStreamBackend):
         from backends.server_process import START_TIMEOUT_S, ServerProcess, free_port
 
         loop = asyncio.get_running_loop()
-        server, gguf = await loop.run_in_executor(None, self._prepare)
+        stop = threading.Event()
+        prep = loop.run_in_executor(None, self._prepare, stop)
+        try:
+            server, gguf = await asyncio.shield(prep)
+        except asyncio.CancelledError:
+            # the run is stopping (a signal to this process only, which the converter or the
+            # build does not get): end that step now, and let its temp dir go, before exiting;
+            # else the stop would wait for a conversion or build of many minutes, then publish it
+            stop.set()
+            await asyncio.wait([prep], timeout=60)
+            if prep.done() and not prep.cancelled():
+                prep.exception()  # (BuildStopped, or what the step had already failed with: the stop wins)
+            raise
         port = free_port()
         self._argv = [str(server), "--model", str(gguf), "--host", HOST, "--port", str(port), *self.plan.argv()]
         safe = self.name.replace("/", "_").replace(":", "_").replace("@", "_")

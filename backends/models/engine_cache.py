@@ -28,9 +28,11 @@ import os
 import secrets
 import shutil
 import stat
+import subprocess
 import sys
+import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -164,6 +166,45 @@ class BuildFailed(BackendStartError):
         lines = [ln.strip() for ln in log_tail.strip().splitlines() if ln.strip()]
         super().__init__(message + (f"; nothing was cached; last log lines: {' | '.join(lines)}" if lines else ""))
         self.log_tail = log_tail
+
+
+class BuildStopped(BuildFailed):
+    """The run was stopped (a signal) while a build step ran: the step was ended, nothing published."""
+
+
+def run_step(argv: list[str], stop: threading.Event | None = None, tick: Callable[[float], None] | None = None,
+             **popen: Any) -> int:
+    """Run one build step (a converter, cmake) to its end and return its exit code; ``tick(elapsed)``
+    is called about once a second. When ``stop`` is set (the run got SIGTERM or Ctrl-C on its own
+    process, which the step does not see), the step and everything it started (ninja, compilers) are
+    terminated, then killed, and :class:`BuildStopped` is raised: the caller's temp dir is dropped
+    and nothing is published, instead of the stop waiting for a conversion or build of many minutes."""
+    import psutil
+
+    p = subprocess.Popen(argv, **popen)
+    t0 = time.monotonic()
+    while True:
+        try:
+            return p.wait(timeout=1.0 if stop is None else 0.2)
+        except subprocess.TimeoutExpired:
+            pass
+        if stop is not None and stop.is_set():
+            try:
+                procs = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
+            except psutil.NoSuchProcess:
+                procs = []
+            for q in procs:
+                with suppress(psutil.Error):
+                    q.terminate()
+            _, left = psutil.wait_procs(procs, timeout=10)
+            for q in left:
+                with suppress(psutil.Error):
+                    q.kill()
+            p.wait()
+            raise BuildStopped(f"{os.path.basename(argv[0])} was stopped after {time.monotonic() - t0:.0f} s "
+                               f"because the run was stopped")
+        if tick is not None:
+            tick(time.monotonic() - t0)
 
 
 class EngineCache:
