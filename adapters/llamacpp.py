@@ -223,6 +223,10 @@ def llamacpp_plan(spec: ServingSpec, target: Target) -> LlamaCppPlan:
 
     server_bin = gguf = None
     for key, value in spec.native_for(NAME).items():
+        if key in SPECIAL_NATIVE and (value is None or not str(value).strip()):
+            # (an empty value was served as the path "None")
+            raise _refuse(f"native {key}=", "it names no file", alternative=f"native llamacpp.{key}=/path/to/"
+                          + ("llama-server" if key == "server_bin" else "model.gguf") + ", or leave it out")
         if key == "server_bin":
             server_bin = str(value)
         elif key == "gguf":

@@ -51,9 +51,10 @@ class Check(Protocol):
 
 class NativeKeys(Protocol):
     """``native_keys``: (what a key of the section is, the keys the installed framework takes, or
-    None where they cannot be known)."""
+    None where they cannot be known), given the model and the section's options (an engine binary
+    named there is the one whose keys count)."""
 
-    def __call__(self, model: str, /) -> tuple[str, set[str] | None]: ...
+    def __call__(self, model: str, options: dict[str, Any], /) -> tuple[str, set[str] | None]: ...
 
 
 class NativeDefaults(Protocol):

@@ -9,6 +9,7 @@ Durations take a unit (ns, us, ms, s; a bare number is milliseconds); fractions 
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -32,6 +33,9 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
 }
 DEFAULT_SEQS = 64
 _UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+# bounds that keep a typo (ttft=99999999s, batch=1e300) from a run that never ends
+MAX_DURATION_MS = 3600e3
+MAX_NUMBER = 1000.0
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ns|us|ms|s)?\s*$")
 
 
@@ -47,7 +51,10 @@ def _value(key: str, raw: Any) -> Any:
             m = _DURATION.match(text)
             if not m:
                 raise ValueError
-            return float(m.group(1)) * _UNIT_MS[m.group(2) or "ms"]
+            ms = float(m.group(1)) * _UNIT_MS[m.group(2) or "ms"]
+            if ms > MAX_DURATION_MS:
+                raise ValueError
+            return ms
         if kind == "bool":
             if text in ("1", "true", "yes", "on"):
                 return True
@@ -60,12 +67,13 @@ def _value(key: str, raw: Any) -> Any:
                 raise ValueError
             return v
         v = float(text)
-        if v < 0 or (kind == "fraction" and v > 1):
+        if not math.isfinite(v) or v < 0 or v > (1 if kind == "fraction" else MAX_NUMBER):
             raise ValueError
         return v
     except ValueError:
-        want = {"duration": "a duration such as 50ms or 2s", "bool": "true or false", "int": "an integer >= 1",
-                "number": "a number >= 0", "fraction": "a number from 0 to 1"}[kind]
+        want = {"duration": "a duration such as 50ms or 2s (at most 1 hour)", "bool": "true or false",
+                "int": "an integer >= 1", "number": f"a number from 0 to {MAX_NUMBER:g}",
+                "fraction": "a number from 0 to 1"}[kind]
         raise FakeOptionError(f"fake engine option {key}={raw!r}: expected {want} "
                               f"(e.g. fake@ttft=50ms+itl=10ms)") from None
 

@@ -8,6 +8,7 @@ import importlib.util
 import inspect
 import re
 from pathlib import Path
+from typing import Any
 
 LABEL = "a transformers from_pretrained keyword or config attribute of the model"
 
@@ -33,6 +34,6 @@ def known_keys(model: str) -> set[str] | None:
 
 
 
-def checked_keys(model: str) -> tuple[str, set[str] | None]:
+def checked_keys(model: str, options: dict[str, Any]) -> tuple[str, set[str] | None]:
     """(what a key of this section is, the keys the installed framework takes or None)."""
     return LABEL, known_keys(model)

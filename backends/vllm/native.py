@@ -77,6 +77,6 @@ def native_defaults(spec: ServingSpec, gpu: bool) -> dict[str, Any]:
     return {"kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
 
 
-def checked_keys(model: str) -> tuple[str, set[str] | None]:
+def checked_keys(model: str, options: dict[str, Any]) -> tuple[str, set[str] | None]:
     """(what a key of this section is, the keys the installed framework takes or None)."""
     return LABEL, known_keys(model)

@@ -36,7 +36,7 @@ def check_native(native: dict[str, dict[str, Any]], model: str, backends: list[A
             continue
         keys_of = registry.native_keys_of(readers[0])
         assert keys_of is not None  # every reader has the hook (checked above)
-        label, known = keys_of(model)
+        label, known = keys_of(model, dict(native.get(section) or {}))
         if known is None:
             continue
         for key in sorted(keys - known):

@@ -21,7 +21,7 @@ def test_help_columns_not_descriptions():
 
 
 def test_unknown_flag_is_refused_and_a_real_one_runs(tiny_model, tmp_path):
-    label, keys = checked_keys(str(tiny_model))
+    label, keys = checked_keys(str(tiny_model), {})
     assert keys is not None and {"--threads", "--ctx-size", "--parallel", "server_bin", "gguf"} <= keys, label
     out = tmp_path / "out"
     r = run_cli("run", "--backends", "llamacpp", "--model", str(tiny_model), "--native", "llamacpp.--thread=1",

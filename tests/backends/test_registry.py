@@ -52,7 +52,7 @@ def _entry(**kw):
 def test_validation_reports_each_kind_of_wrong_reference():
     assert registry.validate(_entry()) == []
     problems = registry.validate(_entry(
-        plan="backends.hf.native:checked_keys",  # one positional parameter, not (spec, native, target)
+        plan="backends.hf.native:checked_keys",  # (model, options), not (spec, native, target)
         check="backends.fake.nowhere:check",  # a module that does not exist
         tuning="backends.vllm.heldout:HELDOUT",  # a HeldOut where a Space belongs
         native_defaults="backends.vllm.native:native_defaults",  # right
