@@ -6,6 +6,12 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 
+# a request's bounds: the workload's longest length (compare/workload/lengths.py MAX_LENGTH), and
+# token ids as every engine stores them (int32)
+MAX_REQUEST_TOKENS = 1 << 20
+MAX_TOKEN_ID = 2**31 - 1
+
+
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """One request of a workload, identical for every backend."""
@@ -33,6 +39,13 @@ class GenerationRequest:
             raise ValueError(f"request {self.request_id}: needs prompt_token_ids, prompt_text or messages")
         if self.max_tokens <= 0:
             raise ValueError(f"request {self.request_id}: max_tokens {self.max_tokens}: should be > 0")
+        if self.max_tokens > MAX_REQUEST_TOKENS:  # (a replayed file asking 10**9 ran for ever)
+            raise ValueError(f"request {self.request_id}: max_tokens {self.max_tokens}: should be at most "
+                             f"{MAX_REQUEST_TOKENS}")
+        ids = self.prompt_token_ids
+        if ids and (min(ids) < 0 or max(ids) > MAX_TOKEN_ID):  # no engine has such a token
+            bad = next(t for t in ids if t < 0 or t > MAX_TOKEN_ID)
+            raise ValueError(f"request {self.request_id}: prompt token id {bad}: should be from 0 to {MAX_TOKEN_ID}")
 
 
 @dataclass(frozen=True, slots=True)

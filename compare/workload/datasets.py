@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from core.records import GenerationRequest
+from core.records import MAX_REQUEST_TOKENS, GenerationRequest
 
 FIELDS = ("prompt", "messages", "token_ids", "output_len")
 
@@ -117,8 +117,9 @@ def _request(row: dict[str, Any], cols: dict[str, str], where: str, rid: str, de
             out_len = int(str(out).strip())
         except ValueError:
             out_len = 0
-        if out_len < 1:
-            raise DatasetError(f"{where}: {cols['output_len']} {out!r} is not a whole number >= 1")
+        if out_len < 1 or out_len > MAX_REQUEST_TOKENS:
+            raise DatasetError(f"{where}: {cols['output_len']} {out!r} is not a whole number >= 1 and "
+                               f"<= {MAX_REQUEST_TOKENS}")
     common = dict(request_id=rid, max_tokens=out_len, ignore_eos=ignore_eos, seed=seed)
     kind, value = given[0], get(given[0])
     if kind == "prompt":

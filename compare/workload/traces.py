@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.records import GenerationRequest
+from core.records import MAX_REQUEST_TOKENS, GenerationRequest
 from core.shape import show_value
 
 BLOCK_TOKENS = 512  # Mooncake's hash_ids each stand for one block of this many prompt tokens
@@ -86,6 +86,8 @@ def _int(value: object, where: str, field: str) -> int:
         raise TraceError(f"{where}: {field} {show_value(value)}: should be a whole number >= 0") from None
     if n < 0:
         raise TraceError(f"{where}: {field} {n}: should be a whole number >= 0")
+    if n > MAX_REQUEST_TOKENS:  # (its prompt would be built in memory, or its reply never end)
+        raise TraceError(f"{where}: {field} {n}: should be at most {MAX_REQUEST_TOKENS} tokens")
     return n
 
 

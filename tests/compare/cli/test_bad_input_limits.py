@@ -1,0 +1,87 @@
+"""Bad input at the limits: the fake engine's options, llama.cpp's native keys, requests of a size
+no engine serves (a replayed, dataset or trace request). One line naming the problem and the fix,
+exit 2, no traceback, no results directory. Each case here once got through: a traceback, a run
+that never ended, a run directory left by a refusal, or a server started on the path "None"."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.compare.cli.test_cli_bad_input import assert_one_line_error
+from tests.conftest import run_cli
+
+SMALL = ("--num-requests", "2", "--concurrency", "1", "--output-len", "4", "--warmup", "0", "--quality", "off")
+
+
+@pytest.mark.parametrize("target, needles", [
+    ("stall_frac=nan", ["stall_frac='nan'", "a number from 0 to 1"]),  # was taken: NaN compares false
+    ("fail=nan", ["fail='nan'", "a number from 0 to 1"]),
+    ("batch=inf", ["batch='inf'", "a number from 0 to 1000"]),  # was a traceback (NaN to integer)
+    ("batch=1e300", ["batch='1e300'", "a number from 0 to 1000"]),
+    ("ttft=99999999999999999999999s", ["at most 1 hour"]),  # was a run that never ended
+    ("stall=7200s", ["stall='7200s'", "at most 1 hour"]),
+])
+def test_fake_engine_options_out_of_range(tmp_path, tiny_model, target, needles):
+    out = tmp_path / "r"
+    p = run_cli("run", "--backends", f"fake@{target}", "--model", str(tiny_model), *SMALL, "--out", str(out),
+                timeout=120)
+    assert_one_line_error(p, *needles)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("native, needles", [
+    # an empty value was served as the path "None" (the server died at start, exit 1)
+    ("llamacpp.gguf=", ["native gguf=", "it names no file", "llamacpp.gguf=/path/to/model.gguf"]),
+    ("llamacpp.server_bin=", ["native server_bin=", "it names no file"]),
+    # refused at the engine's start, after the run directory was written
+    ("llamacpp.server_bin=/no/such/llama-server", ["server_bin=/no/such/llama-server", "not an executable file"]),
+    ("llamacpp.server_bin=/tmp", ["server_bin=/tmp", "not an executable file"]),
+    # an executable that is not llama-server: it started, and died, as the server
+    ("llamacpp.server_bin=/bin/true", ["server_bin=/bin/true", "does not answer --help as llama-server"]),
+])
+def test_llamacpp_native_values_that_name_no_server_or_gguf(tmp_path, tiny_model, native, needles):
+    out = tmp_path / "r"
+    p = run_cli("run", "--backends", "llamacpp", "--model", str(tiny_model), "--native", native, *SMALL,
+                "--out", str(out), timeout=120)
+    assert_one_line_error(p, *needles)
+    assert not out.exists()
+
+
+def _replay_dir(tmp_path, **change):
+    """A results directory whose workload.jsonl holds one request, with ``change`` applied."""
+    row = {"request_id": "r0", "max_tokens": 4, "ignore_eos": True, "temperature": 0.0, "top_p": 1.0, "seed": 0,
+           "logprobs": None, "prompt_token_ids": [5, 6, 7], **change}
+    d = tmp_path / "earlier"
+    d.mkdir()
+    (d / "workload.jsonl").write_text(json.dumps(row) + "\n")
+    return ["--replay", str(d)]
+
+
+@pytest.mark.parametrize("make, needles", [
+    # a replayed request asking 10**9 tokens ran for ever (nothing bounds --replay's lengths but this)
+    (lambda t: _replay_dir(t, max_tokens=10**9), ["line 1", "max_tokens 1000000000", "at most 1048576"]),
+    (lambda t: _replay_dir(t, prompt_token_ids=[5, -5]), ["line 1", "prompt token id -5", "from 0 to 2147483647"]),
+    (lambda t: _replay_dir(t, prompt_token_ids=[2**40]), ["prompt token id 1099511627776"]),
+    # a trace line's input_length was built in memory as a prompt of that many tokens
+    (lambda t: ["--trace", _write(t / "t.jsonl", '{"timestamp": 0, "input_length": 1000000000, '
+                                  '"output_length": 4, "hash_ids": [1]}\n')], ["t.jsonl:1", "input_length",
+                                                                               "at most 1048576 tokens"]),
+    (lambda t: ["--trace", _write(t / "t.jsonl", '{"timestamp": 0, "input_length": 8, '
+                                  '"output_length": 1000000000, "hash_ids": [1]}\n')], ["output_length"]),
+    (lambda t: ["--trace", _write(t / "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,99999999999\n")],
+     ["a.csv:2", "GeneratedTokens 99999999999", "at most 1048576"]),
+    (lambda t: ["--dataset", _write(t / "d.jsonl", '{"prompt": "hi", "output_len": 1000000000}\n')],
+     ["d.jsonl:1", "output_len 1000000000", "<= 1048576"]),  # was a traceback
+])
+def test_requests_of_a_size_no_engine_serves(tmp_path, tiny_model, make, needles):
+    out = tmp_path / "r"
+    p = run_cli("run", "--backends", "fake", "--model", str(tiny_model), *SMALL, *make(tmp_path), "--out", str(out),
+                timeout=120)
+    assert_one_line_error(p, *needles)
+    assert not out.exists()
+
+
+def _write(path, text):
+    path.write_text(text)
+    return str(path)
