@@ -232,6 +232,10 @@ def llamacpp_plan(spec: ServingSpec, target: Target) -> LlamaCppPlan:
         elif key == "gguf":
             gguf = str(value)
         elif key.startswith("-"):
+            if not isinstance(value, (str, int, float, bool)) or any(not c.isprintable() for c in str(value)):
+                # (a list was passed as the text "[1, 2]"; a NUL could not be passed at all)
+                raise _refuse(f"native {key}={value!r}", "a llama-server flag takes one value: a number, a "
+                              "word or true (a flag without a value)", alternative=f"native llamacpp.{key}=VALUE")
             flags[key] = value
         else:
             raise _refuse(f"native {key}", "not a llama-server flag (write it as --flag) or one of "

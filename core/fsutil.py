@@ -136,6 +136,8 @@ def open_user_file(path: str | os.PathLike[str], what: str = "file", fix: str | 
     """A file the user named, open for binary reading; missing, a directory, unreadable: UserError."""
     import stat
 
+    if "\0" in os.fspath(path):  # (no file system has such a name; os.open raises ValueError)
+        raise _user_error(what, path, "holds a NUL character, so it names no file", fix)
     try:  # non-blocking: opening a FIFO must not wait for a writer (it is refused below)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a loop, missing, unreadable: here
     except OSError as e:

@@ -74,7 +74,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         return int(args.func(args) or 0)
     except LLMCompareError as e:  # the program's own errors: one line, their exit code
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_one_line(str(e))}", file=sys.stderr)
         return e.exit_code
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -91,6 +91,12 @@ def _main(argv: list[str] | None) -> int:
         print(f"error: cannot write{where}: {disk_problem(e)}; free space on that disk (or write elsewhere) "
               f"and run the command again; nothing was written", file=sys.stderr)
         return 2
+
+
+def _one_line(text: str) -> str:
+    """A message as one line of visible text: a value it quotes from a file or a flag (a name
+    holding a NUL, a newline, an escape sequence) is shown escaped, never sent to the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 # a full disk, a quota, a file-size limit, a read-only file system

@@ -85,3 +85,23 @@ def test_requests_of_a_size_no_engine_serves(tmp_path, tiny_model, make, needles
 def _write(path, text):
     path.write_text(text)
     return str(path)
+
+
+@pytest.mark.parametrize("backend, spec, needles", [
+    # a NUL in a file's value: a traceback (embedded null byte) after the run directory was written
+    ("llamacpp", 'native: {llamacpp: {"--threads": "2\\u0000"}}', ["native --threads='2\\x00'", "one value"]),
+    ("llamacpp", 'native: {llamacpp: {gguf: "/tmp/\\u0000x"}}', ["llamacpp.gguf /tmp/\\x00x", "NUL character"]),
+    # a list or a mapping was passed to llama-server as the text "[1, 2]" (it died at start, exit 1)
+    ("llamacpp", 'native: {llamacpp: {"--threads": [1, 2]}}', ["native --threads=[1, 2]", "one value"]),
+    ("llamacpp", 'native: {llamacpp: {"--threads": {a: 1}}}', ["native --threads={'a': 1}"]),
+    # a name quoted in the message is shown escaped: a NUL or newline never reaches the terminal
+    ("fake", 'native: {"fake\\u0000": {ttft: 1}}', ["--native fake\\x00.ttft", "no backend is called"]),
+    ("fake", 'native: {fake: {"tt\\nft": 1}}', ["unknown fake engine option(s) tt\\nft"]),
+])
+def test_spec_values_no_engine_can_take(tmp_path, tiny_model, backend, spec, needles):
+    out = tmp_path / "r"
+    p = run_cli("run", "--backends", backend, "--model", str(tiny_model), *SMALL,
+                "--spec", _write(tmp_path / "s.yaml", spec + "\n"), "--out", str(out), timeout=120)
+    assert_one_line_error(p, *needles)
+    assert "\0" not in p.stderr
+    assert not out.exists()
