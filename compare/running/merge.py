@@ -71,7 +71,25 @@ def load_input(path: Path) -> Input:
         if entry.status != "complete":
             raise UserError(f"{name}: backend {b} is {entry.status}, not complete; merge only complete "
                             f"backends (re-run it with `compare run --backends {b}`)")
+    _check_records(name, run, records)
     return Input(path, run, dump(run), records, sha)
+
+
+def _check_records(name: str, run: RunResults, records: list[RequestRecord]) -> None:
+    """requests.jsonl holds what run.json summarises: records of a level it counted, and of no
+    backend it lacks (else the merged numbers are pooled from records that are not there)."""
+    have = {(r.backend, r.repeat, r.level) for r in records}
+    for b, entry in run.backends.items():
+        for rep, levels in entry.repeat_summaries():
+            for label, s in levels.items():
+                if s.requests and (b, rep, label) not in have:
+                    raise UserError(f"{name}: requests.jsonl holds no record of backend {b} at level {label} "
+                                    f"(run.json counts {s.requests} requests there): the directory is damaged; "
+                                    f"merge a whole copy of it, or re-run that backend")
+    stray = sorted({r.backend for r in records} - set(run.backends))
+    if stray:
+        raise UserError(f"{name}: requests.jsonl holds records of backend {stray[0]!r}, which run.json does not "
+                        f"have: the directory is damaged; merge a whole copy of it")
 
 
 def _first_diff(a: Any, b: Any, where: str) -> str | None:

@@ -189,3 +189,20 @@ def test_not_a_results_dir_is_refused(runs, tmp_path):
     _refused(_merge(tmp_path, "m", made["a1"]), "at least two")
     _refused(_merge(made["a1"].parent, "a2", made["a1"], made["b1"]), "already exists")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+
+
+def test_records_that_do_not_match_run_json_are_refused(runs, tmp_path):
+    """A damaged input (a level's records gone, records of a backend run.json lacks) was merged:
+    its pooled rows were computed from records that were not there."""
+    _, made = runs
+    d = tmp_path / "gone"
+    shutil.copytree(made["b1"], d)
+    rows = [x for x in _lines(d) if x["level"] != "c2"]
+    (d / "requests.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    _refused(_merge(tmp_path, "m", made["a1"], d), str(d), f"no record of backend {B} at level c2", "damaged")
+    shutil.copy(made["b1"] / "requests.jsonl", d / "requests.jsonl")
+    rows = _lines(d)
+    rows[0]["backend"] = "ghost"
+    (d / "requests.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    _refused(_merge(tmp_path, "m", made["a1"], d), "records of backend 'ghost'", "damaged")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gone"]
