@@ -31,7 +31,9 @@ class SharedPrefix(BaseModel):
 class WorkloadSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    name: str = "synthetic"
+    # every request id starts with it (workload.jsonl, requests.jsonl): a name of megabytes made
+    # files of gigabytes
+    name: str = Field("synthetic", min_length=1, max_length=128)
     seed: int = Field(0, ge=0)
     num_requests: int = Field(16, gt=0)
     input: LengthDist = LengthDist(dist="fixed", value=64)

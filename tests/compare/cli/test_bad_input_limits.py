@@ -105,3 +105,16 @@ def test_spec_values_no_engine_can_take(tmp_path, tiny_model, backend, spec, nee
     assert_one_line_error(p, *needles)
     assert "\0" not in p.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name, needles", [
+    ("x" * 5_000_000, ["name \"xxxx", "at most 128 characters"]),  # each request id began with 5 MB
+    ("", ["name \"\"", "at least 1 character"]),
+])
+def test_a_workload_name_at_the_limits(tmp_path, tiny_model, name, needles):
+    out = tmp_path / "r"
+    w = _write(tmp_path / "w.yaml", f"name: \"{name}\"\nnum_requests: 2\n")
+    p = run_cli("run", "--backends", "fake", "--model", str(tiny_model), *SMALL, "--workload", w, "--out", str(out),
+                timeout=120)
+    assert_one_line_error(p, *needles)
+    assert not out.exists()
