@@ -18,7 +18,7 @@ import sys
 
 from compare import __version__
 from compare.cli.parser import Parser
-from core.errors import LLMCompareError
+from core.errors import LLMCompareError, UserError
 
 # module names under compare.cli.commands; each defines add_parser(subparsers). Modules not
 # written yet are skipped, so features land independently.
@@ -74,7 +74,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         return int(args.func(args) or 0)
     except LLMCompareError as e:  # the program's own errors: one line, their exit code
-        print(f"error: {_one_line(str(e))}", file=sys.stderr)
+        # bad input is one line (a run's SLO misses are one line each: kept as they are)
+        print(f"error: {_one_line(str(e)) if isinstance(e, UserError) else e}", file=sys.stderr)
         return e.exit_code
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
