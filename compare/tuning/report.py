@@ -112,7 +112,17 @@ def tuned_specs(tune_dir: str, backends: list[str | Topology], base: ServingSpec
         if best[name] is None:
             raise UserError(f"--tuned {tune_dir}: no config of {name} met the SLO in that tune; "
                             f"relax the SLO and tune again")
-        out[full] = apply_config(space_for(name), base, best[name].config)
+        space = space_for(name)
+        cfg = best[name].config
+        unknown = sorted(k for k in cfg if k not in {knob.name for knob in space.knobs})
+        if unknown:  # (a tune.json edited by hand, or of another version: a KeyError traceback)
+            raise UserError(f"--tuned file {path}: the best config of {name} sets {unknown[0]!r}, not a knob of "
+                            f"{name} (knobs: {', '.join(k.name for k in space.knobs)}); {fix}")
+        try:
+            out[full] = apply_config(space, base, cfg)
+        except ValidationError as e:  # a value the spec refuses ("many", -4): was a traceback
+            raise UserError(f"--tuned file {path}: the best config of {name} does not make a valid spec "
+                            f"({first_problem(e, ServingSpec)}); {fix}") from None
     return out
 
 

@@ -118,3 +118,29 @@ def test_a_workload_name_at_the_limits(tmp_path, tiny_model, name, needles):
                 timeout=120)
     assert_one_line_error(p, *needles)
     assert not out.exists()
+
+
+def _tune_dir(tmp_path, best_config):
+    """A tune.json of the fake engine whose best config is ``best_config`` (edited by hand, or of
+    another version)."""
+    d = tmp_path / "tune"
+    d.mkdir()
+    doc = {"schema": "llm-compare-tune/1", "budget": 2, "status": "complete",
+           "load_search": {"kind": "concurrency", "start": 1, "tol": 0.1, "max_probes": 3, "repeats": 1,
+                           "max_load": 8, "warmup": 0, "timeout_s": 60, "seed": 0},
+           "backends": [{"backend": "fake", "best": {"config": best_config}}]}
+    (d / "tune.json").write_text(json.dumps(doc))
+    return str(d)
+
+
+@pytest.mark.parametrize("config, needles", [  # each was a traceback (KeyError, pydantic's ValidationError)
+    ({"max_num_seqz": 4}, ["sets 'max_num_seqz', not a knob of fake (knobs: max_num_seqs)"]),
+    ({"max_num_seqs": "many"}, ["does not make a valid spec", "max_num_seqs \"many\""]),
+    ({"max_num_seqs": -4}, ["max_num_seqs -4", "greater than 0"]),
+])
+def test_a_tuned_config_no_spec_can_take(tmp_path, tiny_model, config, needles):
+    out = tmp_path / "r"
+    p = run_cli("run", "--backends", "fake", "--model", str(tiny_model), *SMALL, "--tuned", _tune_dir(tmp_path, config),
+                "--out", str(out), timeout=120)
+    assert_one_line_error(p, "--tuned file", *needles)
+    assert not out.exists()
