@@ -85,7 +85,13 @@ def per_stream(levels: list[LoadLevel], k: int, n: int) -> list[LoadLevel]:
     """``--requests-per-stream K``: each closed-loop level at concurrency C sends the workload's
     first min(n, K*C) requests, so a single stream is measured on a handful of requests while a
     saturated level still gets K waves; open-loop levels keep every request (their rate, not a
-    stream count, sets how long they last)."""
+    stream count, sets how long they last). Levels with none closed-loop (a --trace, or a replayed
+    trace run at its clock) are refused: the option would do nothing, silently."""
+    if not any(lv.kind == "concurrency" for lv in levels):
+        from core.errors import UserError
+
+        raise UserError("--requests-per-stream sizes closed-loop levels (--concurrency); the levels of this run "
+                        "are open-loop (a --trace or --rate sends every request): leave it out")
     return [LoadLevel(lv.kind, lv.value, min(n, k * int(lv.value))) if lv.kind == "concurrency" else lv
             for lv in levels]
 

@@ -144,3 +144,14 @@ def test_a_tuned_config_no_spec_can_take(tmp_path, tiny_model, config, needles):
                 "--out", str(out), timeout=120)
     assert_one_line_error(p, "--tuned file", *needles)
     assert not out.exists()
+
+
+def test_requests_per_stream_with_a_trace(tmp_path, tiny_model):
+    """A trace is sent open-loop at its own clock: --requests-per-stream did nothing, silently
+    (with --rate it is refused the same way)."""
+    out = tmp_path / "r"
+    trace = _write(tmp_path / "t.jsonl", '{"timestamp": 0, "input_length": 8, "output_length": 4, "hash_ids": [1]}\n')
+    p = run_cli("run", "--backends", "fake", "--model", str(tiny_model), "--num-requests", "2", "--warmup", "0",
+                "--quality", "off", "--requests-per-stream", "2", "--trace", trace, "--out", str(out), timeout=120)
+    assert_one_line_error(p, "--requests-per-stream sizes closed-loop levels", "open-loop")
+    assert not out.exists()
