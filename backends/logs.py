@@ -29,6 +29,10 @@ _ACTIVE: list[Path] = []  # the capture in force (fds are process-wide, so one a
 def log_file(results_dir: Path, backend: str) -> Path:
     """``<results>/logs/<backend>.log``, the name made safe for a file (topology names hold '@*:/')."""
     safe = "".join(c if c.isalnum() or c in "-_.+=" else "_" for c in backend)
+    if len(safe.encode()) > 200:  # a file name is at most 255 bytes (a long fake@... or --vary name)
+        import hashlib
+
+        safe = safe.encode()[:160].decode(errors="ignore") + "-" + hashlib.sha256(backend.encode()).hexdigest()[:16]
     return Path(results_dir) / LOG_DIR / f"{safe}.log"
 
 

@@ -155,3 +155,18 @@ def test_requests_per_stream_with_a_trace(tmp_path, tiny_model):
                 "--quality", "off", "--requests-per-stream", "2", "--trace", trace, "--out", str(out), timeout=120)
     assert_one_line_error(p, "--requests-per-stream sizes closed-loop levels", "open-loop")
     assert not out.exists()
+
+
+def test_a_backend_name_longer_than_a_file_name(tmp_path, tiny_model):
+    """Its engine log is a file named after it: a 330-character fake@... name was ENAMETOOLONG, a
+    traceback after the run directory was written. The run completes; the log's name is cut and
+    made unique with a digest of the name."""
+    name = "fake@ttft=5ms+itl=1ms+prefill=" + "0" * 300 + "1ms"
+    out = tmp_path / "r"
+    p = run_cli("run", "--backends", name, "--model", str(tiny_model), *SMALL, "--out", str(out), "--run-id", "a",
+                timeout=120)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    run = json.loads((out / "a" / "run.json").read_text())
+    assert run["backends"][name]["status"] == "complete"
+    [log] = (out / "a" / "logs").glob("fake_ttft=5ms*.log")
+    assert len(log.name.encode()) <= 255
