@@ -100,6 +100,16 @@ class ServerProcess:
             return ""
         return " | ".join(line.strip() for line in text[-lines:])
 
+    def said_at_exit(self) -> str:
+        """The log's last lines, led by its last error line when that is further up (llama-server
+        says which argument it refused, then prints its usage: the tail alone is the usage)."""
+        from backends.logs import tail
+
+        lines = [ln.strip() for ln in tail(self.log_path, 40)]
+        last = lines[-3:]
+        errors = [ln for ln in lines[:-3] if "error" in ln.lower()]
+        return " | ".join(errors[-1:] + last)
+
     async def wait_healthy(self, url: str, timeout_s: float) -> float:
         t0 = time.monotonic()
         async with httpx.AsyncClient(timeout=2.0) as c:
@@ -107,7 +117,7 @@ class ServerProcess:
                 if not self.alive():
                     raise BackendStartError(
                         f"server exited with code {self.proc.returncode if self.proc else '?'} before it was "
-                        f"healthy; see {self.log_path}: {self.log_tail(3)}")
+                        f"healthy; see {self.log_path}: {self.said_at_exit()}")
                 try:
                     if (await c.get(url)).status_code == 200:
                         return time.monotonic() - t0

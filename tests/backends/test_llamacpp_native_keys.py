@@ -35,3 +35,14 @@ def test_unknown_flag_is_refused_and_a_real_one_runs(tiny_model, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     argv = json.loads((out / "ok" / "run.json").read_text())["backends"]["llamacpp"]["describe"]["native_config"]
     assert "--threads" in json.dumps(argv)
+
+
+def test_a_value_the_server_refuses_is_reported_with_its_own_words(tiny_model, tmp_path):
+    """A real flag, a value llama-server refuses: the server exits at start, and the backend's error
+    leads with the server's error line (the log's last lines are only its usage)."""
+    r = run_cli("run", "--backends", "llamacpp", "--model", str(tiny_model), *TINY_SPEC_ARGS, "--native",
+                "llamacpp.--threads=two", "--num-requests", "1", "--concurrency", "1", "--output-len", "4",
+                "--warmup", "0", "--quality", "off", "--out", str(tmp_path), "--run-id", "v", timeout=600)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    b = json.loads((tmp_path / "v" / "run.json").read_text())["backends"]["llamacpp"]
+    assert b["status"] == "failed" and 'error while handling argument "--threads"' in b["error"], b["error"]
