@@ -2,7 +2,6 @@
 either client (backends/http/tgi_client.py); adapters/tgi.py is the pure launcher plan."""
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from backends.http_backends import http_capabilities
@@ -15,7 +14,7 @@ LENGTH_NOTE = "TGI cannot force output length (no ignore_eos): compare length-ma
 
 
 def with_maintenance_note(caps: Any) -> Any:
-    return replace(caps, notes=tuple(caps.notes) + (MAINTENANCE_NOTE,))
+    return caps.model_copy(update={"notes": tuple(caps.notes) + (MAINTENANCE_NOTE,)})
 
 
 register(BackendEntry(
