@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
-from core.backend_info import BackendDescription, Capabilities  # noqa: F401  (backends import them from here)
+# (backends import them from here)
+from core.backend_info import BackendDescription as BackendDescription, Capabilities as Capabilities
 
 
 @dataclass(frozen=True, slots=True)
