@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator
 import httpx
 
 from adapters.spec import ServingSpec, UnsupportedSpecError
-from core.records import GenerationRequest, RequestContext, StreamItem
+from core.records import BackendDescription, GenerationRequest, RequestContext, StreamItem
 from core.errors import BackendRequestError, FailureKind
 from backends.http_backends import HttpStreamBackend
 from core.errors import UserError
@@ -165,7 +165,7 @@ class ContainerHttpBackend(HttpStreamBackend):
                         f"request failed with {e.kind}: {e.message}") from None
             raise
 
-    def describe(self):  # type: ignore[no-untyped-def]
+    def describe(self) -> BackendDescription:
         d = super().describe()
         d.extra["container"] = self.container.describe()
         d.extra["ready_after_s"] = self.ready_s

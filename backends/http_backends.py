@@ -387,7 +387,7 @@ class TextGenerationStreaming(HttpStreamBackend):
         assert self._client is not None
         return await tgi_client.generate_once(self.base_url or "", self._adapt(req), dict(self._client.headers))
 
-    def describe(self):  # type: ignore[no-untyped-def]
+    def describe(self) -> BackendDescription:
         d = super().describe()
         d.native_config["client"] = self.client
         if self.client == "text-generation":

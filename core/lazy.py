@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 from core.errors import UserError
@@ -29,4 +30,4 @@ def require(module: str, extra: str) -> ModuleType:
 
 
 def importable(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None  # type: ignore[attr-defined]
+    return importlib.util.find_spec(module) is not None

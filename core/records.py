@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
+# (backends import them from here)
+from core.backend_info import BackendDescription as BackendDescription, Capabilities as Capabilities
+
 
 # a request's bounds: the workload's longest length (compare/workload/lengths.py MAX_LENGTH), and
 # token ids as every engine stores them (int32)
@@ -137,46 +140,6 @@ class RequestContext:
     send_window_ns: int = 0
 
 StreamItem = TokenEvent | TokenBatch | StreamEnd
-
-
-@dataclass(frozen=True, slots=True)
-class Capabilities:
-    forced_output_length: bool  # honours ignore_eos + max_tokens exactly
-    token_id_prompts: bool  # accepts prompts as token ids (no re-tokenisation)
-    logprobs: bool
-    continuous_batching: bool  # serves several requests at once
-    server_metrics: bool = False  # exposes Prometheus/JSON metrics we scrape
-    notes: tuple[str, ...] = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "forced_output_length": self.forced_output_length,
-            "token_id_prompts": self.token_id_prompts,
-            "logprobs": self.logprobs,
-            "continuous_batching": self.continuous_batching,
-            "server_metrics": self.server_metrics,
-            "notes": list(self.notes),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class BackendDescription:
-    """What actually ran: stored in run.json next to the numbers."""
-
-    name: str  # our backend name, e.g. "vllm"
-    framework: str  # e.g. "vllm", "transformers", "text-generation-inference"
-    version: str
-    native_config: dict[str, Any]  # the resolved configuration the engine was started with
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. loaded quantization, kernel, /info
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "framework": self.framework,
-            "version": self.version,
-            "native_config": self.native_config,
-            "extra": self.extra,
-        }
 
 
 @dataclass(frozen=True, slots=True)

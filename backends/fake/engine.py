@@ -67,16 +67,16 @@ class FakeBackend(BackendBase):
         return CAPS
 
     async def __aenter__(self) -> "FakeBackend":
-        await asyncio.sleep(self.model["start"] / 1e3)
-        if self.model["start_fail"]:
+        await asyncio.sleep(self.model.start / 1e3)
+        if self.model.start_fail:
             raise BackendStartError("the fake engine did not start (start_fail is set)")
-        self._slots = asyncio.Semaphore(self.model["seqs"])
+        self._slots = asyncio.Semaphore(self.model.seqs)
         self._started = True
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         self._started = False
-        await asyncio.sleep(self.model["stop"] / 1e3)
+        await asyncio.sleep(self.model.stop / 1e3)
 
     async def stream(self, req: GenerationRequest, ctx: RequestContext | None = None) -> AsyncIterator[StreamItem]:
         t_ask = time.perf_counter_ns()
@@ -86,31 +86,31 @@ class FakeBackend(BackendBase):
             raise BackendRequestError(FailureKind.ENGINE_DEAD, "the fake engine is not started")
         m = self.model
         n_prompt = _prompt_tokens(req)
-        if m["max_model_len"] and n_prompt + req.max_tokens > m["max_model_len"]:
+        if m.max_model_len and n_prompt + req.max_tokens > m.max_model_len:
             raise BackendRequestError(FailureKind.HTTP_4XX, f"prompt ({n_prompt}) + max_tokens ({req.max_tokens}) "
-                                      f"exceeds max_model_len {m['max_model_len']}")
+                                      f"exceeds max_model_len {m.max_model_len}")
         self._served += 1
-        if self._dead or (m["die_after"] is not None and self._served > m["die_after"]):
+        if self._dead or (m.die_after is not None and self._served > m.die_after):
             self._dead = True
-            raise BackendRequestError(FailureKind.ENGINE_DEAD, f"the fake engine died (die_after={m['die_after']})")
-        fails = _share(req.request_id, "fail") < m["fail"]
-        stalls = m["stall"] > 0 and _share(req.request_id, "stall") < m["stall_frac"]
+            raise BackendRequestError(FailureKind.ENGINE_DEAD, f"the fake engine died (die_after={m.die_after})")
+        fails = _share(req.request_id, "fail") < m.fail
+        stalls = m.stall > 0 and _share(req.request_id, "stall") < m.stall_frac
         first = zlib.crc32(req.request_id.encode()) % VOCAB
         async with self._slots:
             self._running += 1
             try:
-                due = time.perf_counter_ns() + int((m["ttft"] + m["prefill"] * n_prompt) * _MS)
+                due = time.perf_counter_ns() + int((m.ttft + m.prefill * n_prompt) * _MS)
                 for i in range(req.max_tokens):
                     if i:
-                        due += int(m["itl"] * (1 + m["batch"] * (self._running - 1)) * _MS)
+                        due += int(m.itl * (1 + m.batch * (self._running - 1)) * _MS)
                     if stalls and i == req.max_tokens // 2:
-                        due += int(m["stall"] * _MS)
+                        due += int(m.stall * _MS)
                     await _until(due)
                     tok = (first + i) % VOCAB
                     yield TokenEvent(t_ns=due, token_ids=(tok,), text=f" t{tok}")
                     if fails:
                         raise BackendRequestError(FailureKind.ENGINE, "the fake engine failed this request "
-                                                  f"(fail={m['fail']:g})")
+                                                  f"(fail={m.fail:g})")
                 yield StreamEnd(t_ns=due, finish_reason="length", prompt_tokens=n_prompt,
                                 completion_tokens=req.max_tokens)
             finally:
@@ -119,10 +119,10 @@ class FakeBackend(BackendBase):
     def describe(self) -> BackendDescription:
         return BackendDescription(
             name=self.name, framework="fake (test instrument)", version="0",
-            native_config={**self.model, "test_instrument": True,
-                           "resolved": {"max_num_seqs": self.model["seqs"], "max_model_len": self.model["max_model_len"]}},
+            native_config={**self.model.as_dict(), "test_instrument": True,
+                           "resolved": {"max_num_seqs": self.model.seqs, "max_model_len": self.model.max_model_len}},
             extra={"test_instrument": "no model runs: timings come from the configured timing model"})
 
 
 def plan(spec: ServingSpec, native: None = None, target: str | None = None) -> dict[str, Any]:
-    return {**timing_model(spec, target), "test_instrument": True}
+    return {**timing_model(spec, target).as_dict(), "test_instrument": True}

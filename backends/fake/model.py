@@ -1,5 +1,5 @@
 """The fake engine's timing model: what it is told (the name's target or the spec's native
-options) resolved into one plain dict. Pure: no I/O, no clock.
+options) resolved into one typed record (FakeOptions). Pure: no I/O, no clock.
 
     fake@ttft=50ms+itl=10ms            the name's target: KEY=VALUE terms joined by '+' (',' separates
                                        backends in --backends)
@@ -9,8 +9,10 @@ Durations take a unit (ns, us, ms, s; a bare number is milliseconds); fractions 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from adapters.spec import ServingSpec
@@ -37,6 +39,28 @@ _UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 MAX_DURATION_MS = 3600e3
 MAX_NUMBER = 1000.0
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ns|us|ms|s)?\s*$")
+
+
+@dataclass(frozen=True)
+class FakeOptions:
+    """The resolved timing model (durations in ms; OPTIONS says what each one means)."""
+
+    ttft: float = 20.0
+    prefill: float = 0.0
+    itl: float = 5.0
+    batch: float = 0.0
+    seqs: int = DEFAULT_SEQS
+    start: float = 0.0
+    start_fail: bool = False
+    stop: float = 0.0
+    fail: float = 0.0
+    stall: float = 0.0
+    stall_frac: float = 1.0
+    die_after: int | None = None
+    max_model_len: int | None = None  # the spec's (a prompt + max_tokens beyond it is refused)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 class FakeOptionError(UserError, ValueError):
@@ -93,7 +117,7 @@ def parse_target(target: str | None) -> dict[str, str]:
     return out
 
 
-def timing_model(spec: ServingSpec, target: str | None = None) -> dict[str, Any]:
+def timing_model(spec: ServingSpec, target: str | None = None) -> FakeOptions:
     """The resolved model: every option's value (durations in ms), the sequence slots, and which
     spec fields it models; an unknown option is one line naming the known ones."""
     given = {**spec.native_for("fake"), **parse_target(target)}
@@ -103,5 +127,4 @@ def timing_model(spec: ServingSpec, target: str | None = None) -> dict[str, Any]
     model = {k: (_value(k, given[k]) if k in given else default) for k, (_, default, _) in OPTIONS.items()}
     if model["seqs"] is None:
         model["seqs"] = spec.max_num_seqs or DEFAULT_SEQS
-    model["max_model_len"] = spec.max_model_len
-    return model
+    return FakeOptions(**model, max_model_len=spec.max_model_len)

@@ -209,7 +209,9 @@ class Protocol:
         """A parser for one response, holding whatever this stream needs between its events."""
         if self.stream_parser is not None:
             return self.stream_parser()
-        return StatelessParser(self.parse_event)  # type: ignore[arg-type]
+        parse = self.parse_event
+        assert parse is not None  # (__post_init__: a protocol gives exactly one of the two)
+        return StatelessParser(parse)
 
 
 class EventSink(Sink):

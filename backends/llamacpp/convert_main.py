@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import runpy
 import sys
+from typing import Any
 
 
 def main(argv: list[str]) -> None:
@@ -22,7 +23,7 @@ def main(argv: list[str]) -> None:
 
     original = base.TextModel.get_vocab_base_pre
 
-    def declared(self, tokenizer):  # type: ignore[no-untyped-def]
+    def declared(self: Any, tokenizer: Any) -> Any:  # the converter's own (untyped) method
         try:
             return original(self, tokenizer)
         except NotImplementedError:

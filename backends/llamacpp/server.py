@@ -36,6 +36,7 @@ from adapters.spec import ServingSpec
 from backends.http_backends import HttpStreamBackend
 from backends.llamacpp import CAPS
 from backends.llamacpp.protocol import COMPLETION
+from core.quant_report import QuantReport
 from core.records import BackendDescription, Capabilities
 
 HOST = "127.0.0.1"
@@ -50,7 +51,7 @@ _BASE_DTYPE = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 def loaded_report(props: dict[str, Any], meta: dict[str, Any], tensor_types: dict[str, int] | None = None,
                   kv_type: str | None = None, linear_bits: float | None = None,
-                  base_type: str | None = None) -> dict[str, Any] | None:
+                  base_type: str | None = None) -> QuantReport | None:
     """What the server loaded: its file type (``/props`` model_ftype), its size per parameter
     (``/v1/models`` meta: bytes in memory / parameters), the tensor types of the GGUF it was given
     and the bits a weight of the decoder's linear layers take in it (``linear_bits``).
@@ -82,7 +83,7 @@ def loaded_report(props: dict[str, Any], meta: dict[str, Any], tensor_types: dic
         rep["tensor_types"] = tensor_types
     if kv_type:
         rep["kv_cache_dtype"] = kv_type  # as configured (--cache-type-k); the server does not report it
-    return rep
+    return QuantReport(**rep)  # (only the keys set here: run.json keeps the same object)
 
 
 def gguf_tensor_types(path: Path) -> tuple[dict[str, int], float | None]:
@@ -248,5 +249,5 @@ class LlamaCppBackend(HttpStreamBackend):
                            "protocol": "llama.cpp native /completion (stream, return_tokens)",
                            "base_url": self.base_url},
             extra={**self._origin, "server_log": str(self._server.log_path) if self._server else None,
-                   "health_after_s": self._health_s, "quantization": quant,
+                   "health_after_s": self._health_s, "quantization": quant.as_json() if quant is not None else None,
                    "event_clock": self._transport.clock() if self._transport is not None else None})

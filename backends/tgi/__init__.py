@@ -2,11 +2,10 @@
 either client (backends/http/tgi_client.py); adapters/tgi.py is the pure launcher plan."""
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
 
 from backends.http_backends import http_capabilities
 from backends.registry import BackendEntry, register
+from core.records import Capabilities
 
 DEFAULT_IMAGE = "ghcr.io/huggingface/text-generation-inference:3.3.7"
 MAINTENANCE_NOTE = ("TGI is in maintenance mode upstream (its README: minor fixes and maintenance only; "
@@ -14,8 +13,8 @@ MAINTENANCE_NOTE = ("TGI is in maintenance mode upstream (its README: minor fixe
 LENGTH_NOTE = "TGI cannot force output length (no ignore_eos): compare length-matched tokens"
 
 
-def with_maintenance_note(caps: Any) -> Any:
-    return replace(caps, notes=tuple(caps.notes) + (MAINTENANCE_NOTE,))
+def with_maintenance_note(caps: Capabilities) -> Capabilities:
+    return caps.model_copy(update={"notes": caps.notes + (MAINTENANCE_NOTE,)})
 
 
 register(BackendEntry(

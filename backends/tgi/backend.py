@@ -26,6 +26,7 @@ from backends.container_http import ContainerHttpBackend, container_options, mod
 from backends.http_backends import TextGenerationStreaming, TgiEndpointBackend
 from backends.tgi import DEFAULT_IMAGE, LENGTH_NOTE, MAINTENANCE_NOTE, with_maintenance_note
 from containers.manager import ContainerSpec
+from core.records import BackendDescription, Capabilities
 
 DEFAULTS = {"image": DEFAULT_IMAGE, "gpus": "all", "shm_size": "1g", "host_port": None,
             "pull": False, "ready_timeout_s": 900}
@@ -183,10 +184,10 @@ class TgiContainerBackend(ContainerHttpBackend, TextGenerationStreaming):
         self._version = str(self.info.get("version", self._version))
 
     @property
-    def capabilities(self):  # type: ignore[no-untyped-def]
+    def capabilities(self) -> Capabilities:
         return with_maintenance_note(super().capabilities)
 
-    def describe(self):  # type: ignore[no-untyped-def]
+    def describe(self) -> BackendDescription:
         d = super().describe()
         d.native_config.update({"image": self.container_spec.image,
                                 "launcher_argv": ["text-generation-launcher", *self.launcher_argv],
@@ -195,8 +196,8 @@ class TgiContainerBackend(ContainerHttpBackend, TextGenerationStreaming):
         return d
 
 
-def make_tgi(spec: ServingSpec, name: str = "tgi", target: str | None = None,  # type: ignore[no-untyped-def]
-             native: TgiPlan | None = None, **kw: Any):
+def make_tgi(spec: ServingSpec, name: str = "tgi", target: str | None = None,
+             native: TgiPlan | None = None, **kw: Any) -> TgiEndpoint | TgiContainerBackend:
     """``tgi`` -> the container; ``tgi@URL`` -> an already running server."""
     if target:
         return TgiEndpoint(spec, name, target=target, **kw)

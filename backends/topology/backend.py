@@ -207,8 +207,9 @@ class ReplicaSet(BackendBase):
     @property
     def capabilities(self) -> Capabilities:
         c = self.replicas[0].capabilities
-        return Capabilities(c.forced_output_length, c.token_id_prompts, c.logprobs, True, False,
-                            c.notes + (f"{self.n} replicas, {LB_POLICIES[self.lb]} balancing",))
+        return Capabilities(forced_output_length=c.forced_output_length, token_id_prompts=c.token_id_prompts,
+                            logprobs=c.logprobs, continuous_batching=True, server_metrics=False,
+                            notes=c.notes + (f"{self.n} replicas, {LB_POLICIES[self.lb]} balancing",))
 
     def attach_results_dir(self, path: Path) -> None:
         for i, rep in enumerate(self.replicas):

@@ -14,7 +14,7 @@ NOT_RUN = ("NOT executed against TensorRT-LLM on these machines: commands are re
 
 
 def not_run(caps: Capabilities) -> Capabilities:
-    return dataclasses.replace(caps, notes=caps.notes + (NOT_RUN,))
+    return caps.model_copy(update={"notes": caps.notes + (NOT_RUN,)})
 
 
 def release_capabilities(caps: Capabilities, version: str | None) -> Capabilities:
@@ -24,12 +24,12 @@ def release_capabilities(caps: Capabilities, version: str | None) -> Capabilitie
 
     f = facts_for(version) if version else None
     if f is None:
-        return dataclasses.replace(caps, notes=caps.notes + (
-            f"TensorRT-LLM {version or '(release unknown)'}: no fact sheet, capabilities not checked per release",))
+        return caps.model_copy(update={"notes": caps.notes + (
+            f"TensorRT-LLM {version or '(release unknown)'}: no fact sheet, capabilities not checked per release",)})
     if not f.completions_logprobs:
-        caps = dataclasses.replace(caps, logprobs=False, notes=caps.notes + (
+        caps = caps.model_copy(update={"logprobs": False, "notes": caps.notes + (
             f"TensorRT-LLM {f.release}: /v1/completions answers without logprobs "
-            f"(adapters/facts/trtllm-{f.release}.yaml)",))
+            f"(adapters/facts/trtllm-{f.release}.yaml)",)})
     return caps
 
 

@@ -15,6 +15,7 @@ from adapters.vllm import VllmPlan, server_argv, vllm_plan
 from backends.container_http import ContainerHttpBackend, container_options, model_in_container
 from backends.vllm import CONTAINER_IMAGE
 from containers.manager import ContainerSpec
+from core.records import BackendDescription
 
 CONTAINER_PORT = 8000
 DEFAULTS = {"image": CONTAINER_IMAGE, "gpus": None, "shm_size": "1g", "host_port": None,
@@ -64,7 +65,7 @@ class VllmContainerBackend(ContainerHttpBackend):
         self.server_argv = argv
         super().__init__(spec, name, protocol="openai", container_spec=cs, options=opts, **kw)
 
-    def describe(self):  # type: ignore[no-untyped-def]
+    def describe(self) -> BackendDescription:
         d = super().describe()
         d.native_config.update({"image": self.container_spec.image, "engine_args": self.engine_args,
                                 "server_argv": self.server_argv})

@@ -22,6 +22,7 @@ from adapters.spec import ServingSpec
 from adapters.vllm import VllmPlan, server_argv, vllm_plan
 from backends.http_backends import HttpStreamBackend
 from backends.server_process import HOST, START_TIMEOUT_S, ServerProcess, free_port
+from core.records import BackendDescription
 
 
 def server_command(spec: ServingSpec, port: int, host: str = HOST,
@@ -92,7 +93,7 @@ class VllmServerBackend(HttpStreamBackend):
                 shutil.rmtree(self._tmp, ignore_errors=True)
                 self._tmp = None
 
-    def describe(self):  # type: ignore[no-untyped-def]
+    def describe(self) -> BackendDescription:
         d = super().describe()
         d.native_config.update({"engine_args": self.engine_args, "server_argv": self._argv[1:]})
         d.extra.update({"server_log": str(self._server.log_path) if self._server else None,

@@ -80,7 +80,7 @@ def time_breakdown(records: Sequence[RequestRecord], sm: dict[str, Any] | None) 
     ok = [r for r in records if r.ok and r.t_end_ns is not None]
     if not ok:
         return None
-    client_e2e = _mean([(r.t_end_ns - r.t_sent_ns) / 1e6 for r in ok])  # type: ignore[operator]
+    client_e2e = _mean([(t_end - r.t_sent_ns) / 1e6 for r in ok if (t_end := r.t_end_ns) is not None])
     client_ttft = _mean([(r.event_times_ns[0] - r.t_sent_ns) / 1e6 for r in ok if r.event_times_ns])
     stamped = [r.engine_metrics for r in ok
                if all(k in r.engine_metrics for k in ("queue_s", "prefill_s", "decode_s"))]

@@ -13,7 +13,7 @@ from core.results.sessions import SessionStats, TurnStats
 
 def session_stats(records: Sequence[RequestRecord], requests: Sequence[GenerationRequest]) -> SessionStats | None:
     """Per-turn TTFT/ITL and session durations of a level's records (None: not a session workload)."""
-    where = {r.request_id: (r.session_id, r.turn or 0) for r in requests if r.session_id is not None}
+    where = {r.request_id: (sid, r.turn or 0) for r in requests if (sid := r.session_id) is not None}
     if not where:
         return None
     length = {}
@@ -27,7 +27,7 @@ def session_stats(records: Sequence[RequestRecord], requests: Sequence[Generatio
             continue
         sid, turn = where[rec.request_id]
         by_turn.setdefault(turn, []).append(rec)
-        by_session.setdefault(sid, []).append(rec)  # type: ignore[arg-type]
+        by_session.setdefault(sid, []).append(rec)
     turns = []
     for k in sorted(by_turn):
         recs = by_turn[k]

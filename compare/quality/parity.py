@@ -260,9 +260,10 @@ def verification(spec: ServingSpec, backend: Any) -> dict[str, Any]:
     from compare.quality.verify import verify
 
     try:
+        from core.quant_report import QuantReport
+
         d = backend.describe().as_dict()
-        rep = (d.get("extra") or {}).get("quantization")
-        return verify(spec, rep, resolved=(d.get("native_config") or {}).get("resolved"),
+        return verify(spec, QuantReport.of_description(d), resolved=(d.get("native_config") or {}).get("resolved"),
                       framework=d.get("framework", backend.name))
     except Exception as e:  # a backend with an unexpected description must not lose the run
         return {"valid": None, "status": "error", "reason": f"{type(e).__name__}: {e}"}

@@ -24,37 +24,42 @@ from typing import Any
 
 from adapters.quant import SCHEMES, scheme_of_spec
 from adapters.spec import ServingSpec
+from core.quant_report import QuantReport
 
 _DTYPE_BITS = {"float32": 32, "float16": 16, "bfloat16": 16}
 # weights may take this much more than bits/dtype_bits (scales, zero points, group metadata)
 _OVERHEAD = 1.35
 
 
-def _quantized_groups(report: dict[str, Any]) -> list[dict[str, Any]]:
-    return [g for g in report.get("linear_groups", []) if g.get("method") != "UnquantizedLinearMethod"]
+def _quantized_groups(report: QuantReport) -> list[dict[str, Any]]:
+    return [g for g in report.linear_groups if g.get("method") != "UnquantizedLinearMethod"]
 
 
-def verify(spec: ServingSpec, report: dict[str, Any] | None, *, resolved: dict[str, Any] | None = None,
-           framework: str) -> dict[str, Any]:
-    """Requested scheme vs what was loaded. ``report``: the backend's quantization report."""
+_LOADED = ("method", "dtype", "kv_cache_dtype", "weight_bytes", "linear_weight_bytes", "linear_dense_bytes",
+           "linear_ratio", "bits_per_weight", "linear_bits_per_weight", "kernels")
+
+
+def verify(spec: ServingSpec, report: QuantReport | dict[str, Any] | None, *,
+           resolved: dict[str, Any] | None = None, framework: str) -> dict[str, Any]:
+    """Requested scheme vs what was loaded. ``report``: the backend's quantization report (typed,
+    or as run.json holds it)."""
     requested = scheme_of_spec(spec)
     resolved = resolved or {}
     out: dict[str, Any] = {"requested": requested, "framework": framework, "problems": []}
     problems: list[str] = out["problems"]
+    report = QuantReport.read(report)
     if report is None:
         out.update(valid=None, status="unverified",
                    reason=f"{framework} backend reported nothing about its loaded weights")
         return out
-    out["loaded"] = {k: report.get(k) for k in ("method", "dtype", "kv_cache_dtype", "weight_bytes",
-                                                  "linear_weight_bytes", "linear_dense_bytes",
-                                                  "linear_ratio", "bits_per_weight", "linear_bits_per_weight",
-                                                  "kernels") if report.get(k) is not None}
-    method = report.get("method", resolved.get("quantization"))
+    given = report.model_fields_set  # what the backend reported (an unset field is not a None it said)
+    out["loaded"] = {k: getattr(report, k) for k in _LOADED if k in given and getattr(report, k) is not None}
+    method = report.method if "method" in given else resolved.get("quantization")
     out["loaded"]["method"] = method
     qgroups = _quantized_groups(report)
-    kernels = sorted({g["kernel"] for g in qgroups if g.get("kernel")} | set(report.get("kernels") or []))
+    kernels = sorted({g["kernel"] for g in qgroups if g.get("kernel")} | set(report.kernels))
     out["loaded"]["kernels"] = kernels
-    out["loaded"]["linear_groups"] = report.get("linear_groups", [])
+    out["loaded"]["linear_groups"] = report.linear_groups
     s = SCHEMES[requested["weights"]]
     if s.kind == "weights":
         expect = s.methods_for(framework)
@@ -64,13 +69,13 @@ def verify(spec: ServingSpec, report: dict[str, Any] | None, *, resolved: dict[s
         elif expect and method not in expect:
             problems.append(f"requested {s.name} but the engine resolved quantization method "
                             f"{method!r} (expected one of {sorted(expect)})")
-        if "linear_groups" in report and not qgroups:
+        if "linear_groups" in given and not qgroups:
             problems.append("no linear layer uses a quantized linear method (all UnquantizedLinearMethod)")
-        elif not kernels and any("kernel" in g for g in report.get("linear_groups", [])):
+        elif not kernels and any("kernel" in g for g in report.linear_groups):
             # an engine that names each linear layer's kernel (vLLM) selected none
             problems.append("no quantized linear kernel was selected for any layer")
-        ratio = report.get("linear_ratio")
-        dtype_bits = _DTYPE_BITS.get(str(report.get("dtype")), 16)
+        ratio = report.linear_ratio
+        dtype_bits = _DTYPE_BITS.get(str(report.dtype), 16)
         if ratio is not None and s.weight_bits:
             limit = s.weight_bits / dtype_bits * _OVERHEAD
             out["loaded"]["linear_ratio_limit"] = round(limit, 4)
@@ -83,11 +88,11 @@ def verify(spec: ServingSpec, report: dict[str, Any] | None, *, resolved: dict[s
         if qgroups:
             problems.append(f"{sum(g['layers'] for g in qgroups)} linear layers use a quantized method")
     want_dtype = requested.get("dtype")
-    got_dtype = report.get("dtype") or resolved.get("dtype")
+    got_dtype = report.dtype or resolved.get("dtype")
     if want_dtype and got_dtype and want_dtype != got_dtype:
         problems.append(f"requested dtype {want_dtype} but the engine runs {got_dtype}")
     if requested.get("kv_cache") == "kv-cache-fp8":
-        kv = str(report.get("kv_cache_dtype") or resolved.get("kv_cache_dtype") or "")
+        kv = str(report.kv_cache_dtype or resolved.get("kv_cache_dtype") or "")
         if not kv.startswith("fp8"):
             problems.append(f"requested an fp8 KV cache but the engine's KV cache is {kv or 'unknown'}")
     out["valid"] = not problems

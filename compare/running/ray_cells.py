@@ -67,7 +67,7 @@ class CellResult:
     entry: dict[str, Any]  # the cell's section of run.json for its column
     records: list[RequestRecord]
     wall_ns: dict[str, int] = field(default_factory=dict)  # per level: for the pooled rows
-    lag_max: dict[str, float] = field(default_factory=dict)
+    loop_lag_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # per level: its max and p99
     logs: dict[str, bytes] = field(default_factory=dict)  # logs/<file> -> content
     node: dict[str, Any] = field(default_factory=dict)
 
@@ -188,19 +188,26 @@ def run_cell(cfg: Any, target: Any, rep: int, submitted: float) -> CellResult:
         except UserError as e:  # e.g. a spec this node's engine cannot honour
             writer.update_backend(name, status="failed", error=str(e))
             ok = False
-        logs = {p.name: p.read_bytes() for p in sorted((writer.dir / LOG_DIR).glob("*")) if p.is_file()}
         import ray
 
         ctx = ray.get_runtime_context()
-        return CellResult(
-            name=name, repeat=rep, ok=ok, interrupted=interrupted, entry=writer.run["backends"].get(name, {}),
-            records=writer.records,
-            wall_ns={k[1]: v for k, v in pool.wall_ns.items()}, lag_max={k[1]: v for k, v in pool.lag_max.items()},
-            logs=logs, node={"node_id": ctx.get_node_id()[:12], "ip": ray.util.get_node_ip_address(),
-                             "host": socket.gethostname(), "pid": os.getpid(),
-                             "queued_s": round(started - submitted, 3), "wall_s": round(time.time() - started, 3)})
+        res = cell_result(name, rep, ok, interrupted, writer, pool)
+        res.node = {"node_id": ctx.get_node_id()[:12], "ip": ray.util.get_node_ip_address(),
+                    "host": socket.gethostname(), "pid": os.getpid(),
+                    "queued_s": round(started - submitted, 3), "wall_s": round(time.time() - started, 3)}
+        return res
     finally:
         _remove(tmp)
+
+
+def cell_result(name: str, rep: int, ok: bool, interrupted: bool, writer: Any, pool: Any) -> CellResult:
+    """What a cell sends back once ``run_backend`` returned: its column's section, its records, each
+    level's wall time and client lag as the repeat pool holds them (the driver pools them by the
+    same rule: ray_merge.py) and its engine logs."""
+    logs = {p.name: p.read_bytes() for p in sorted((writer.dir / LOG_DIR).glob("*")) if p.is_file()}
+    return CellResult(name=name, repeat=rep, ok=ok, interrupted=interrupted, entry=writer.run["backends"].get(name, {}),
+                      records=writer.records, wall_ns={k[1]: v for k, v in pool.wall_ns.items()},
+                      loop_lag_ms={k[1]: dict(v) for k, v in pool.lag.items()}, logs=logs)
 
 
 def _remove(tmp: Path | None) -> None:

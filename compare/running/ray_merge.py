@@ -40,7 +40,8 @@ class Merger:
         self.failed: set[str] = set()
         self.merged: set[tuple[str, int]] = set()
         self.levels = {lv.label: lv for lv in cfg.levels}
-        # the runner's own pooling rule (a cell sends back its client lag's maximum only, no p99)
+        # the runner's own pooling rule, fed what a local run feeds it (each level's wall time, the
+        # client lag's max and p99, whether the client fell behind)
         self.pool = RepeatPool()
 
     def merge(self, res: Any, opts: dict[str, Any]) -> None:
@@ -64,7 +65,7 @@ class Merger:
             for label in res.wall_ns:  # levels that ran to their end, pooled in repeat order
                 key = (name, label)
                 own = this.levels.get(label) or LevelSummary.model_validate(ce.get("levels", {}).get(label, {}))
-                self.pool.add(key, res.wall_ns[label], {"max": res.lag_max.get(label, 0.0)},
+                self.pool.add(key, res.wall_ns[label], res.loop_lag_ms.get(label, {"max": 0.0}),
                               [r for r in res.records if r.level == label], own.client_lagged)
                 levels[label] = self.pool.pooled(cfg, key, own, rep + 1)
             entry = evolve(entry, repeats=[*(entry.repeats or []), this], levels=levels)

@@ -1,32 +1,17 @@
 """Every repeat's records of a (backend, level) so far and the pooled row over them: one rule for
-`compare run --repeats` (runner.py) and `compare merge` (merge.py)."""
+`compare run --repeats` (runner.py), `compare merge` (merge.py) and the Ray merge (ray_merge.py),
+built by the level assembler (level_assembly.py)."""
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
-from compare.analysis.metrics import summarize
 from compare.analysis.steady import steady_state
+from compare.running.level_assembly import RunConfig, level_summary
 from core.records import RequestRecord
 from core.results import LevelSummary
 from core.results.evolve import evolve
 
-
-
-class RunConfig(Protocol):
-    """What the pooled rows read of a run's configuration (runner.RunConfig has it; so does the
-    configuration `compare merge` rebuilds from a finished run)."""
-
-    slo: Any
-    lag_threshold_ms: float
-
-
-def level_summary(cfg: RunConfig, records: list[RequestRecord], wall_ns: int,
-                   lag: dict[str, float] | float) -> LevelSummary:
-    from compare.analysis.client_health import judge_summary
-
-    lag = {"max": lag} if isinstance(lag, (int, float)) else lag
-    return evolve(summarize(records, wall_ns, cfg.slo), loop_lag_ms=dict(lag) if lag else {"max": 0.0},
-                  client_lagged=judge_summary(lag, cfg.lag_threshold_ms))
+__all__ = ["RepeatPool", "RunConfig", "level_summary"]
 
 
 class RepeatPool:
@@ -37,7 +22,6 @@ class RepeatPool:
         self.wall_ns: dict[tuple[str, str], int] = {}
         self.lag: dict[tuple[str, str], dict[str, float]] = {}  # the worst max and p99 of any repeat
         self.lagged: dict[tuple[str, str], bool] = {}
-        self.lag_max: dict[tuple[str, str], float] = {}  # (a cell run on a Ray cluster sends these back)
 
     def add(self, key: tuple[str, str], wall_ns: int, loop_lag_ms: dict[str, Any],
             records: list[RequestRecord], lagged: bool = False) -> None:
@@ -49,7 +33,6 @@ class RepeatPool:
             if loop_lag_ms.get(k) is not None:
                 lag[k] = max(lag.get(k, 0.0), loop_lag_ms[k])
         self.lagged[key] = self.lagged.get(key, False) or lagged
-        self.lag_max[key] = lag["max"]
 
     def pooled(self, cfg: RunConfig, key: tuple[str, str], latest: LevelSummary, repeats: int) -> LevelSummary:
         """The pooled row over every repeat added so far; ``latest`` is the last repeat's own row.

@@ -32,17 +32,16 @@ from compare.running.aio import running_loop_name
 from compare.running.load import offered_load
 from core.hardware import fingerprint
 from backends.http.urls import redact_url
-from compare.analysis.steady import Trim, measured_ns, steady_state
-from compare.analysis.turns import session_stats
+from compare.analysis.steady import Trim, measured_ns
 from compare.workload.sessions import is_sessions
 from compare.quality.deferred import score_quality, unscored
 from compare.quality.parity import QualityOptions
 from core.slo import SLO
 from core.records import RequestRecord
 from core.results import LevelSummary, ResultsWriter, new_run_id
-from core.results.evolve import evolve
 from compare.running.entry import BackendEntry
-from compare.running.repeat_pool import RepeatPool, level_summary
+from compare.running.level_assembly import assemble_interrupted, assemble_level
+from compare.running.repeat_pool import RepeatPool
 from compare.workload.schedule import LoadLevel
 from compare.workload.build import WorkloadSpec
 from compare.workload.clock import workload_rows
@@ -165,13 +164,13 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
 
 
 async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: ResultsWriter,
-                       progress: Progress, rep: int = 0, pool: RepeatPool | None = None,
-                       pending: list[Any] | None = None) -> bool:
-    """One engine start of one backend; its quality probes go to ``pending`` (scored by the caller
-    once every engine has stopped: compare/quality/deferred.py)."""
+                      progress: Progress, rep: int = 0, pool: RepeatPool | None = None,
+                      pending: list[Any] | None = None) -> bool:
+    """One engine start of one backend (its lifecycle and status); its quality probes go to
+    ``pending`` (scored by the caller once every engine has stopped: compare/quality/deferred.py)."""
     pool = pool or RepeatPool()
     be = BackendEntry(writer, name, rep, cfg.repeats)
-    be.update(capabilities=backend.capabilities.as_dict())
+    be.update(capabilities=backend.capabilities)
     progress.backend_start(name if cfg.repeats == 1 else f"{name} (repeat {rep + 1}/{cfg.repeats})")
     log = log_file(writer.dir, name)  # everything the engine prints goes there (backends/logs.py)
     backend.attach_results_dir(log.parent)  # server/container logs are kept with the results
@@ -183,68 +182,15 @@ async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resul
         async with _engine(cfg, name, backend, log, progress):
             start_s = round(time.perf_counter() - t0, 3)
             be.update_repeat(start_s=start_s)
-            be.update(describe=backend.describe().as_dict(), status="running",
+            be.update(describe=backend.describe(), status="running",
                       **({} if "start_s" in be.entry.model_fields_set else {"start_s": start_s}))
             writer.flush()
-            if rep == 0:  # loaded vs requested quantization; quality probes answered now, scored later
-                from compare.quality.deferred import collect
-                from compare.quality.parity import verification
-
-                be.update(quant_verification=verification(cfg.spec_for(name), backend))
-                quality, probed = await collect(name, backend, cfg.spec_for(name), cfg.requests,
-                                                cfg.quality, cfg.timeout_s)
-                be.update(quality=quality)
-                if probed is not None and pending is not None:
-                    pending.append(probed)
+            if rep == 0:
+                await _probe(cfg, name, backend, be, pending)
             progress.phase(name, "warm-up", log)
             await _warmup(cfg, backend)
             for level in cfg.levels:
-                # hooks (no-ops by default): backends with server-side metrics sample them around each level
-                await backend.on_level_start(level.label)
-                try:
-                    # CPU per process and GPUs, sampled in a thread (not the loop) while the level runs
-                    with LevelTelemetry(backend) as tel:
-                        outcome = await _run_level(cfg, backend, level, writer, progress, rep)
-                except LevelInterrupted as stopped:
-                    summary = _keep_interrupted_level(cfg, stopped.outcome, be, rep)
-                    stopped_in.append(f"in level {level.label} ({summary.aborted})")
-                    raise
-                # steady state of a time-bounded level: the same marks requests.jsonl got (steady.py)
-                trim = Trim(level, level.take(cfg.requests), cfg.workload.seed)
-                records = [replace(trim(r), repeat=rep) for r in outcome.records]
-                summary = level_summary(cfg, records, measured_ns(outcome), outcome.loop_lag_ms)
-                add: dict[str, Any] = _client_health(cfg, outcome)
-                if outcome.client_procs is not None:
-                    add["client_procs"] = outcome.client_procs
-                add["telemetry"] = tel.summary(summary.output_tokens)
-                server_metrics = await backend.on_level_end(level.label)
-                if server_metrics is not None:
-                    add["server_metrics"] = server_metrics
-                # queue/prefill/decode vs outside the engine, prefix-cache hits, gauges at the target load
-                from compare.analysis.breakdown import level_extras
-                add.update(level_extras(records, add.get("server_metrics"),
-                                        int(level.value) if level.kind == "concurrency" else None,
-                                        backend.describe().framework))
-                if (turns := session_stats(records, level.take(cfg.requests))) is not None:
-                    add["sessions"] = turns  # multi-turn sessions: by turn index (compare/analysis/turns.py)
-                if outcome.schedule_offsets_ns is not None:
-                    add["schedule_offsets_ns"] = outcome.schedule_offsets_ns
-                if (steady := steady_state(level, records)) is not None:
-                    add["steady_state"] = steady
-                if outcome.aborted:
-                    add["aborted"] = outcome.aborted
-                summary = evolve(summary, **add)
-                shown = summary
-                if cfg.repeats > 1:
-                    key = (name, level.label)
-                    pool.add(key, measured_ns(outcome), outcome.loop_lag_ms, records, summary.client_lagged)
-                    shown = pool.pooled(cfg, key, summary, rep + 1)
-                be.put_level(level.label, summary, shown)
-                be.update(describe=backend.describe().as_dict())  # may have learned more (e.g. /metrics)
-                writer.flush()
-                progress.level_done(name, level, summary)
-                if outcome.aborted:
-                    raise RunAborted(outcome.aborted)
+                await _measure_level(cfg, name, backend, level, be, writer, progress, rep, pool, stopped_in)
             if cfg.after_levels is not None:
                 await cfg.after_levels(cfg, name, backend, be, rep, progress)
                 writer.flush()
@@ -265,19 +211,54 @@ async def run_backend(cfg: RunConfig, name: str, backend: Backend, writer: Resul
         writer.flush()
 
 
-def _keep_interrupted_level(cfg: RunConfig, o: LevelOutcome, be: BackendEntry, rep: int) -> LevelSummary:
-    """A level a stop signal cut short: its completed part is summarised, marked as aborted."""
-    summary = level_summary(cfg, [replace(r, repeat=rep) for r in o.records], o.t_end_ns - o.t_start_ns,
-                             o.loop_lag_ms)
-    add: dict[str, Any] = _client_health(cfg, o)
-    done = sum(1 for r in o.records if r.error_kind != "cancelled")
-    if o.client_procs is not None:
-        add["client_procs"] = o.client_procs
-    add["aborted"] = (f"interrupted: {done} of {o.planned} requests finished, "
-                      f"{len(o.records) - done} cancelled in flight")
-    summary = evolve(summary, **add)
-    be.put_level(o.level.label, summary, show=cfg.repeats == 1)  # pooled rows only pool whole levels
-    return summary
+async def _probe(cfg: RunConfig, name: str, backend: Backend, be: BackendEntry, pending: list[Any] | None) -> None:
+    """Once per backend (its first engine start): loaded vs requested quantization, and the quality
+    probes answered now, scored later."""
+    from compare.quality.deferred import collect
+    from compare.quality.parity import verification
+
+    be.update(quant_verification=verification(cfg.spec_for(name), backend))
+    quality, probed = await collect(name, backend, cfg.spec_for(name), cfg.requests, cfg.quality, cfg.timeout_s)
+    be.update(quality=quality)
+    if probed is not None and pending is not None:
+        pending.append(probed)
+
+
+async def _measure_level(cfg: RunConfig, name: str, backend: Backend, level: LoadLevel, be: BackendEntry,
+                         writer: ResultsWriter, progress: Progress, rep: int, pool: RepeatPool,
+                         stopped_in: list[str]) -> None:
+    """One load level: the backend's hooks and the telemetry around it, its row built by the level
+    assembler (level_assembly.py), pooled over the repeats so far; RunAborted when it was cut short."""
+    # hooks (no-ops by default): backends with server-side metrics sample them around each level
+    await backend.on_level_start(level.label)
+    try:
+        # CPU per process and GPUs, sampled in a thread (not the loop) while the level runs
+        with LevelTelemetry(backend) as tel:
+            outcome = await _run_level(cfg, backend, level, writer, progress, rep)
+    except LevelInterrupted as stopped:
+        o = stopped.outcome
+        summary = assemble_interrupted(cfg, o, [replace(r, repeat=rep) for r in o.records])
+        be.put_level(o.level.label, summary, show=cfg.repeats == 1)  # pooled rows only pool whole levels
+        stopped_in.append(f"in level {level.label} ({summary.aborted})")
+        raise
+    requests = level.take(cfg.requests)
+    # steady state of a time-bounded level: the same marks requests.jsonl got (steady.py)
+    trim = Trim(level, requests, cfg.workload.seed)
+    records = [replace(trim(r), repeat=rep) for r in outcome.records]
+    server_metrics = await backend.on_level_end(level.label)
+    summary = assemble_level(cfg, level, requests, records, outcome, telemetry=tel, server_metrics=server_metrics,
+                             framework=backend.describe().framework)
+    shown = summary
+    if cfg.repeats > 1:
+        key = (name, level.label)
+        pool.add(key, measured_ns(outcome), outcome.loop_lag_ms, records, summary.client_lagged)
+        shown = pool.pooled(cfg, key, summary, rep + 1)
+    be.put_level(level.label, summary, shown)
+    be.update(describe=backend.describe())  # may have learned more (e.g. /metrics)
+    writer.flush()
+    progress.level_done(name, level, summary)
+    if outcome.aborted:
+        raise RunAborted(outcome.aborted)
 
 
 @asynccontextmanager
@@ -293,25 +274,6 @@ async def _engine(cfg: RunConfig, name: str, backend: Backend, log: Path, progre
             progress.phase(name, "stopping", log)
             with aio.signals_deferred():  # a stop signal never cuts a teardown short
                 await backend.__aexit__(None, None, None)
-
-
-def _client_health(cfg: RunConfig, o: LevelOutcome) -> dict[str, Any]:
-    """The client over the level, judged from every wake-up of its lag monitor, not one spike
-    (compare/analysis/client_health.py); several processes: each with the records it sent, the
-    worst one kept. Nothing where no samples came back (Ray load shards)."""
-    from compare.analysis.client_health import judge
-
-    if o.lag_samples is not None:
-        h = judge(o.lag_samples, o.t_start_ns, o.t_end_ns, o.records, threshold_ms=cfg.lag_threshold_ms)
-    elif o.lag_samples_by_proc:
-        each = [(judge(s, o.t_start_ns, o.t_end_ns, recs, threshold_ms=cfg.lag_threshold_ms), k)
-                for k, (s, recs) in enumerate(o.lag_samples_by_proc, 1)]
-        h, k = max(each, key=lambda x: (x[0]["fell_behind"], x[0]["lagged_share"], x[0]["lag_p99_ms"]))
-        if h["why"]:
-            h["why"] = f"client process {k}: {h['why']}"
-    else:
-        return {}
-    return {"client_health": h, "client_lagged": h["fell_behind"]}
 
 
 WARMUP_TIMEOUT_S = 120.0  # per warm-up request (at most 8 tokens), capped by --timeout

@@ -31,7 +31,7 @@ class LengthDist(BaseModel):
         missing = [k for k in need if getattr(self, k) is None]
         if missing:
             raise ValueError(f"length dist '{self.dist}' needs {', '.join(missing)}")
-        if self.dist == "uniform" and self.min > self.max:  # type: ignore[operator]
+        if self.dist == "uniform" and self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError("uniform length: min must be <= max")
         return self
 
@@ -45,12 +45,13 @@ class LengthDist(BaseModel):
         if self.dist == "fixed":
             out = np.full(n, self.value)
         elif self.dist == "uniform":
-            out = rng.integers(self.min, self.max + 1, size=n)  # type: ignore[operator]
+            out = rng.integers(lo, hi + 1, size=n)  # (both given: the check above; lo, hi are them)
         elif self.dist == "normal":
             out = np.rint(rng.normal(self.mean, self.std, size=n))
         else:
             # parametrise so that the lengths themselves have the given mean and std
-            m, s = float(self.mean), float(self.std or 0.0)  # type: ignore[arg-type]
+            assert self.mean is not None  # (the check above: lognormal needs it)
+            m, s = float(self.mean), float(self.std or 0.0)
             sigma2 = np.log1p((s / m) ** 2)
             out = np.rint(rng.lognormal(np.log(m) - sigma2 / 2, np.sqrt(sigma2), size=n))
         return [int(x) for x in np.clip(out, lo, hi)]

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import Field
 
+from core.backend_info import BackendDescription, Capabilities
 from core.results.base import Closed as _Closed, Open as _Open
 from core.results.client_health import ClientHealth
 from core.results.max_rate import MaxRate
@@ -197,29 +198,12 @@ class RepeatRun(_Closed):
 # ---------------------------------------------------------------- a backend's section
 
 
-class CapabilitiesInfo(_Closed):
-    forced_output_length: bool = True
-    token_id_prompts: bool = False
-    logprobs: bool = False
-    continuous_batching: bool = False
-    server_metrics: bool = False
-    notes: list[str] = Field(default_factory=list)
-
-
-class Description(_Closed):
-    name: str
-    framework: str
-    version: str
-    native_config: dict[str, Any] = Field(default_factory=dict)  # engine-specific, open
-    extra: dict[str, Any] = Field(default_factory=dict)  # loaded quantization, clocks, /info ...
-
-
 class BackendResult(_Closed):
     status: str = "pending"
     error: str | None = None
     start_s: float | None = None
-    capabilities: CapabilitiesInfo | None = None
-    describe: Description | None = None
+    capabilities: Capabilities | None = None  # one type with what a backend says (core/backend_info.py)
+    describe: BackendDescription | None = None
     levels: dict[str, LevelSummary] = Field(default_factory=dict)
     repeats: list[RepeatRun] | None = None
     quant_verification: QuantVerification | None = None  # compare/quality/verify.py: loaded vs requested

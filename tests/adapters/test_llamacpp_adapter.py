@@ -152,18 +152,20 @@ def test_completion_payload_and_events():
 
 def test_loaded_type_from_what_the_server_reports():
     rep = loaded_report({"model_ftype": "Q8_0"}, {"size": 1_200_000, "n_params": 1_100_000}, {"f32": 9, "q8_0": 28})
-    assert rep["method"] == "Q8_0" and rep["dtype"] == "float32" and rep["bits_per_weight"] == pytest.approx(8.727, abs=1e-3)
-    assert rep["linear_ratio"] == pytest.approx(8.727 / 32, abs=1e-3)  # the whole file when layers are not known
+    assert rep.method == "Q8_0" and rep.dtype == "float32" and rep.bits_per_weight == pytest.approx(8.727, abs=1e-3)
+    assert rep.linear_ratio == pytest.approx(8.727 / 32, abs=1e-3)  # the whole file when layers are not known
     # quantized from a bf16 GGUF: the model's dtype is bf16; the decoder's linear weights (8.5 bits
     # a weight in Q8_0) against 16 bits, as vLLM's ratio is against the model's dtype
     rep = loaded_report({"model_ftype": "Q8_0"}, {"size": 1_200_000, "n_params": 1_100_000}, None, "f16", 8.5, "bf16")
-    assert rep["dtype"] == "bfloat16" and rep["linear_ratio"] == pytest.approx(8.5 / 16, abs=1e-4)
-    assert rep["linear_bits_per_weight"] == 8.5 and rep["bits_per_weight"] == pytest.approx(8.727, abs=1e-3)
-    assert loaded_report({"model_ftype": "BF16"}, {}, None, None, 16.0, None)["linear_ratio"] == 1.0
+    assert rep.dtype == "bfloat16" and rep.linear_ratio == pytest.approx(8.5 / 16, abs=1e-4)
+    assert rep.linear_bits_per_weight == 8.5 and rep.bits_per_weight == pytest.approx(8.727, abs=1e-3)
+    assert loaded_report({"model_ftype": "BF16"}, {}, None, None, 16.0, None).linear_ratio == 1.0
     rep = loaded_report({"model_ftype": "(guessed) all F32"}, {}, None, "f32")
-    assert rep["method"] is None and rep["dtype"] == "float32" and rep["kv_cache_dtype"] == "f32"
-    assert loaded_report({"model_ftype": "Q4_K - Medium"}, {})["method"] == "Q4_K_M"
+    assert rep.method is None and rep.dtype == "float32" and rep.kv_cache_dtype == "f32"
+    assert loaded_report({"model_ftype": "Q4_K - Medium"}, {}).method == "Q4_K_M"
     assert loaded_report({}, {}) is None
+    # run.json keeps the keys the report set, as the JSON object it always was
+    assert set(rep.as_json()) == {"method", "file_type", "kernels", "source", "dtype", "kv_cache_dtype"}
 
 
 def test_level_timings_are_exact_means():

@@ -37,8 +37,8 @@ async def _collect(b: FakeBackend, req: GenerationRequest) -> tuple[int, list]:
 def test_options_from_target_and_native_spec_field_and_defaults():
     m = timing_model(ServingSpec(model="x", max_num_seqs=3, native={"fake": {"itl": "2ms", "ttft": 7}}),
                      "ttft=1.5s+fail=0.25")
-    assert m["ttft"] == 1500.0 and m["itl"] == 2.0 and m["fail"] == 0.25 and m["seqs"] == 3
-    assert timing_model(SPEC)["seqs"] == 64 and timing_model(SPEC, "seqs=2,itl=1us")["itl"] == 0.001
+    assert m.ttft == 1500.0 and m.itl == 2.0 and m.fail == 0.25 and m.seqs == 3
+    assert timing_model(SPEC).seqs == 64 and timing_model(SPEC, "seqs=2,itl=1us").itl == 0.001
 
 
 @pytest.mark.parametrize("target, words", [

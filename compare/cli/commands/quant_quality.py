@@ -155,8 +155,9 @@ def _row(engine: str, scheme: str, fn: Any, ref: list[Any]) -> dict[str, Any]:
 def _verified(engine: str, spec: Any, desc: dict[str, Any]) -> dict[str, Any]:
     from compare.quality.verify import verify
 
-    rep = (desc.get("extra") or {}).get("quantization")
-    v = verify(spec, rep, resolved=(desc.get("native_config") or {}).get("resolved"), framework=engine)
+    from core.quant_report import QuantReport
+
+    v = verify(spec, QuantReport.of_description(desc), resolved=(desc.get("native_config") or {}).get("resolved"), framework=engine)
     lo = v.get("loaded", {})
     return {"valid": v.get("valid"), "problems": v.get("problems", []), "method": lo.get("method"),
             "kernels": lo.get("kernels", []), "linear_ratio": lo.get("linear_ratio")}
