@@ -270,6 +270,13 @@ MAX_REQUESTS = 1_000_000
 MAX_PROMPT_TOKENS = 1 << 28  # ~10 GB of token ids as Python lists
 
 
+def check_price_margin(price: float | None, margin: float | None) -> None:
+    if price is not None and price <= 0:
+        raise UserError("--gpu-hour-price must be > 0 (price of one accelerator-hour, e.g. 2.5)")
+    if margin is not None and not 0 < margin < 1:
+        raise UserError("--margin is a fraction between 0 and 1, e.g. 0.05 for 5%")
+
+
 # ---------------------------------------------------------------- topology (backends/topology/backend.py)
 
 

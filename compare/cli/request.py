@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from adapters.variants import Axis, parse_axes
 from compare.cli import max_rate
-from compare.cli.commands.common import (
+from compare.cli.defaults import (
     DEFAULT_LEVELS, DEFAULT_WORKLOAD, ServedRun, has_gpu, parse_backends, served_defaults, tiny_defaults,
 )
-from compare.cli.options import WorkloadFlags, apply_topology, build_spec, build_workload, scaleout, spec_flags
+from compare.cli.options import (
+    WorkloadFlags, apply_topology, build_spec, build_workload, check_price_margin, scaleout, spec_flags,
+)
 from core.errors import UserError
 
 if TYPE_CHECKING:
@@ -84,8 +86,6 @@ def run_request(args: argparse.Namespace) -> RunRequest:
         raise UserError("--warmup must be >= 0")
     if args.repeats < 1:
         raise UserError("--repeats must be >= 1 (2 or more give confidence intervals)")
-    from compare.cli.commands.report import check_price_margin
-
     check_price_margin(args.gpu_hour_price, args.margin)
     if args.timeout <= 0:
         raise UserError("--timeout must be > 0 seconds")

@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from compare.cli.options import check_price_margin
 from core.errors import UserError
 
 
@@ -26,13 +27,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "ttft_p95=2s) at every level with no failed request; one line per miss (as `compare run "
                         "--require-slo`)")
     p.set_defaults(func=_report)
-
-
-def check_price_margin(price: float | None, margin: float | None) -> None:
-    if price is not None and price <= 0:
-        raise UserError("--gpu-hour-price must be > 0 (price of one accelerator-hour, e.g. 2.5)")
-    if margin is not None and not 0 < margin < 1:
-        raise UserError("--margin is a fraction between 0 and 1, e.g. 0.05 for 5%")
 
 
 def render(results: Path, html: bool, out: Path | None, price: float | None = None,

@@ -16,7 +16,7 @@ from compare.cli import max_rate
 from compare.cli.parser import run_id
 from compare.cli.request import Output, RunRequest, run_request
 from compare.running import aio
-from compare.cli.commands.common import DEFAULT_LEVELS, add_backends_option
+from compare.cli.defaults import DEFAULT_LEVELS, add_backends_option
 from core.errors import UserError
 from compare.cli.options import add_ray_options, add_spec_options, add_topology_options, add_workload_options
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from compare.cli.commands import common, run as run_cmd
+from compare.cli import defaults as common
+from compare.cli.commands import run as run_cmd
 from compare.cli.main import build_parser
 from compare.cli.request import Output, RunRequest, run_request
 from core.errors import UserError

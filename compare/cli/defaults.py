@@ -1,4 +1,4 @@
-"""Helpers shared by subcommands: backend lists, the embedded default spec, served models."""
+"""What a command runs on when the user names less: backend lists, the embedded default spec, served models."""
 from __future__ import annotations
 
 import argparse
