@@ -303,25 +303,26 @@ def execute(r: RunRequest) -> int:
         from compare.tuning.report import tuned_specs
 
         cfg = replace(cfg, backend_specs={**cfg.backend_specs, **tuned_specs(r.tuned, backends, r.spec)})
-    # validate every backend's spec (pure adapters) before anything is started or written
-    from backends.registry import plan
+    # validate every backend's spec (pure adapters) before anything is started or written; the
+    # run builds its engines from these same plans (the machine and each model probed once)
+    from backends.registry import Builder
     from compare.running.load import offered_load
 
-    load = offered_load(levels, requests)  # TGI's admission limit follows the run's highest concurrency
+    builder = Builder(offered_load(levels, requests))  # TGI's admission limit follows the run's highest concurrency
     if r.vary:  # each backend's knob variants become the run's columns (compare/running/variants.py)
         from compare.running.variants import vary
 
-        v = vary(backends, cfg.spec_for, r.vary, load)
+        v = vary(backends, cfg.spec_for, r.vary, builder=builder)
         cfg = replace(cfg, backends=list(v.targets), backend_specs=dict(v.specs))
         header["variants"] = v.header
         for note in v.notes:
             print(f"note: {note}", file=sys.stderr)
     for b in cfg.backends:
-        plan(b, cfg.spec_for(str(b)), load)
-    return _execute(cfg, r.output, header=header or None)
+        builder.prepare(b, cfg.spec_for(str(b))).plan()
+    return _execute(cfg, r.output, builder, header=header or None)
 
 
-def _execute(cfg, output: Output, header: dict | None = None) -> int:
+def _execute(cfg, output: Output, builder, header: dict | None = None) -> int:
     from rich.console import Console
 
     from backends.logs import terminal
@@ -340,7 +341,7 @@ def _execute(cfg, output: Output, header: dict | None = None) -> int:
     writer = None
     try:
         with ConsoleProgress(console, quiet=quiet) as progress:
-            writer = aio.run(run(cfg, progress, extra_header={
+            writer = aio.run(run(cfg, progress, backend_factory=builder, extra_header={
                 **(header or {}), **({"gpu_hour_price": price} if price is not None else {})} or None))
     except aio.SignalInterrupt as e:  # one line: what the stop left, and where (compare/running/aio.py)
         e.note = _stopped_note(cfg.out_root / cfg.run_id, e.note)

@@ -124,3 +124,23 @@ def test_nothing_below_run_request_takes_the_parsed_options():
     for fn in (max_rate.hook, options.apply_topology, options.scaleout, common.tiny_defaults,
                common.served_defaults, run_cmd._requests, run_cmd.execute):
         assert "args" not in inspect.signature(fn).parameters, fn.__name__
+
+
+def test_each_backend_is_planned_once_per_run(tiny_model, tmp_path, monkeypatch, capfd):
+    """execute() validates every backend's plan before anything starts; the run builds its engines
+    (every repeat's included) from those same plans, not from a second probe of the machine and model."""
+    from backends import registry
+
+    prepared: list[str] = []
+    real = registry.prepare
+
+    def counting(full, spec, machine=None, load=None):
+        prepared.append(str(full))
+        return real(full, spec, machine, load)
+
+    monkeypatch.setattr(registry, "prepare", counting)
+    r = run_request(_parse("--backends", "fake,fake@itl=1ms", "--model", str(tiny_model), "--concurrency", "1",
+                           "--num-requests", "2", "--input-len", "8", "--output-len", "2", "--repeats", "2",
+                           "--warmup", "0", "--quality", "off", "--out", str(tmp_path), "--run-id", "once", "-q"))
+    assert run_cmd.execute(r) == 0
+    assert sorted(prepared) == ["fake", "fake@itl=1ms"]
