@@ -351,8 +351,9 @@ def add_ray_options(p: argparse.ArgumentParser) -> None:
                         "(default 5 ms; the offset itself is measured and corrected)")
 
 
-def scaleout(address: str | None, shards: int, max_clock_error_ms: float, backends: str) -> Any:
-    """``--ray ...`` -> a ScaleOut for RunConfig.scaleout, or None (Ray is not imported then)."""
+def scaleout(address: str | None, shards: int, max_clock_error_ms: float, backends: Sequence[str]) -> Any:
+    """``--ray ...`` -> a ScaleOut for RunConfig.scaleout, or None (Ray is not imported then);
+    ``backends``: the run's backend names (``parse_backends``)."""
     shards = shards or 0
     if not address:
         if shards:
@@ -363,8 +364,7 @@ def scaleout(address: str | None, shards: int, max_clock_error_ms: float, backen
     if shards:
         from backends.served_model import endpoint
 
-        engines = [b.strip() for b in str(backends or "").split(",")
-                   if b.strip() and endpoint(b.strip()) is None]
+        engines = [b for b in backends if endpoint(b) is None]
         if engines:
             raise UserError(f"--ray-load-shards applies to already running endpoints (openai@URL, tgi@URL); "
                             f"{engines[0]} starts its engine here: drop --ray-load-shards (--ray alone runs "

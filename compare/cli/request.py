@@ -78,7 +78,8 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     from core.slo import SLO
 
     # typed targets: --topology tp=N,replicas=N wraps each backend (backends/topology/target.py)
-    targets = apply_topology(parse_backends(args.backends), args.topology, args.lb, args.kill_replica_after,
+    names = parse_backends(args.backends)
+    targets = apply_topology(names, args.topology, args.lb, args.kill_replica_after,
                              args.kill_level)
     levels = _levels(args.concurrency, args.rate, args.requests_per_stream,
                      getattr(args, "arrival", "poisson"), getattr(args, "burstiness", 1.0))
@@ -99,8 +100,8 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     procs = client_procs(args.client_procs)
     quality = quality_options(args.quality, args.quality_device, args.quality_prompts, args.quality_reference)
     # --ray: the cells as Ray tasks (compare/running/ray_cells.py)
-    ray = scaleout(args.ray, args.ray_load_shards, args.ray_max_clock_error_ms, args.backends)
-    served, spec, workload = _spec_and_workload(args, targets)
+    ray = scaleout(args.ray, args.ray_load_shards, args.ray_max_clock_error_ms, names)
+    served, spec, workload = _spec_and_workload(args, names, targets)
     duration, warm, cool = (getattr(args, k, None) for k in ("duration", "warmup_seconds", "cooldown_seconds"))
     levels = _bounded(levels, duration, warm, cool, workload)
     if search is not None:  # --find-max-rate probes the same kind of open-loop level as --rate
@@ -121,12 +122,12 @@ def run_request(args: argparse.Namespace) -> RunRequest:
                       require_slo=args.require_slo))
 
 
-def _spec_and_workload(args: argparse.Namespace, targets: list[Any]) -> tuple[ServedRun | None, ServingSpec, WorkloadSpec]:
+def _spec_and_workload(args: argparse.Namespace, names: list[str], targets: list[Any]) -> tuple[ServedRun | None, ServingSpec, WorkloadSpec]:
     """The serving spec and the workload, over their defaults: what already running servers serve
     (no --model: the model is theirs, common.py), else the embedded tiny model, else none."""
-    served, defaults = served_defaults(args.spec_model, args.spec, args.backends, args.timeout, args.spec_tokenizer)
+    served, defaults = served_defaults(args.spec_model, args.spec, names, args.timeout, args.spec_tokenizer)
     if served is None:
-        defaults = tiny_defaults(args.spec_model, args.spec, args.backends)
+        defaults = tiny_defaults(args.spec_model, args.spec, names)
     tiny = served is None and bool(defaults)
     spec = build_spec(args.spec, spec_flags(args), args.native or [], defaults=defaults)
     if spec.native and served is None:  # unknown vLLM / transformers keys, before anything starts

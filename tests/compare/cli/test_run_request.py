@@ -144,3 +144,17 @@ def test_each_backend_is_planned_once_per_run(tiny_model, tmp_path, monkeypatch,
                            "--warmup", "0", "--quality", "off", "--out", str(tmp_path), "--run-id", "once", "-q"))
     assert run_cmd.execute(r) == 0
     assert sorted(prepared) == ["fake", "fake@itl=1ms"]
+
+
+def test_the_defaults_take_the_typed_backend_names():
+    """tiny_defaults / served_defaults / scaleout take parse_backends' names, never the raw --backends text."""
+    from compare.cli import options
+
+    names = common.parse_backends("fake,openai@http://127.0.0.1:9/v1")
+    with pytest.raises(UserError, match="mixes already running servers"):
+        common.tiny_defaults(None, None, names)
+    assert common.served_defaults(None, None, names, 1.0, None) == (None, {})  # a mix: tiny_defaults says why
+    with pytest.raises(UserError, match="fake starts its engine here"):
+        options.scaleout("auto", 2, 5.0, names)
+    for fn in (common.tiny_defaults, common.served_defaults, options.scaleout):
+        assert "Sequence[str]" in str(inspect.signature(fn).parameters["backends"].annotation), fn.__name__
