@@ -47,13 +47,13 @@ def flag_of(model: type[BaseModel], name: str) -> str:
     return _cli(model.model_fields[name]).get("flag") or "--" + name.replace("_", "-")
 
 
-def _plain(annotation: Any) -> tuple[Any, bool]:
-    """The field's type without ``| None``, and whether None is allowed."""
+def _plain(annotation: Any) -> Any:
+    """The field's type without ``| None``."""
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in args:
         rest = [a for a in args if a is not type(None)]
-        return (rest[0] if len(rest) == 1 else annotation), True
-    return annotation, False
+        return rest[0] if len(rest) == 1 else annotation
+    return annotation
 
 
 def add_options(p: argparse.ArgumentParser, model: type[BaseModel], order: tuple[str, ...] = ()) -> None:
@@ -68,7 +68,7 @@ def add_options(p: argparse.ArgumentParser, model: type[BaseModel], order: tuple
         where: Any = p
         if cli.get("group"):
             where = groups.get(cli["group"]) or groups.setdefault(cli["group"], p.add_argument_group(cli["group"]))
-        kind, _ = _plain(field.annotation)
+        kind = _plain(field.annotation)
         default = field.get_default(call_default_factory=True)
         kw: dict[str, Any] = {"dest": name, "help": field.description}
         if cli.get("metavar"):
