@@ -53,7 +53,7 @@ def record(args: argparse.Namespace) -> Path:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from adapters.spec import ServingSpec
     from backends.vllm.inproc import VllmBackend
-    from compare.cli.commands.common import DEFAULT_TINY_SPEC
+    from compare.cli.defaults import DEFAULT_TINY_SPEC
     from compare.cli.options import _scalar
     from compare.running.runner import RunConfig, run
     from compare.workload.schedule import LoadLevel

@@ -2,25 +2,10 @@
 (compare/tuning/max_rate.py does the search; this only reads and checks the options)."""
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 from core.errors import UserError
 from core.slo import SLO
-
-
-def add_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("max rate under the SLO")
-    g.add_argument("--find-max-rate", action="store_true",
-                   help="after the levels, search each backend's highest Poisson rate (req/s) that still "
-                        "meets --slo (bracket, then bisect; each probe sends the whole request list)")
-    g.add_argument("--max-rate-start", type=float, default=1.0, metavar="REQ_S",
-                   help="first rate probed (default 1); doubled while the SLO holds, halved (down to "
-                        "start/8) while it does not")
-    g.add_argument("--max-rate-probes", type=int, default=8, metavar="N",
-                   help="probes per engine start (default 8); fewer probes, a wider met/missed interval")
-    g.add_argument("--max-rate-tol", type=float, default=0.15, metavar="F",
-                   help="stop bisecting when missed/met <= 1+F (default 0.15)")
 
 
 @dataclass(frozen=True)
@@ -39,17 +24,12 @@ class MaxRateOptions:
 
 
 def options(find: bool, slo: SLO, start: float, probes: int, tol: float) -> MaxRateOptions | None:
-    """The search options, or None without --find-max-rate; bad options: UserError."""
+    """The search options (each already range-checked: compare/cli/run_options.py), or None
+    without --find-max-rate; no SLO to meet: UserError."""
     if not find:
         return None
     if not slo:
         raise UserError("--find-max-rate needs an SLO to meet; add e.g. --slo ttft_p95=2s,tpot_p95=50ms")
-    if not start > 0 or start == float("inf"):
-        raise UserError(f"--max-rate-start must be a finite rate > 0 req/s, got {start:g}")
-    if probes < 1:
-        raise UserError(f"--max-rate-probes must be >= 1, got {probes}")
-    if not tol > 0:
-        raise UserError(f"--max-rate-tol must be > 0, got {tol:g}")
     return MaxRateOptions(start, probes, tol)
 
 

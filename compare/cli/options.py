@@ -8,15 +8,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
 from adapters.spec import SPEC_CLI_FIELDS, ServingSpec
-from core.errors import UserError
+from compare.cli.model_args import add_options
+from compare.cli.run_options import SpecOptions, TopologyOptions, WorkloadOptions
 from compare.workload.build import WorkloadSpec
+from core.errors import UserError
 
 
 def _flag(name: str) -> str:
@@ -24,36 +25,12 @@ def _flag(name: str) -> str:
 
 
 def add_spec_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("serving spec (framework-neutral; see `compare plan`)")
-    g.add_argument("--spec", metavar="FILE", help="YAML file with ServingSpec fields")
-    for name in SPEC_CLI_FIELDS:
-        field = ServingSpec.model_fields[name]
-        g.add_argument(_flag(name), dest=f"spec_{name}", metavar="V", default=None,
-                       help=field.description or None)
-    g.add_argument("--native", action="append", default=[], metavar="BACKEND.KEY=VALUE",
-                   help="native option passed as is to one backend, e.g. vllm.scheduling_policy=priority")
+    """--spec FILE, one flag per ServingSpec field and --native (SpecOptions)."""
+    add_options(p, SpecOptions)
 
 
 def add_workload_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("workload")
-    g.add_argument("--workload", metavar="FILE", help="YAML workload file (docs/workloads.md)")
-    g.add_argument("--num-requests", type=int)
-    g.add_argument("--input-len", type=int, help="fixed input length in tokens")
-    g.add_argument("--output-len", type=int, help="fixed output length in tokens")
-    g.add_argument("--prompt-format", choices=["token_ids", "text", "chat"])
-    g.add_argument("--sharegpt", metavar="FILE", help="ShareGPT JSON/JSONL dataset")
-    g.add_argument("--dataset", metavar="FILE", help="your own prompts: JSONL, CSV or Parquet (text, chat "
-                   "messages or token ids, optional output_len; docs/workloads.md)")
-    g.add_argument("--dataset-columns", metavar="FIELD=COLUMN,...",
-                   help="read the prompt/messages/token_ids/output_len fields from these columns")
-    g.add_argument("--trace", metavar="FILE", help="replay a Mooncake JSONL / Azure / BurstGPT CSV trace "
-                   "at its own clock (open loop; replaces --concurrency/--rate)")
-    g.add_argument("--trace-format", choices=["mooncake", "azure", "burstgpt"],
-                   help="the trace's format (default: detected from its content)")
-    g.add_argument("--trace-speedup", type=float, default=1.0, help="send the trace this many times faster")
-    g.add_argument("--trace-window", metavar="START:END", help="replay only these seconds of the trace")
-    g.add_argument("--trace-max-requests", type=int, metavar="N", help="replay at most the first N requests")
-    g.add_argument("--workload-seed", type=int, dest="workload_seed", help="seed of the request list and arrivals")
+    add_options(p, WorkloadOptions)
 
 
 @dataclass(frozen=True)
@@ -109,16 +86,11 @@ def _pydantic_error(e: ValidationError, what: str, model: Any, file: _YamlFile |
     return UserError(f"{what}: {problem}")
 
 
-def spec_flags(args: argparse.Namespace) -> dict[str, str | None]:
-    """The spec flags as typed (``--max-num-seqs 32`` -> ``{"max_num_seqs": "32"}``), None where unset."""
-    return {name: getattr(args, f"spec_{name}", None) for name in SPEC_CLI_FIELDS}
-
-
 def spec_from_args(args: argparse.Namespace, default_model: str | None = None,
                    defaults: dict[str, str] | None = None) -> ServingSpec:
-    """:func:`build_spec` from a command's parsed options."""
-    return build_spec(getattr(args, "spec", None), spec_flags(args), getattr(args, "native", []) or [],
-                      default_model, defaults)
+    """:func:`build_spec` from a command's parsed options (``tune``, ``plan``, ``quant run``)."""
+    o = SpecOptions.of(args)
+    return build_spec(o.spec, o.flags(), o.native, default_model, defaults)
 
 
 def build_spec(spec_file: str | None, flags: Mapping[str, str | None], native_items: Sequence[str],
@@ -182,32 +154,15 @@ def _native_section(file: _YamlFile | None) -> dict[str, dict[str, Any]]:
     return section
 
 
-@dataclass(frozen=True)
-class WorkloadFlags:
-    """The workload options as typed; None where unset (the file's or the defaults' value stays)."""
-
-    file: str | None = None
-    num_requests: int | None = None
-    input_len: int | None = None
-    output_len: int | None = None
-    prompt_format: str | None = None
-    sharegpt: str | None = None
-    seed: int | None = None
-
-    @classmethod
-    def of(cls, args: argparse.Namespace) -> WorkloadFlags:
-        return cls(getattr(args, "workload", None), args.num_requests, args.input_len, args.output_len,
-                   args.prompt_format, args.sharegpt, args.workload_seed)
-
-
 def workload_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> WorkloadSpec:
-    """:func:`build_workload` from a command's parsed options."""
-    return build_workload(WorkloadFlags.of(args), defaults)
+    """:func:`build_workload` from a command's parsed options (``tune``, ``quant run``)."""
+    return build_workload(WorkloadOptions.of(args), defaults)
 
 
-def build_workload(flags: WorkloadFlags, defaults: Mapping[str, Any] | None = None) -> WorkloadSpec:
+def build_workload(flags: WorkloadOptions, defaults: Mapping[str, Any] | None = None) -> WorkloadSpec:
+    """The workload from --workload FILE, then the workload flags over it, over ``defaults``."""
     data: dict[str, Any] = dict(defaults or {})
-    file = _read_yaml(flags.file, "workload") if flags.file else None
+    file = _read_yaml(flags.workload, "workload") if flags.workload else None
     if file:
         data.update(file.data)
     set_by = {k: f for k, f, v in (("num_requests", "--num-requests", flags.num_requests),
@@ -215,7 +170,7 @@ def build_workload(flags: WorkloadFlags, defaults: Mapping[str, Any] | None = No
                                   ("output", "--output-len", flags.output_len),
                                   ("prompt_format", "--prompt-format", flags.prompt_format),
                                   ("sharegpt", "--sharegpt", flags.sharegpt),
-                                  ("seed", "--workload-seed", flags.seed)) if v is not None}
+                                  ("seed", "--workload-seed", flags.workload_seed)) if v is not None}
     if flags.num_requests is not None:
         data["num_requests"] = flags.num_requests
     if flags.input_len is not None:
@@ -229,10 +184,8 @@ def build_workload(flags: WorkloadFlags, defaults: Mapping[str, Any] | None = No
 
         check_user_file(flags.sharegpt, "ShareGPT file")  # (missing, a directory, FIFO, loop: one line now)
         data["sharegpt"] = flags.sharegpt
-    if flags.seed is not None:
-        if flags.seed < 0:
-            raise UserError(f"--workload-seed {flags.seed}: a seed is a whole number >= 0")
-        data["seed"] = flags.seed
+    if flags.workload_seed is not None:
+        data["seed"] = flags.workload_seed
     try:
         spec = WorkloadSpec(**data)
     except ValidationError as e:
@@ -274,16 +227,7 @@ MAX_PROMPT_TOKENS = 1 << 28  # ~10 GB of token ids as Python lists
 
 
 def add_topology_options(p: argparse.ArgumentParser) -> None:
-    from backends.topology.target import LB_POLICIES
-
-    g = p.add_argument_group("topology (see backends/topology/backend.py)")
-    g.add_argument("--topology", metavar="tp=N,replicas=N",
-                   help="run each backend as one TP=N engine and/or N replicas (each its own devices)")
-    g.add_argument("--lb", choices=sorted(LB_POLICIES), default="lor", help="replica load balancing (default lor)")
-    g.add_argument("--kill-replica-after", metavar="S|Nr",
-                   help="SIGKILL the last replica S seconds, or N routed requests (e.g. 16r), into a "
-                        "load level (failure cost)")
-    g.add_argument("--kill-level", metavar="LABEL", help="the level of --kill-replica-after, e.g. c8 (default: the first)")
+    add_options(p, TopologyOptions)
 
 
 def apply_topology(backends: list[str], text: str | None = None, lb: str = "lor", kill_text: str | None = None,
@@ -332,20 +276,9 @@ def apply_topology(backends: list[str], text: str | None = None, lb: str = "lor"
 # ---------------------------------------------------------------- Ray (compare/running/ray_cells.py)
 
 
-def add_ray_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("scale-out on Ray (docs/ray.md)")
-    g.add_argument("--ray", metavar="auto|HOST:PORT",
-                   help="run each backend x repeat as a Ray task on that cluster (auto: the one `ray start` "
-                        "left on this machine); results land here as without Ray")
-    g.add_argument("--ray-load-shards", type=int, default=0, metavar="N",
-                   help="already running endpoints: send each level from N load-generator actors (>= 2)")
-    g.add_argument("--ray-max-clock-error-ms", type=float, default=5.0, metavar="MS",
-                   help="refuse a load shard whose clock offset to this host is known less precisely "
-                        "(default 5 ms; the offset itself is measured and corrected)")
-
-
-def scaleout(address: str | None, shards: int, max_clock_error_ms: float, backends: str) -> Any:
-    """``--ray ...`` -> a ScaleOut for RunConfig.scaleout, or None (Ray is not imported then)."""
+def scaleout(address: str | None, shards: int, max_clock_error_ms: float, backends: Sequence[str]) -> Any:
+    """``--ray ...`` -> a ScaleOut for RunConfig.scaleout, or None (Ray is not imported then);
+    ``backends``: the run's backend names (``parse_backends``)."""
     shards = shards or 0
     if not address:
         if shards:
@@ -356,14 +289,11 @@ def scaleout(address: str | None, shards: int, max_clock_error_ms: float, backen
     if shards:
         from backends.served_model import endpoint
 
-        engines = [b.strip() for b in str(backends or "").split(",")
-                   if b.strip() and endpoint(b.strip()) is None]
+        engines = [b for b in backends if endpoint(b) is None]
         if engines:
             raise UserError(f"--ray-load-shards applies to already running endpoints (openai@URL, tgi@URL); "
                             f"{engines[0]} starts its engine here: drop --ray-load-shards (--ray alone runs "
                             f"engines as cells)")
-    if max_clock_error_ms <= 0:
-        raise UserError("--ray-max-clock-error-ms must be > 0")
     import os
 
     from compare.running.ray_cells import ScaleOut

@@ -1,7 +1,8 @@
 """``compare run``'s options as one typed, checked value: :class:`RunRequest`.
 
-:func:`run_request` is the one place that reads the parsed command line. It converts every option
-to a typed value, resolves the defaults (the embedded tiny model, or what already running servers
+:func:`run_request` is the one place that reads the parsed command line: it reads it into the
+typed, range-checked :class:`compare.cli.run_options.RunOptions` (argparse is generated from that
+model), then resolves the defaults (the embedded tiny model, or what already running servers
 serve) and refuses bad input with one line (exit 2) before anything is started or written. What
 runs afterwards (compare/cli/commands/run.py ``execute``) takes the request, never the options.
 """
@@ -15,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from adapters.variants import Axis, parse_axes
 from compare.cli import max_rate
-from compare.cli.commands.common import (
+from compare.cli.defaults import (
     DEFAULT_LEVELS, DEFAULT_WORKLOAD, ServedRun, has_gpu, parse_backends, served_defaults, tiny_defaults,
 )
-from compare.cli.options import WorkloadFlags, apply_topology, build_spec, build_workload, scaleout, spec_flags
+from compare.cli.options import apply_topology, build_spec, build_workload, scaleout
+from compare.cli.run_options import RunOptions
 from core.errors import UserError
 
 if TYPE_CHECKING:
@@ -29,11 +31,16 @@ if TYPE_CHECKING:
     from core.slo import SLO
 
 
+def _default(option: str) -> Any:
+    """A request made without the command line (tests, other tools) takes the option's own default."""
+    return RunOptions.model_fields[option].default
+
+
 @dataclass(frozen=True)
 class Output:
     """How the run's outcome is shown and judged (``--format``, ``--gpu-hour-price``, ``--margin``...)."""
 
-    format: str = "table"  # table, json, md, html
+    format: str = _default("format")  # table, json, md, html
     price: float | None = None  # one accelerator-hour: cost per million output tokens in the verdict
     margin: float | None = None  # the verdict's equivalence / non-inferiority margin
     quiet: bool = False
@@ -57,15 +64,15 @@ class RunRequest:
     trace: dict[str, Any] | None = None  # --trace FILE and its options (compare/workload/traces.py)
     requests_per_stream: int | None = None
     max_rate: max_rate.MaxRateOptions | None = None  # --find-max-rate
-    warmup: int = 2
-    timeout_s: float = 600.0
+    warmup: int = _default("warmup")
+    timeout_s: float = _default("timeout")
     max_errors: int | None = None
-    repeats: int = 1
+    repeats: int = _default("repeats")
     client_procs: int | None = None  # None: auto
     scaleout: Any = None  # compare.running.ray_cells.ScaleOut (--ray)
     tuned: str | None = None  # TUNE_DIR (or its tune.json)
     vary: tuple[Axis, ...] = ()  # --vary FIELD=V1,V2, parsed and checked
-    out: Path = Path("results")
+    out: Path = _default("out")
     run_id: str | None = None  # None: a timestamp
     verbose: bool = False
     output: Output = Output()
@@ -73,62 +80,54 @@ class RunRequest:
 
 def run_request(args: argparse.Namespace) -> RunRequest:
     """The request ``compare run``'s options make; bad input: one-line UserError, nothing written."""
+    return request_of(RunOptions.of(args))  # each option's type, default and range: run_options.py
+
+
+def request_of(o: RunOptions) -> RunRequest:
+    """The options resolved into a RunRequest: backends typed, defaults found (the tiny model or the
+    servers' own), the checks that span several options."""
     from core.slo import SLO
 
+    names = parse_backends(o.backends)
     # typed targets: --topology tp=N,replicas=N wraps each backend (backends/topology/target.py)
-    targets = apply_topology(parse_backends(args.backends), args.topology, args.lb, args.kill_replica_after,
-                             args.kill_level)
-    levels = _levels(args.concurrency, args.rate, args.requests_per_stream,
-                     getattr(args, "arrival", "poisson"), getattr(args, "burstiness", 1.0))
-    if args.warmup < 0:
-        raise UserError("--warmup must be >= 0")
-    if args.repeats < 1:
-        raise UserError("--repeats must be >= 1 (2 or more give confidence intervals)")
-    from compare.cli.commands.report import check_price_margin
-
-    check_price_margin(args.gpu_hour_price, args.margin)
-    if args.timeout <= 0:
-        raise UserError("--timeout must be > 0 seconds")
-    axes = parse_axes(args.vary)  # a bad --vary fails before any model is built (compare/running/variants.py plans it)
-    if args.require_slo and not args.slo:
+    targets = apply_topology(names, o.topology, o.lb, o.kill_replica_after, o.kill_level)
+    levels = _levels(o.concurrency, o.rate, o.requests_per_stream, o.arrival, o.burstiness)
+    axes = parse_axes(o.vary)  # a bad --vary fails before any model is built (compare/running/variants.py plans it)
+    if o.require_slo and not o.slo:
         raise UserError("--require-slo checks the run against --slo: give one, e.g. --slo ttft_p95=2s,tpot_p95=100ms")
-    slo = SLO.parse(args.slo)
-    search = max_rate.options(args.find_max_rate, slo, args.max_rate_start, args.max_rate_probes, args.max_rate_tol)
-    if args.max_errors is not None and args.max_errors < 0:
-        raise UserError("--max-errors must be >= 0")
-    procs = client_procs(args.client_procs)
-    quality = quality_options(args.quality, args.quality_device, args.quality_prompts, args.quality_reference)
+    slo = SLO.parse(o.slo)
+    search = max_rate.options(o.find_max_rate, slo, o.max_rate_start, o.max_rate_probes, o.max_rate_tol)
+    procs = client_procs(o.client_procs)
+    quality = quality_options(o.quality, o.quality_device, o.quality_prompts, o.quality_reference)
     # --ray: the cells as Ray tasks (compare/running/ray_cells.py)
-    ray = scaleout(args.ray, args.ray_load_shards, args.ray_max_clock_error_ms, args.backends)
-    served, spec, workload = _spec_and_workload(args, targets)
-    duration, warm, cool = (getattr(args, k, None) for k in ("duration", "warmup_seconds", "cooldown_seconds"))
-    levels = _bounded(levels, duration, warm, cool, workload)
+    ray = scaleout(o.ray, o.ray_load_shards, o.ray_max_clock_error_ms, names)
+    served, spec, workload = _spec_and_workload(o, names, targets)
+    levels = _bounded(levels, o.duration, o.warmup_seconds, o.cooldown_seconds, workload)
     if search is not None:  # --find-max-rate probes the same kind of open-loop level as --rate
         import dataclasses
 
-        search = dataclasses.replace(search, arrival=getattr(args, "arrival", "poisson"),
-                                     burstiness=getattr(args, "burstiness", 1.0), duration_s=duration,
-                                     warmup_s=warm, cooldown_s=cool)
+        search = dataclasses.replace(search, arrival=o.arrival, burstiness=o.burstiness, duration_s=o.duration,
+                                     warmup_s=o.warmup_seconds, cooldown_s=o.cooldown_seconds)
     return RunRequest(
         targets=tuple(targets), levels=tuple(levels), slo=slo, spec=spec, workload=workload, quality=quality,
-        served=served, replay=args.replay, trace=_trace(args), levels_given=bool(args.concurrency or args.rate),
-        dataset=(args.dataset, args.dataset_columns) if getattr(args, "dataset", None) else None,
-        requests_per_stream=args.requests_per_stream, max_rate=search,
-        warmup=args.warmup, timeout_s=args.timeout, max_errors=args.max_errors, repeats=args.repeats,
-        client_procs=procs, scaleout=ray, tuned=args.tuned, vary=axes, out=args.out,
-        run_id=args.run_id, verbose=args.verbose,
-        output=Output(format=args.format, price=args.gpu_hour_price, margin=args.margin, quiet=args.quiet,
-                      require_slo=args.require_slo))
+        served=served, replay=o.replay, trace=o.trace_options(), levels_given=bool(o.concurrency or o.rate),
+        dataset=(o.dataset, o.dataset_columns) if o.dataset else None,
+        requests_per_stream=o.requests_per_stream, max_rate=search,
+        warmup=o.warmup, timeout_s=o.timeout, max_errors=o.max_errors, repeats=o.repeats,
+        client_procs=procs, scaleout=ray, tuned=o.tuned, vary=axes, out=o.out,
+        run_id=o.run_id, verbose=o.verbose,
+        output=Output(format=o.format, price=o.gpu_hour_price, margin=o.margin, quiet=o.quiet,
+                      require_slo=o.require_slo))
 
 
-def _spec_and_workload(args: argparse.Namespace, targets: list[Any]) -> tuple[ServedRun | None, ServingSpec, WorkloadSpec]:
+def _spec_and_workload(o: RunOptions, names: list[str], targets: list[Any]) -> tuple[ServedRun | None, ServingSpec, WorkloadSpec]:
     """The serving spec and the workload, over their defaults: what already running servers serve
-    (no --model: the model is theirs, common.py), else the embedded tiny model, else none."""
-    served, defaults = served_defaults(args.spec_model, args.spec, args.backends, args.timeout, args.spec_tokenizer)
+    (no --model: the model is theirs, defaults.py), else the embedded tiny model, else none."""
+    served, defaults = served_defaults(o.spec_model, o.spec, names, o.timeout, o.spec_tokenizer)
     if served is None:
-        defaults = tiny_defaults(args.spec_model, args.spec, args.backends)
+        defaults = tiny_defaults(o.spec_model, o.spec, names)
     tiny = served is None and bool(defaults)
-    spec = build_spec(args.spec, spec_flags(args), args.native or [], defaults=defaults)
+    spec = build_spec(o.spec, o.flags(), o.native, defaults=defaults)
     if spec.native and served is None:  # unknown vLLM / transformers keys, before anything starts
         from compare.cli.native_keys import check_native
 
@@ -151,7 +150,7 @@ def _spec_and_workload(args: argparse.Namespace, targets: list[Any]) -> tuple[Se
         native = native_defaults(spec.native, spec, has_gpu())
         if native != spec.native:
             spec = spec.model_copy(update={"native": native})
-    workload = build_workload(WorkloadFlags.of(args),
+    workload = build_workload(o,
                               DEFAULT_WORKLOAD if tiny else served.workload_defaults() if served else None)
     return served, spec, workload
 
@@ -218,16 +217,7 @@ def quality_options(mode: str, device: str, prompts: int, reference: str | None)
     """``--quality*`` as QualityOptions (compare/quality/parity.py); the reference must be a model directory."""
     from compare.quality.parity import QualityOptions
 
-    if prompts < 1:
-        raise UserError(f"--quality-prompts {prompts}: give at least 1 (or --quality off)")
     if reference is not None and not Path(reference, "config.json").is_file():
         raise UserError(f"--quality-reference {reference}: no config.json there; pass a local model directory")
     return QualityOptions(mode=mode, device=device, num_prompts=prompts,
                           reference_model=str(Path(reference).resolve()) if reference else None)
-
-
-def _trace(args: Any) -> dict[str, Any] | None:
-    if not getattr(args, "trace", None):
-        return None
-    return {"path": args.trace, "fmt": args.trace_format, "speedup": args.trace_speedup,
-            "window": args.trace_window, "cap": args.trace_max_requests}

@@ -103,11 +103,11 @@ def _runnable(builder: Builder, b: Any, base: ServingSpec, axis: Axis, not_run: 
 
 
 def vary(backends: list[Any], spec_for: Callable[[str], ServingSpec], axes: tuple[Axis, ...],
-         load: Load | None = None, machine: Machine | None = None) -> Expanded:
+         load: Load | None = None, machine: Machine | None = None, builder: Builder | None = None) -> Expanded:
     """The run's backends replaced by their variants along ``axes`` (adapters.variants.parse_axes,
     read once at the CLI edge), every variant planned (nothing started); ``machine``: the one to
-    plan for (default: this one, probed)."""
-    builder = Builder(load, machine)
+    plan for (default: this one, probed); ``builder``: the run's own, whose plans the run reuses."""
+    builder = builder or Builder(load, machine)
     not_run: dict[str, str] = {}
     targets: list[Variant] = []
     for b in backends:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from compare.cli.commands.common import add_backends_option, parse_backends
+from compare.cli.defaults import add_backends_option, parse_backends
 from compare.cli.options import add_spec_options, spec_from_args
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _plan(args: argparse.Namespace) -> int:
     from backends.registry import Builder
 
-    from compare.cli.commands.common import DEFAULT_LEVELS
+    from compare.cli.defaults import DEFAULT_LEVELS
     from compare.running.load import offered_load
     from compare.workload.schedule import parse_levels
     from core.errors import UserError

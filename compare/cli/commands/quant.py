@@ -215,7 +215,7 @@ def _run(args: argparse.Namespace) -> int:
     if not Path(base.model, "config.json").is_file():
         raise UserError(f"--model {base.model}: no config.json there; pass a local model directory")
     if base.kv_cache_memory_bytes is None and base.gpu_memory_utilization is None:
-        from compare.cli.commands.common import has_gpu
+        from compare.cli.defaults import has_gpu
 
         if not has_gpu():  # vLLM on CPU refuses to start without an explicit KV-cache size
             base = base.model_copy(update={"kv_cache_memory_bytes": 256 * 2**20})

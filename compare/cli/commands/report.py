@@ -8,6 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from compare.cli.model_args import add_options
+from compare.cli.run_options import VerdictOptions
 from core.errors import UserError
 
 
@@ -17,22 +19,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--html", action="store_true", help="self-contained HTML with plots (default Markdown)")
     p.add_argument("--out", type=Path, help="output file (default: stdout for Markdown, "
                                             "RESULTS_DIR/report.html for HTML)")
-    p.add_argument("--gpu-hour-price", type=float, default=None,
-                   help="price per device-hour for the cost column (default: the one given to `compare run`)")
-    p.add_argument("--margin", type=float, default=None,
-                   help="equivalence / non-inferiority margin as a fraction, e.g. 0.05")
+    add_options(p, VerdictOptions)  # --gpu-hour-price, --margin: as `compare run` takes them
     p.add_argument("--require-slo", nargs="?", const="", default=None, metavar="SLO",
                    help="exit 1 unless every backend meets the SLO (the run's own, or the one given, e.g. "
                         "ttft_p95=2s) at every level with no failed request; one line per miss (as `compare run "
                         "--require-slo`)")
     p.set_defaults(func=_report)
-
-
-def check_price_margin(price: float | None, margin: float | None) -> None:
-    if price is not None and price <= 0:
-        raise UserError("--gpu-hour-price must be > 0 (price of one accelerator-hour, e.g. 2.5)")
-    if margin is not None and not 0 < margin < 1:
-        raise UserError("--margin is a fraction between 0 and 1, e.g. 0.05 for 5%")
 
 
 def render(results: Path, html: bool, out: Path | None, price: float | None = None,
@@ -53,13 +45,13 @@ def render(results: Path, html: bool, out: Path | None, price: float | None = No
 
 
 def _report(args: argparse.Namespace) -> int:
-    check_price_margin(args.gpu_hour_price, args.margin)
+    verdict = VerdictOptions.of(args)
     if not args.results.is_dir():
         raise UserError(f"{args.results} is not a directory: pass a results directory written by `compare run`")
     from compare.cli.killed import settle_dir
 
     settle_dir(args.results)  # a killed run is recorded as such, not reported as still running
-    written = render(args.results, args.html, args.out, args.gpu_hour_price, args.margin)
+    written = render(args.results, args.html, args.out, verdict.gpu_hour_price, verdict.margin)
     if written:
         print(f"report written to {written}", file=sys.stderr)
     if args.require_slo is not None:  # exit 1 (SLOMissed) with one line per miss (compare/analysis/slo_gate.py)

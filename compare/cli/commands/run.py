@@ -13,94 +13,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from compare.cli import max_rate
-from compare.cli.parser import run_id
+from compare.cli.model_args import add_options
 from compare.cli.request import Output, RunRequest, run_request
+from compare.cli.run_options import RUN_GROUPS, RunOptions
 from compare.running import aio
-from compare.cli.commands.common import DEFAULT_LEVELS, add_backends_option
 from core.errors import UserError
-from compare.cli.options import add_ray_options, add_spec_options, add_topology_options, add_workload_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run the workload on each backend and compare (default command)")
-    add_backends_option(p)
-    add_spec_options(p)
-    add_workload_options(p)
-    g = p.add_argument_group("load and measurement")
-    g.add_argument("--concurrency", help=f"closed-loop levels, e.g. 1,4,16 (default {DEFAULT_LEVELS} "
-                                         "when no --rate is given)")
-    g.add_argument("--rate", help="open-loop rates in req/s, e.g. 2,8,inf (gaps per --arrival)")
-    g.add_argument("--arrival", default="poisson", metavar="poisson|constant|gamma",
-                   help="how a --rate level's gaps are drawn (seeded, the same on every backend): poisson "
-                        "(default), constant (exactly 1/rate) or gamma (bursty; see --burstiness)")
-    g.add_argument("--burstiness", type=float, default=1.0,
-                   help="--arrival gamma: the gaps' squared coefficient of variation (1 = Poisson-like, "
-                        ">1 clumps of sends with quiet spells, <1 smoother); default 1")
-    g.add_argument("--duration", type=float, metavar="SECONDS",
-                   help="time-bounded --rate levels: each sends the requests whose seeded send time falls in "
-                        "the first SECONDS (the same on every backend); --num-requests must cover them")
-    g.add_argument("--warmup-seconds", type=float, metavar="S",
-                   help="--duration levels: requests due in the first S seconds are kept in requests.jsonl but "
-                        "left out of the level's statistics (default: a tenth of --duration; 0: none)")
-    g.add_argument("--cooldown-seconds", type=float, metavar="S",
-                   help="--duration levels: the measured window ends S seconds before the sends stop; requests "
-                        "finished after it are kept but not counted (default: a tenth of --duration; 0: none)")
-    g.add_argument("--requests-per-stream", type=int, metavar="K",
-                   help="each closed-loop level at concurrency C sends the workload's first min(N, K*C) requests "
-                        "(the same prefix on every backend), so single-stream levels stay short while saturated "
-                        "ones still get K waves; default: every level sends all N")
-    g.add_argument("--slo", help="e.g. ttft_p95=2s,tpot_p95=100ms (goodput counts requests meeting each limit)")
-    g.add_argument("--require-slo", action="store_true",
-                   help="a deployment guard (needs --slo): exit 1 unless every backend (and variant) meets every "
-                        "SLO term at EVERY measured load level with no failed request, one line per miss; "
-                        "measure only the loads the deployment must sustain (results are kept either way)")
-    g.add_argument("--vary", action="append", metavar="FIELD=V1,V2",
-                   help="run each backend once per value of a spec field, each as its own column, e.g. "
-                        "--vary block_size=16,32 (vllm[block_size=16], vllm[block_size=32]); repeat the "
-                        "flag for a grid; 'default' = the framework's own default")
-    g.add_argument("--warmup", type=int, default=2, help="warm-up requests per backend (not measured)")
-    g.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds")
-    g.add_argument("--max-errors", type=int, default=None,
-                   help="stop a backend's level after this many failed requests (default: half)")
-    g.add_argument("--replay", metavar="RESULTS_DIR", help="replay the exact requests of an earlier run")
-    g.add_argument("--client-procs", default="auto", metavar="N|auto",
-                   help="load-generator processes per level for HTTP backends (one shared start instant, "
-                        "one clock, records merged). auto: two free cores each after 4 for an engine on "
-                        "this machine (1 on small machines and for in-process backends), one per 16 "
-                        "closed-loop streams; N > 1 is refused for in-process backends")
-    g.add_argument("--repeats", type=int, default=1,
-                   help="runs per backend, each with a fresh engine, interleaved A B A B (>= 2 gives "
-                        "confidence intervals; 3 recommended for baselines)")
-    q = p.add_argument_group("quality (vs the float32 transformers reference, scored after the engines stop)")
-    q.add_argument("--quality", choices=["auto", "on", "off"], default="auto",
-                   help="auto (default): measure reduced-precision and quantized runs (bf16/fp16, a quantization, "
-                        "a quantized checkpoint); on: every backend; off: speed only")
-    q.add_argument("--quality-device", choices=["auto", "cpu", "cuda"], default="auto",
-                   help="where the reference runs once every engine has stopped (auto: the GPU when its free "
-                        "memory holds the float32 model, else the CPU when RAM does, else skipped with why)")
-    q.add_argument("--quality-reference", metavar="DIR",
-                   help="reference model directory (default: a quantized checkpoint's recorded source, else the model)")
-    q.add_argument("--quality-prompts", type=int, default=8, metavar="N", help="probe requests per backend (default 8)")
-    o = p.add_argument_group("output")
-    o.add_argument("--out", type=Path, default=Path("results"), help="results root (default ./results)")
-    o.add_argument("--run-id", type=run_id, default=None,
-                   help="results subdirectory name: letters, digits, ._- (default: timestamp)")
-    o.add_argument("--format", choices=["table", "json", "md", "html"], default="table",
-                   help="table: console; json: run.json + verdict on stdout; md: Markdown report on "
-                        "stdout; html: RESULTS/report.html (all rendered from the results files)")
-    o.add_argument("-q", "--quiet", action="store_true",
-                   help="print only the verdict and the results path")
-    o.add_argument("-v", "--verbose", action="store_true",
-                   help="stream the engines' own logs to the console (always kept in RESULTS/logs/)")
-    o.add_argument("--gpu-hour-price", type=float, default=None,
-                   help="price of one accelerator-hour: adds cost per million output tokens to the verdict")
-    o.add_argument("--margin", type=float, default=None,
-                   help="equivalence / non-inferiority margin for the verdict, e.g. 0.05")
-    add_topology_options(p)
-    add_ray_options(p)
-    max_rate.add_options(p)
-    p.add_argument("--tuned", metavar="TUNE_DIR",
-                   help="run each backend at its best config from `compare tune` (TUNE_DIR/tune.json)")
+    add_options(p, RunOptions, RUN_GROUPS)  # every option, its default, check and help: compare/cli/run_options.py
     p.set_defaults(func=_run)
 
 
@@ -210,8 +132,6 @@ def _trace_levels(opts: dict, seed: int):
     from compare.workload.traces import TraceError, build_trace, parse_window
 
     try:
-        if opts["cap"] is not None and opts["cap"] < 1:
-            raise TraceError(f"--trace-max-requests {opts['cap']}: must be at least 1")
         trace = build_trace(opts["path"], opts["fmt"], speedup=opts["speedup"],
                             window=parse_window(opts["window"]), cap=opts["cap"], seed=seed)
     except TraceError as e:
@@ -303,25 +223,26 @@ def execute(r: RunRequest) -> int:
         from compare.tuning.report import tuned_specs
 
         cfg = replace(cfg, backend_specs={**cfg.backend_specs, **tuned_specs(r.tuned, backends, r.spec)})
-    # validate every backend's spec (pure adapters) before anything is started or written
-    from backends.registry import plan
+    # validate every backend's spec (pure adapters) before anything is started or written; the
+    # run builds its engines from these same plans (the machine and each model probed once)
+    from backends.registry import Builder
     from compare.running.load import offered_load
 
-    load = offered_load(levels, requests)  # TGI's admission limit follows the run's highest concurrency
+    builder = Builder(offered_load(levels, requests))  # TGI's admission limit follows the run's highest concurrency
     if r.vary:  # each backend's knob variants become the run's columns (compare/running/variants.py)
         from compare.running.variants import vary
 
-        v = vary(backends, cfg.spec_for, r.vary, load)
+        v = vary(backends, cfg.spec_for, r.vary, builder=builder)
         cfg = replace(cfg, backends=list(v.targets), backend_specs=dict(v.specs))
         header["variants"] = v.header
         for note in v.notes:
             print(f"note: {note}", file=sys.stderr)
     for b in cfg.backends:
-        plan(b, cfg.spec_for(str(b)), load)
-    return _execute(cfg, r.output, header=header or None)
+        builder.prepare(b, cfg.spec_for(str(b))).plan()
+    return _execute(cfg, r.output, builder, header=header or None)
 
 
-def _execute(cfg, output: Output, header: dict | None = None) -> int:
+def _execute(cfg, output: Output, builder, header: dict | None = None) -> int:
     from rich.console import Console
 
     from backends.logs import terminal
@@ -340,7 +261,7 @@ def _execute(cfg, output: Output, header: dict | None = None) -> int:
     writer = None
     try:
         with ConsoleProgress(console, quiet=quiet) as progress:
-            writer = aio.run(run(cfg, progress, extra_header={
+            writer = aio.run(run(cfg, progress, backend_factory=builder, extra_header={
                 **(header or {}), **({"gpu_hour_price": price} if price is not None else {})} or None))
     except aio.SignalInterrupt as e:  # one line: what the stop left, and where (compare/running/aio.py)
         e.note = _stopped_note(cfg.out_root / cfg.run_id, e.note)

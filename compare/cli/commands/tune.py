@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compare.cli.commands.common import default_backends, has_gpu, tiny_defaults
+from compare.cli.defaults import default_backends, has_gpu, tiny_defaults
 from compare.cli.parser import run_id
 from core.errors import UserError
 from compare.cli.options import add_spec_options, add_workload_options, spec_from_args, workload_from_args

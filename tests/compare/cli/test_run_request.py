@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from compare.cli.commands import common, run as run_cmd
+from compare.cli import defaults as common
+from compare.cli.commands import run as run_cmd
 from compare.cli.main import build_parser
 from compare.cli.request import Output, RunRequest, run_request
 from core.errors import UserError
@@ -123,3 +124,37 @@ def test_nothing_below_run_request_takes_the_parsed_options():
     for fn in (max_rate.hook, options.apply_topology, options.scaleout, common.tiny_defaults,
                common.served_defaults, run_cmd._requests, run_cmd.execute):
         assert "args" not in inspect.signature(fn).parameters, fn.__name__
+
+
+def test_each_backend_is_planned_once_per_run(tiny_model, tmp_path, monkeypatch, capfd):
+    """execute() validates every backend's plan before anything starts; the run builds its engines
+    (every repeat's included) from those same plans, not from a second probe of the machine and model."""
+    from backends import registry
+
+    prepared: list[str] = []
+    real = registry.prepare
+
+    def counting(full, spec, machine=None, load=None):
+        prepared.append(str(full))
+        return real(full, spec, machine, load)
+
+    monkeypatch.setattr(registry, "prepare", counting)
+    r = run_request(_parse("--backends", "fake,fake@itl=1ms", "--model", str(tiny_model), "--concurrency", "1",
+                           "--num-requests", "2", "--input-len", "8", "--output-len", "2", "--repeats", "2",
+                           "--warmup", "0", "--quality", "off", "--out", str(tmp_path), "--run-id", "once", "-q"))
+    assert run_cmd.execute(r) == 0
+    assert sorted(prepared) == ["fake", "fake@itl=1ms"]
+
+
+def test_the_defaults_take_the_typed_backend_names():
+    """tiny_defaults / served_defaults / scaleout take parse_backends' names, never the raw --backends text."""
+    from compare.cli import options
+
+    names = common.parse_backends("fake,openai@http://127.0.0.1:9/v1")
+    with pytest.raises(UserError, match="mixes already running servers"):
+        common.tiny_defaults(None, None, names)
+    assert common.served_defaults(None, None, names, 1.0, None) == (None, {})  # a mix: tiny_defaults says why
+    with pytest.raises(UserError, match="fake starts its engine here"):
+        options.scaleout("auto", 2, 5.0, names)
+    for fn in (common.tiny_defaults, common.served_defaults, options.scaleout):
+        assert "Sequence[str]" in str(inspect.signature(fn).parameters["backends"].annotation), fn.__name__

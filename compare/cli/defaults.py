@@ -1,10 +1,11 @@
-"""Helpers shared by subcommands: backend lists, the embedded default spec, served models."""
+"""What a command runs on when the user names less: backend lists, the embedded default spec, served models."""
 from __future__ import annotations
 
 import argparse
 import re
 import shutil
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,16 +62,15 @@ def has_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
-def _split_endpoints(backends: str) -> tuple[list[str], list[str]]:
-    """(already running servers, engines started here) among ``--backends``."""
+def _split_endpoints(names: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(already running servers, engines started here) among the backends (``parse_backends``)."""
     from backends.served_model import endpoint
 
-    names = [b.strip() for b in str(backends or "").split(",") if b.strip()]
     remote = [n for n in names if endpoint(n) is not None]
     return remote, [n for n in names if n not in remote]
 
 
-def tiny_defaults(model: str | None, spec_file: str | None, backends: str = "") -> dict[str, str]:
+def tiny_defaults(model: str | None, spec_file: str | None, backends: Sequence[str] = ()) -> dict[str, str]:
     """No --model and no --spec: the embedded tiny model (built once) and its CPU spec defaults,
     as spec defaults (``build_spec``: used for every flag the user left unset); {} otherwise.
     Never for a run that talks to an already running server: that server's model is the run's
@@ -169,7 +169,7 @@ class ServedRun:
                                  "endpoints": [e.as_dict() for e in self.endpoints]}}
 
 
-def served_defaults(model: str | None, spec_file: str | None, backends: str, timeout_s: float,
+def served_defaults(model: str | None, spec_file: str | None, backends: Sequence[str], timeout_s: float,
                     tok: str | None) -> tuple[ServedRun | None, dict[str, str]]:
     """No --model, no --spec, and every backend an already running server (``openai@URL``,
     ``tgi@URL``...): ask each what it serves; the first one's name (and the smallest max model
