@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 
 # 20 ms to the first token, 5 ms per token; 48 tokens hold a sequence slot for ~255 ms
 FAKE = ("--backends", "fake", "--native", "fake.ttft=20ms", "--native", "fake.itl=5ms")
@@ -28,12 +28,12 @@ def runs(tmp_path_factory, tiny_model):
 
 
 def test_baseline_passes_the_same_config_and_flags_a_slower_one(runs, tmp_path):
-    r = run_cli("baseline", "save", str(runs / "base"), "--name", "fake", "--dir", str(tmp_path))
+    r = cli("baseline", "save", str(runs / "base"), "--name", "fake", "--dir", str(tmp_path))
     assert r.returncode == 0, r.stderr
-    r = run_cli("check", "--baseline", "fake", "--dir", str(tmp_path), str(runs / "again"))
+    r = cli("check", "--baseline", "fake", "--dir", str(tmp_path), str(runs / "again"))
     assert r.returncode == 0 and "RESULT: PASS" in r.stdout, r.stdout + r.stderr
     # one slot under concurrency 2: every second request waits a whole request (TTFT 20 -> ~275 ms)
-    r = run_cli("check", "--baseline", "fake", "--dir", str(tmp_path), str(runs / "slow"))
+    r = cli("check", "--baseline", "fake", "--dir", str(tmp_path), str(runs / "slow"))
     assert r.returncode == 1, r.stdout + r.stderr
     assert "REGRESSION fake c2 TTFT" in r.stdout
     assert "backends.fake.spec.max_num_seqs: None -> 1" in r.stdout

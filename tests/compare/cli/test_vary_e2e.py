@@ -11,7 +11,7 @@ import json
 import pytest
 
 from compare.analysis.verdict import verdict_from_results
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 
 A, B = "fake[max_num_seqs=1]", "fake[max_num_seqs=4]"
 
@@ -58,9 +58,9 @@ def test_require_slo_exits_1_with_one_line_per_miss_and_keeps_the_results(vary_r
 
 def test_existing_results_rechecked_reported_and_gated_under_variant_names(vary_run, tmp_path):
     _, d = vary_run
-    assert run_cli("report", str(d), "--require-slo", "ttft_p95=1000s,tpot_p95=1000s").returncode == 0
-    p = run_cli("report", str(d), "--require-slo")  # the run's own (impossible) SLO
+    assert cli("report", str(d), "--require-slo", "ttft_p95=1000s,tpot_p95=1000s").returncode == 0
+    p = cli("report", str(d), "--require-slo")  # the run's own (impossible) SLO
     assert p.returncode == 1 and f"{A} c4: ttft_p95" in p.stderr and f"A = {A}" in p.stdout
-    assert run_cli("baseline", "save", str(d), "--name", "v", "--dir", str(tmp_path)).returncode == 0
-    p = run_cli("check", str(d), "--baseline", "v", "--dir", str(tmp_path), "--backends", A)
+    assert cli("baseline", "save", str(d), "--name", "v", "--dir", str(tmp_path)).returncode == 0
+    p = cli("check", str(d), "--baseline", "v", "--dir", str(tmp_path), "--backends", A)
     assert p.returncode == 0 and "RESULT: PASS" in p.stdout, p.stdout + p.stderr

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from compare.workload.arrivals import offsets_ns
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 
 COLUMNS = ("fake[max_num_seqs=1]", "fake[max_num_seqs=4]")
 COMMON = ("--backends", "fake", "--vary", "max_num_seqs=1,4", "--repeats", "2", "--warmup", "0",
@@ -54,23 +54,23 @@ def test_a_trace_reaches_every_column_and_repeat_on_its_clock(tmp_path, tiny_mod
     assert [r["send_offset_ns"] for r in saved] == clock
     _same_everywhere(_cells(out / "t", "trace"), [r["request_id"] for r in saved], clock)
     # the HTML report renders every column of the trace level
-    r = run_cli("report", str(out / "t"), "--html", timeout=120)
+    r = cli("report", str(out / "t"), "--html")
     assert r.returncode == 0, r.stderr
     html = (out / "t" / "report.html").read_text()
     assert all(c in html for c in COLUMNS) and "trace" in html
     # the gate: a replay on the same clock is comparable (and passes); the same trace on another clock is not
     base = tmp_path / "baselines"
-    assert run_cli("baseline", "save", str(out / "t"), "--name", "tr", "--dir", str(base)).returncode == 0
+    assert cli("baseline", "save", str(out / "t"), "--name", "tr", "--dir", str(base)).returncode == 0
     p = run_cli("run", *COMMON, "--model", str(tiny_model), "--replay", str(out / "t"), "--out", str(out),
                 "--run-id", "again", timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     _same_everywhere(_cells(out / "again", "trace"), [r["request_id"] for r in saved], clock)
-    r = run_cli("check", "--baseline", "tr", "--dir", str(base), str(out / "again"))
+    r = cli("check", "--baseline", "tr", "--dir", str(base), str(out / "again"))
     assert r.returncode == 0 and "RESULT: PASS" in r.stdout, r.stdout + r.stderr
     p = run_cli("run", *COMMON, "--model", str(tiny_model), "--trace", str(trace), "--trace-speedup", "2",
                 "--out", str(out), "--run-id", "slower", timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
-    r = run_cli("check", "--baseline", "tr", "--dir", str(base), str(out / "slower"))
+    r = cli("check", "--baseline", "tr", "--dir", str(base), str(out / "slower"))
     assert r.returncode == 2 and "different workload" in r.stderr, r.stdout + r.stderr
 
 

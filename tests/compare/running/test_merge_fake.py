@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 
 A, B = "fake@ttft=50ms+itl=10ms", "fake@ttft=30ms+itl=10ms"
 N = 4
@@ -120,10 +120,10 @@ def test_two_backends_two_runs_each_become_two_columns_with_intervals(runs, tmp_
     v = verdict_json(d)
     assert v["reference"] == A and v["comparisons"]
     assert all(c["ci"] is not None for c in v["comparisons"])  # 2 repeats each: intervals
-    md = run_cli("report", str(d))
+    md = cli("report", str(d))
     assert md.returncode == 0, md.stderr
     assert "fewer than 2 repeats" not in md.stdout and "point estimate" not in md.stdout
-    html = run_cli("report", str(d), "--html")
+    html = cli("report", str(d), "--html")
     assert html.returncode == 0 and (d / "report.html").stat().st_size > 0
 
 

@@ -13,7 +13,7 @@ from compare.running.sessions import run_session_level
 from compare.workload.build import WorkloadSpec, build_requests
 from compare.workload.schedule import LoadLevel
 from core.slo import SLO
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 
 THINK_S = 0.05
 
@@ -90,7 +90,7 @@ def test_run_json_and_reports_show_ttft_by_turn(tmp_path, tiny_model):
             assert all(t["ttft_ms"]["n"] == 4 and t["itl_ms"]["n"] == 12 for t in turns)
     rows = [json.loads(x) for x in (out / "s" / "workload.jsonl").read_text().splitlines()]
     assert [r["turn"] for r in rows[:3]] == [0, 1, 2] and rows[1]["think_time_s"] == 0.01
-    r = run_cli("report", str(out / "s"), "--html", timeout=120)
+    r = cli("report", str(out / "s"), "--html")
     assert r.returncode == 0, r.stderr
     html = (out / "s" / "report.html").read_text()
     assert "Multi-turn sessions: TTFT by turn" in html and 'alt="TTFT by turn"' in html

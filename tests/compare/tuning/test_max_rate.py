@@ -11,7 +11,7 @@ import pytest
 
 from compare.tuning.max_rate import answer_line, summarize_starts
 from core.results.max_rate import LoadSearchInfo, MaxRate, MaxRateStart
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 
 # the fake engine: 20 ms to the first token, 5 ms per token after it
 FAKE = ("--backends", "fake", "--native", "fake.ttft=20ms", "--native", "fake.itl=5ms")
@@ -89,7 +89,7 @@ def test_generous_slo_two_engine_starts(tmp_path, tiny_model):
     out = " ".join(p.stdout.split())  # the answer may wrap at the console's width
     assert "fake max rate meeting SLO:" in out and "mean of 2 engine starts" in out
     assert "max-rate r8: met" in p.stdout
-    md = run_cli("report", str(tmp_path / "r")).stdout
+    md = cli("report", str(tmp_path / "r")).stdout
     assert "Max rate meeting the SLO: every probe" in md and "| fake | 2 | 8 req/s |" in md
 
 

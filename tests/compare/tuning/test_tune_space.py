@@ -20,7 +20,7 @@ from compare.tuning.probe import LoadSearch, mean_ci
 from compare.tuning.report import gain, tuned_specs
 from compare.tuning.space import KnobError, apply_config, grid_points, parse_knobs, space_for
 from compare.workload.build import WorkloadSpec, build_requests
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 
 SPEC = ServingSpec(model="/m", max_model_len=512)
 
@@ -109,7 +109,7 @@ def test_tune_cli_bad_input_exits_2_with_one_line(tmp_path):
 
 def test_topology_needing_more_devices_than_present_exits_2():
     n = len(psutil.Process().cpu_affinity()) + 1
-    r = run_cli("plan", "--backends", f"replicas@{n}*vllm", timeout=120)
+    r = cli("plan", "--backends", f"replicas@{n}*vllm")
     assert r.returncode == 2 and f"needs {n} cpu cores" in r.stderr and "Traceback" not in r.stderr
     r = run_cli("run", "--backends", "vllm", "--topology", f"tp={n}", "--out", "/tmp/never", timeout=120)
     assert r.returncode == 2 and f"tp={n}" in r.stderr and "Traceback" not in r.stderr

@@ -137,7 +137,7 @@ def test_max_rate_probes_carry_the_trims():
 
 
 def test_steady_state_with_vary_repeats_max_rate_and_the_html_report(tiny_model, tmp_path):
-    from tests.conftest import run_cli
+    from tests.conftest import cli, run_cli
 
     out = tmp_path / "out"
     p = run_cli("run", "--backends", "fake@ttft=20ms+itl=5ms", "--vary", "max_num_seqs=1,4", "--repeats", "2",
@@ -161,7 +161,7 @@ def test_steady_state_with_vary_repeats_max_rate_and_the_html_report(tiny_model,
     # one slot (40 req/s) cannot keep up with 80 req/s; four slots can
     # (four slots: only the sends of the last ~0.1 s finish after the window)
     assert cool["fake@ttft=20ms+itl=5ms[max_num_seqs=1]"] > 2 * cool["fake@ttft=20ms+itl=5ms[max_num_seqs=4]"]
-    r = run_cli("report", str(out / "v"), "--html", timeout=120)
+    r = cli("report", str(out / "v"), "--html")
     assert r.returncode == 0, r.stderr
     assert "steady state measured 0.1-0.9 s of 1 s" in (out / "v" / "report.html").read_text()
 
@@ -170,7 +170,7 @@ def test_a_steady_state_run_is_gated_like_any_run(tiny_model, tmp_path):
     """A baseline of a --duration run with gamma arrivals: the same run again passes the gate; the
     engine made slower (native timings) fails it, naming the change (the gate reads the counted
     window's numbers)."""
-    from tests.conftest import run_cli
+    from tests.conftest import cli, run_cli
 
     out, base = tmp_path / "out", tmp_path / "baselines"
 
@@ -184,8 +184,8 @@ def test_a_steady_state_run_is_gated_like_any_run(tiny_model, tmp_path):
         return out / rid
 
     first = run("a", "20ms", "5ms")
-    assert run_cli("baseline", "save", str(first), "--name", "steady", "--dir", str(base)).returncode == 0
-    ok = run_cli("check", "--baseline", "steady", "--dir", str(base), str(run("b", "20ms", "5ms")))
+    assert cli("baseline", "save", str(first), "--name", "steady", "--dir", str(base)).returncode == 0
+    ok = cli("check", "--baseline", "steady", "--dir", str(base), str(run("b", "20ms", "5ms")))
     assert ok.returncode == 0 and "RESULT: PASS" in ok.stdout, ok.stdout[-2000:] + ok.stderr[-1000:]
-    slow = run_cli("check", "--baseline", "steady", "--dir", str(base), str(run("c", "60ms", "15ms")))
+    slow = cli("check", "--baseline", "steady", "--dir", str(base), str(run("c", "60ms", "15ms")))
     assert slow.returncode == 1 and "REGRESSION fake" in slow.stdout, slow.stdout[-2000:] + slow.stderr[-1000:]
