@@ -193,10 +193,14 @@ def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) 
     import io
     import traceback
 
+    from backends import logs
     from compare.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    # `compare run` writes its console to logs.terminal(), a per-process duplicate of fd 1/2 taken on
+    # first use: here the captured streams (and no duplicate of whatever fd 1 is in this test is kept)
+    saved_terminals, logs._TERMINALS = logs._TERMINALS, {1: out, 2: err}
     try:
         os.environ.update(env or {})
         os.chdir(cwd or ROOT)
@@ -211,6 +215,7 @@ def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) 
                 traceback.print_exc()
                 rc = 1
     finally:
+        logs._TERMINALS = saved_terminals
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
