@@ -64,7 +64,7 @@ WEIGHTS = {
     "test_heldout.py": 39,
     # llama.cpp (built by setup): one shared server start and two signalled runs (SIGKILL, SIGTERM)
     "test_llamacpp.py": 27,
-    "test_llamacpp_cache_cli.py": 36,
+    "test_llamacpp_cache_cli.py": 24,  # one GGUF conversion pair shared by its two tests, one run after
     "test_llamacpp_e2e.py": 15,  # two GGUF runs (the four-engine run is test_two_engines_e2e.py)
     "test_trtllm_pipeline.py": 54,
     "test_trtllm_serve_http.py": 20,
