@@ -53,11 +53,11 @@ WEIGHTS = {
     "test_cli_edges.py": 8,
     "test_cli_bad_input.py": 9,
     # fake-engine orchestration tests (a few short `compare run`s each, no engine start)
-    "test_gate_fake.py": 12,
+    "test_gate_fake.py": 9,
     "test_failures_fake.py": 5,
     "test_tune_live.py": 10,  # compare tune on the fake engine: two tunes + a resume
     "test_tune_space.py": 7,
-    "test_max_rate.py": 8,  # --find-max-rate on the fake engine: three short runs
+    "test_max_rate.py": 3,  # --find-max-rate on the fake engine: three short runs
     # compare quant run: fp32, W8A8-int8 and (with AVX-512) W4A16 on vLLM, quality vs the reference
     "test_quant_engine.py": 108,
     # compare quant quality: 2 vLLM starts, 2 OpenVINO exports + compiles, one llmcompressor run
@@ -96,10 +96,10 @@ WEIGHTS = {
     "test_file_shapes.py": 3,
     "test_odd_paths.py": 4,
     "test_quality_faults.py": 18,
-    "test_merge_fake.py": 17,
+    "test_merge_fake.py": 5,
     "test_stream_parsers.py": 13,
-    "test_sessions_fake.py": 12,
-    "test_workload_columns.py": 12,
+    "test_sessions_fake.py": 7,
+    "test_workload_columns.py": 9,
     "test_llamacpp_native_keys.py": 8,
     "test_model_check.py": 7,
     "test_telemetry.py": 7,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import cli, run_cli
+from tests.conftest import cli
 
 # 20 ms to the first token, 5 ms per token; 48 tokens hold a sequence slot for ~255 ms
 FAKE = ("--backends", "fake", "--native", "fake.ttft=20ms", "--native", "fake.itl=5ms")
@@ -21,8 +21,8 @@ def runs(tmp_path_factory, tiny_model):
     # the rerun also writes its report as `compare run --format html` does
     for run_id, extra in (("base", ("--format", "json")), ("again", ("--format", "html")),
                           ("slow", ("--max-num-seqs", "1", "--format", "json"))):
-        p = run_cli("run", *FAKE, "--model", str(tiny_model), *WORKLOAD, *extra, "--out", str(out),
-                    "--run-id", run_id, timeout=300)
+        p = cli("run", *FAKE, "--model", str(tiny_model), *WORKLOAD, *extra, "--out", str(out),
+                    "--run-id", run_id)
         assert p.returncode == 0, p.stderr[-3000:]
     return out
 

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from compare.analysis.verdict import verdict_from_results
-from tests.conftest import cli, run_cli
+from tests.conftest import cli
 
 A, B = "fake[max_num_seqs=1]", "fake[max_num_seqs=4]"
 
@@ -20,10 +20,10 @@ A, B = "fake[max_num_seqs=1]", "fake[max_num_seqs=4]"
 def vary_run(tmp_path_factory, tiny_model):
     out = tmp_path_factory.mktemp("vary")
     # 20 ms to the first token, 5 ms per token: one request holds a slot for 55 ms
-    p = run_cli("run", "--backends", "fake", "--native", "fake.ttft=20ms", "--native", "fake.itl=5ms",
+    p = cli("run", "--backends", "fake", "--native", "fake.ttft=20ms", "--native", "fake.itl=5ms",
                 "--model", str(tiny_model), "--vary", "max_num_seqs=1,4", "--concurrency", "4", "--num-requests", "4", "--input-len", "16",
                 "--output-len", "8", "--warmup", "1", "--slo", "ttft_p95=1us", "--require-slo",
-                "--gpu-hour-price", "2", "--out", str(out), "--run-id", "vary", timeout=300)
+                "--gpu-hour-price", "2", "--out", str(out), "--run-id", "vary")
     return p, out / "vary"
 
 

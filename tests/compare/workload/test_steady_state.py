@@ -137,14 +137,14 @@ def test_max_rate_probes_carry_the_trims():
 
 
 def test_steady_state_with_vary_repeats_max_rate_and_the_html_report(tiny_model, tmp_path):
-    from tests.conftest import cli, run_cli
+    from tests.conftest import cli
 
     out = tmp_path / "out"
-    p = run_cli("run", "--backends", "fake@ttft=20ms+itl=5ms", "--vary", "max_num_seqs=1,4", "--repeats", "2",
+    p = cli("run", "--backends", "fake@ttft=20ms+itl=5ms", "--vary", "max_num_seqs=1,4", "--repeats", "2",
                 "--model", str(tiny_model), "--rate", "80", "--arrival", "constant", "--duration", "1",
                 "--num-requests", "400", "--input-len", "8", "--output-len", "2", "--warmup", "0", "--quality", "off",
                 "--slo", "ttft_p95=150ms", "--find-max-rate", "--max-rate-start", "20", "--max-rate-probes", "2",
-                "--out", str(out), "--run-id", "v", timeout=300)
+                "--out", str(out), "--run-id", "v")
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     run = json.loads((out / "v" / "run.json").read_text())
     cool = {}
@@ -170,16 +170,15 @@ def test_a_steady_state_run_is_gated_like_any_run(tiny_model, tmp_path):
     """A baseline of a --duration run with gamma arrivals: the same run again passes the gate; the
     engine made slower (native timings) fails it, naming the change (the gate reads the counted
     window's numbers)."""
-    from tests.conftest import cli, run_cli
+    from tests.conftest import cli
 
     out, base = tmp_path / "out", tmp_path / "baselines"
 
     def run(rid: str, ttft: str, itl: str):
-        p = run_cli("run", "--backends", "fake", "--native", f"fake.ttft={ttft}", "--native", f"fake.itl={itl}",
+        p = cli("run", "--backends", "fake", "--native", f"fake.ttft={ttft}", "--native", f"fake.itl={itl}",
                     "--model", str(tiny_model), "--rate", "30", "--arrival", "gamma", "--burstiness", "2",
                     "--duration", "1", "--num-requests", "200", "--input-len", "8", "--output-len", "4",
-                    "--warmup", "0", "--quality", "off", "--repeats", "2", "--out", str(out), "--run-id", rid,
-                    timeout=300)
+                    "--warmup", "0", "--quality", "off", "--repeats", "2", "--out", str(out), "--run-id", rid)
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
         return out / rid
 
