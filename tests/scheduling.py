@@ -35,8 +35,9 @@ GROUPS = {
 }
 
 # group (or file) -> seconds of worker time with two workers, from the JUnit report of the
-# 2026-12-05 CI run (798 s of pytest, 1547 s of worker time; a session fixture's start counts to the
-# first test using it); files changed since then: measured after the change; absent: short
+# 2026-12-05 full run of scripts/test.sh (798 s of pytest, 1547 s of worker time; a session
+# fixture's start counts to the first test using it); files changed since: measured after the
+# change and scaled; absent: short
 WEIGHTS = {
     # real_run (vllm,hf) and prefix_run (vllm,vllm-server), the engine-crash run, a vLLM start
     # that fails, the report in Chromium
