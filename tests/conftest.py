@@ -188,7 +188,9 @@ def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) 
     escape is reported as the interpreter would (a traceback on stderr, exit 1; SystemExit's code),
     so one-line and no-traceback assertions keep their meaning. Environment and working directory
     come back afterwards. NOT for signals, kills, engines, or a traceback the interpreter itself
-    prints: run_cli (the installed entry point, which several tests keep exercising)."""
+    prints: run_cli (the installed entry point, which several tests keep exercising). In a test not
+    marked `engine`, this process's Popen guard (above) also refuses what the command itself runs
+    (a `llama-server --help` probe): such a command stays a subprocess."""
     import contextlib
     import io
     import traceback
