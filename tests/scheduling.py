@@ -57,7 +57,7 @@ WEIGHTS = {
     "test_gate_fake.py": 9,
     "test_failures_fake.py": 5,
     "test_tune_live.py": 10,  # compare tune on the fake engine: two tunes + a resume
-    "test_tune_space.py": 7,
+    "test_tune_space.py": 3,
     "test_max_rate.py": 3,  # --find-max-rate on the fake engine: three short runs
     # compare quant run: fp32, W8A8-int8 and (with AVX-512) W4A16 on vLLM, quality vs the reference
     "test_quant_engine.py": 108,
@@ -69,7 +69,7 @@ WEIGHTS = {
     "test_llamacpp_e2e.py": 15,  # two GGUF runs (the four-engine run is test_two_engines_e2e.py)
     "test_trtllm_pipeline.py": 54,
     "test_trtllm_serve_http.py": 20,
-    "test_trtllm_cli.py": 7,
+    "test_trtllm_cli.py": 1,
     # the TGI double (a vLLM), `vllm serve`, the text-generation client, served-model and
     # client-procs runs, length matching (the fake engine against the double)
     "tgi-double": 59,
@@ -85,7 +85,7 @@ WEIGHTS = {
     "test_http_fastsse.py": 15,  # every scripted stream twice (C and Python parser) + the loopback server
     "test_bundle.py": 11,
     "test_hf_cb.py": 19,  # transformers continuous batching: three engine starts, a killed run
-    "test_results_io.py": 8,
+    "test_results_io.py": 5,
     "test_killed_runs.py": 10,
     "test_quality_e2e.py": 10,
     "test_containers.py": 12,
@@ -102,7 +102,7 @@ WEIGHTS = {
     "test_sessions_fake.py": 7,
     "test_workload_columns.py": 9,
     "test_llamacpp_native_keys.py": 8,
-    "test_model_check.py": 7,
+    "test_model_check.py": 1,
     "test_telemetry.py": 7,
 }
 
