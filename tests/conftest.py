@@ -181,6 +181,49 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600,
                           text=True, timeout=timeout, env=e)
 
 
+def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`compare ARGS` through ``compare.cli.main(argv)`` in THIS process, answered like run_cli (exit
+    code, stdout, stderr). For refusals and checks that need no process of their own: a `compare`
+    process spends ~0.4-1 s importing the package, here imported once per worker. What main() lets
+    escape is reported as the interpreter would (a traceback on stderr, exit 1; SystemExit's code),
+    so one-line and no-traceback assertions keep their meaning. Environment and working directory
+    come back afterwards. NOT for signals, kills, engines, or a traceback the interpreter itself
+    prints: run_cli (the installed entry point, which several tests keep exercising). In a test not
+    marked `engine`, this process's Popen guard (above) also refuses what the command itself runs
+    (a `llama-server --help` probe): such a command stays a subprocess."""
+    import contextlib
+    import io
+    import traceback
+
+    from backends import logs
+    from compare.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    # `compare run` writes its console to logs.terminal(), a per-process duplicate of fd 1/2 taken on
+    # first use: here the captured streams (and no duplicate of whatever fd 1 is in this test is kept)
+    saved_terminals, logs._TERMINALS = logs._TERMINALS, {1: out, 2: err}
+    try:
+        os.environ.update(env or {})
+        os.chdir(cwd or ROOT)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = main(list(args))
+            except SystemExit as e:
+                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if not isinstance(e.code, int) and e.code is not None:
+                    print(e.code, file=sys.stderr)
+            except Exception:
+                traceback.print_exc()
+                rc = 1
+    finally:
+        logs._TERMINALS = saved_terminals
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return subprocess.CompletedProcess(["compare", *args], rc, out.getvalue(), err.getvalue())
+
+
 # ---------------------------------------------------------------- one real run per test session
 
 # The tiny model's CPU spec, spelled out as a user would (the embedded defaults are the same values)

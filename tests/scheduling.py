@@ -5,7 +5,7 @@ imports in 2-3 processes), so two workers roughly halve it, provided that
 
 - the session fixtures that start engines run ONCE, not once per worker: every file using one
   goes to the same worker (GROUPS), and
-- the longest groups start first (WEIGHTS, seconds measured on 2026-12-02, see
+- the longest groups start first (WEIGHTS, seconds measured on 2026-12-05, see
   docs/benchmarks.md), so the two workers finish close together (longest-processing-time-first),
 - and files of independent tests (SPREAD) are split between the workers test by test.
 
@@ -34,67 +34,82 @@ GROUPS = {
     "test_ray_start_e2e.py": "ray",
 }
 
-# group (or file) -> seconds with two workers, from --durations of the 2026-12-02 05:33 run (another
-# test run beside it: load 4-7, so about 1.5x an idle machine's); absent: short
+# group (or file) -> seconds of worker time with two workers, from the JUnit report of the
+# 2026-12-05 full run of scripts/test.sh (798 s of pytest, 1547 s of worker time; a session
+# fixture's start counts to the first test using it); files changed since: measured after the
+# change and scaled; absent: short
 WEIGHTS = {
     # real_run (vllm,hf) and prefix_run (vllm,vllm-server), the engine-crash run, a vLLM start
     # that fails, the report in Chromium
-    "shared-runs": 205,
+    "shared-runs": 131,
     # vllm-container end to end then killed (one start), the TGI double's image, a server exiting
     # during start
-    "test_containers_e2e.py": 125,
+    "test_containers_e2e.py": 130,
     # five real runs stopped by signals (vLLM x2, vllm-server, hf, openvino); the policy itself runs
     # on the fake engine (test_signals_fake.py: four short runs)
-    "test_signals_e2e.py": 120,
-    "test_signals_fake.py": 23,
-    # `compare` commands refused before anything starts; plans that import vLLM or transformers
-    "test_cli_edges.py": 97,
-    "test_cli_bad_input.py": 24,
+    "test_signals_e2e.py": 171,
+    "test_signals_fake.py": 20,
+    # `compare` commands refused before anything starts (in-process: tests/conftest.py cli); plans
+    # that import vLLM or transformers
+    "test_cli_edges.py": 8,
+    "test_cli_bad_input.py": 9,
     # fake-engine orchestration tests (a few short `compare run`s each, no engine start)
-    "test_gate_fake.py": 20,
-    "test_failures_fake.py": 7,
-    "test_tune_live.py": 30,  # compare tune on the fake engine: two tunes + a resume
-    "test_tune_space.py": 17,
-    "test_max_rate.py": 18,  # --find-max-rate on the fake engine: three short runs
+    "test_gate_fake.py": 9,
+    "test_failures_fake.py": 5,
+    "test_tune_live.py": 10,  # compare tune on the fake engine: two tunes + a resume
+    "test_tune_space.py": 3,
+    "test_max_rate.py": 3,  # --find-max-rate on the fake engine: three short runs
     # compare quant run: fp32, W8A8-int8 and (with AVX-512) W4A16 on vLLM, quality vs the reference
-    "test_quant_engine.py": 99,
+    "test_quant_engine.py": 108,
     # compare quant quality: 2 vLLM starts, 2 OpenVINO exports + compiles, one llmcompressor run
-    "test_heldout.py": 88,
+    "test_heldout.py": 39,
     # llama.cpp (built by setup): one shared server start and two signalled runs (SIGKILL, SIGTERM)
-    "test_llamacpp.py": 30,
-    "test_llamacpp_cache_cli.py": 32,
-    "test_llamacpp_e2e.py": 30,  # two GGUF runs (the four-engine run is test_two_engines_e2e.py)
-    "test_trtllm_pipeline.py": 77,
-    "test_trtllm_serve_http.py": 29,
-    "test_trtllm_cli.py": 19,
+    "test_llamacpp.py": 27,
+    "test_llamacpp_cache_cli.py": 24,  # one GGUF conversion pair shared by its two tests, one run after
+    "test_llamacpp_e2e.py": 15,  # two GGUF runs (the four-engine run is test_two_engines_e2e.py)
+    "test_trtllm_pipeline.py": 54,
+    "test_trtllm_serve_http.py": 20,
+    "test_trtllm_cli.py": 1,
     # the TGI double (a vLLM), `vllm serve`, the text-generation client, served-model and
     # client-procs runs, length matching (the fake engine against the double)
-    "tgi-double": 75,
-    "test_topology.py": 65,  # two vLLM replicas, one killed mid-level
+    "tgi-double": 59,
+    "test_topology.py": 40,  # two vLLM replicas, one killed mid-level
     # a 3-node local Ray cluster (6 fake-engine cells, 2 load shards), the run without Ray to match,
     # and `ray start --head` + one transformers cell + a fake-engine cell stopped by Ctrl-C + `ray stop`
-    "ray": 64,
-    "test_two_engines_e2e.py": 80,
-    "test_sessions_e2e.py": 60,  # a session workload on vLLM and llama.cpp, prefix caching on and off
-    "test_trace_vllm.py": 30,  # a Mooncake trace replayed on vLLM, prefix caching on  # one vllm,openvino,hf-cb,llamacpp run
+    "ray": 58,
+    "test_two_engines_e2e.py": 33,  # one vllm,openvino,hf-cb,llamacpp run
+    "test_sessions_e2e.py": 44,  # a session workload on vLLM and llama.cpp, prefix caching on and off
+    "test_trace_vllm.py": 21,  # a Mooncake trace replayed on vLLM, prefix caching on
     # OpenVINO: streams, cancels, a crash, timeouts, int8/int4 runs (exports cached by setup)
-    "test_openvino.py": 39,
-    "test_http_fastsse.py": 35,  # every scripted stream twice (C and Python parser) + the loopback server
-    "test_bundle.py": 32,
-    "test_hf_cb.py": 28,  # transformers continuous batching: three engine starts, a killed run
-    "test_results_io.py": 25,
-    "test_killed_runs.py": 24,
-    "test_quality_e2e.py": 22,
-    "test_containers.py": 22,
-    "test_multiproc.py": 16,  # --client-procs: loopback-server levels, a kill, a Ctrl-C
-    "test_train.py": 15,  # two 3-step trainings; the full trained model is cached by setup
-    "test_served_model.py": 11,
+    "test_openvino.py": 23,
+    "test_http_fastsse.py": 15,  # every scripted stream twice (C and Python parser) + the loopback server
+    "test_bundle.py": 11,
+    "test_hf_cb.py": 19,  # transformers continuous batching: three engine starts, a killed run
+    "test_results_io.py": 5,
+    "test_killed_runs.py": 10,
+    "test_quality_e2e.py": 10,
+    "test_containers.py": 12,
+    "test_multiproc.py": 8,  # --client-procs: loopback-server levels, a kill, a Ctrl-C
+    "test_train.py": 7,  # two 3-step trainings; the full trained model is cached by setup
+    "test_served_model.py": 5,
+    # fake-engine and bad-input files without an entry before (seconds, the same run)
+    "test_steady_state.py": 43,
+    "test_file_shapes.py": 3,
+    "test_odd_paths.py": 4,
+    "test_quality_faults.py": 18,
+    "test_merge_fake.py": 5,
+    "test_stream_parsers.py": 13,
+    "test_sessions_fake.py": 7,
+    "test_workload_columns.py": 9,
+    "test_llamacpp_native_keys.py": 8,
+    "test_model_check.py": 1,
+    "test_telemetry.py": 7,
 }
 
 
-# Files of many independent `compare` commands and no fixture of their own to share: each test is
-# its own unit, so the two workers split the file (test_cli_edges.py alone is ~95 s of one worker)
-SPREAD = {"test_cli_edges.py", "test_cli_bad_input.py", "test_signals_fake.py"}
+# Files of many independent `compare` subprocesses and no fixture of their own to share: each test
+# is its own unit, so the two workers split the file
+SPREAD = {"test_cli_bad_input.py", "test_signals_fake.py"}
 
 
 def _file(nodeid: str) -> str:

@@ -5,9 +5,51 @@ import asyncio
 import errno
 import os
 import socket
+import time
 from typing import Any
 
-from backends.http.rxstamp import SO_TIMESTAMPNS, ReadCounts, StampedSocket
+from backends.http.rxstamp import _ANC, SO_TIMESTAMPNS, ReadCounts, StampedSocket
+
+# Linux stamps received packets only while some socket of the machine asks for stamps, and turns
+# that on LATER than the setsockopt that asks (net_enable_timestamp defers it to a kernel work item;
+# the last such socket closing turns it off the same way). Until then TCP reads carry no stamp and
+# fall back to the user-space one: ~1 ms on an idle machine, but on a loaded 2-core host a whole
+# 0.3 s measurement (600 events, 20 streams) was read without one kernel stamp. So a transport that
+# uses kernel stamps first calls hold_stamping_on: one stamped socket stays open for the life of the
+# process, and it waits (up to STAMPING_WAIT_S) until a loopback byte arrives stamped, so the
+# connections opened after it get kernel stamps from their first read.
+STAMPING_WAIT_S = 2.0
+_keeper: socket.socket | None = None
+_stamping: bool | None = None
+
+
+def hold_stamping_on() -> bool:
+    """Whether the kernel now stamps this process's TCP reads (checked once per process)."""
+    global _keeper, _stamping
+    if _stamping is None:
+        _stamping = False
+        try:
+            with socket.create_server(("127.0.0.1", 0)) as ls:
+                c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                c.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                c.settimeout(STAMPING_WAIT_S)
+                c.connect(ls.getsockname())
+                peer, _ = ls.accept()
+        except OSError:  # no loopback TCP: reads are counted kernel- or user-stamped as they come
+            return False
+        _keeper = c
+        # (not UDP: its receive path stamps an unstamped datagram itself; TCP hands over none)
+        deadline = time.monotonic() + STAMPING_WAIT_S
+        with peer:
+            try:
+                while not _stamping and time.monotonic() < deadline:
+                    peer.sendall(b".")
+                    _stamping = bool(c.recvmsg(1, _ANC)[1])
+                    if not _stamping:
+                        time.sleep(0.001)
+            except OSError:
+                pass
+    return _stamping
 
 
 def _numeric(host: str, port: int) -> list[tuple[Any, ...]] | None:

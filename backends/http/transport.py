@@ -29,7 +29,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import httpx
 
 from backends.http import connection, native, rxstamp
-from backends.http.connect import open_stamped
+from backends.http.connect import hold_stamping_on, open_stamped
 from backends.http.connection import StampedBytes, _Conn  # noqa: F401 (StampedBytes: re-exported)
 from backends.http.sse import EVENTS_EXTENSION, Sink
 from core.records import Lane, RequestContext
@@ -187,6 +187,8 @@ class StreamingTransport(httpx.AsyncBaseTransport):
         self._chained: set[_Conn] = set()  # connections a chained request left on, until claimed
         # event stamps: the kernel's receive time where the platform gives it (rxstamp.py)
         self.kernel_stamps = rxstamp.kernel_stamps()
+        if self.kernel_stamps:
+            hold_stamping_on()  # before the first connection (connect.py says why)
         self._reads = rxstamp.ReadCounts()
 
     def clock(self) -> dict[str, Any]:

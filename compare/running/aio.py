@@ -158,6 +158,12 @@ def uninstall_signal_policy() -> None:
         for s, h in _P.previous.items():
             signal.signal(s, h)
         _P.installed = False
+        if _P.err_fd != 2:  # the duplicate install made (one per install: not left open)
+            try:
+                os.close(_P.err_fd)
+            except OSError:
+                pass
+            _P.err_fd = 2
     _P.signum = None
 
 

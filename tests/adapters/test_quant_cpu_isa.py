@@ -15,7 +15,7 @@ from adapters.quant_matrix import TABLE
 from adapters.spec import ServingSpec, UnsupportedSpecError
 from adapters.target import Machine, ModelInfo, Target
 from core.hardware import ISAS, cpu_flags, has_isa
-from tests.conftest import run_cli
+from tests.conftest import cli
 from tests.core.test_hardware import EPYC_ZEN3, SAPPHIRE_RAPIDS
 
 # every test here answers by the CPU's instruction sets (run again under LLM_COMPARE_CPU_ISA=avx2, avx512)
@@ -80,10 +80,10 @@ def test_vllm_plan_refuses_a_w4a16_checkpoint_on_avx2_before_any_engine():
 
 
 def test_cli_judges_by_this_cpu_or_by_given_flags():
-    r = run_cli("quant", "check", "--backend", "vllm", "--scheme", "w4a16", "--device", "cpu", "--cpu-flags", EPYC_ZEN3)
+    r = cli("quant", "check", "--backend", "vllm", "--scheme", "w4a16", "--device", "cpu", "--cpu-flags", EPYC_ZEN3)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "w4a16" in r.stderr and "needs AVX-512" in r.stderr and "this CPU has AVX2 (no AVX-512)" in r.stderr
-    r = run_cli("quant", "matrix", "--device", "cpu", "--json", "--cpu-flags", EPYC_ZEN3)
+    r = cli("quant", "matrix", "--device", "cpu", "--json", "--cpu-flags", EPYC_ZEN3)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     rows = {row["scheme"]: row for row in out["rows"]}
@@ -92,7 +92,7 @@ def test_cli_judges_by_this_cpu_or_by_given_flags():
     assert rows["w8a8-int8"]["vllm"]["supported"] and rows["w4a16"]["openvino"]["supported"]
     # this machine, as probed: refused exactly when its CPU lacks AVX-512
     here = cpu_flags()
-    r = run_cli("quant", "check", "--backend", "vllm", "--scheme", "w4a16", "--device", "cpu")
+    r = cli("quant", "check", "--backend", "vllm", "--scheme", "w4a16", "--device", "cpu")
     if here is None or has_isa(here, "AVX-512"):
         assert r.returncode == 0 and json.loads(r.stdout)["supported"] is True, r.stderr
     else:

@@ -19,7 +19,7 @@ from backends.models.dummy import dummy_dir, place
 from backends.models.probe import probe
 from core.hardware import cpu_flags, has_isa
 from compare.quality.verify import verify
-from tests.conftest import FIXTURES, run_cli
+from tests.conftest import FIXTURES, cli
 
 # every test here answers by the CPU's instruction sets (run again under LLM_COMPARE_CPU_ISA=avx2, avx512)
 pytestmark = pytest.mark.isa
@@ -180,22 +180,22 @@ def test_verify_catches_a_quantized_request_that_loaded_dense_weights():
 
 
 def test_cli_matrix_json_and_check_exit_codes():
-    r = run_cli("quant", "matrix", "--device", "cpu", "--json")
+    r = cli("quant", "matrix", "--device", "cpu", "--json")
     assert r.returncode == 0, r.stderr
     rows = {row["scheme"]: row for row in json.loads(r.stdout)["rows"]}
     assert set(rows) == set(MATRIX_NAMES)
     assert rows["w8a8-int8"]["vllm"]["kernel"].startswith("CPUInt8ScaledMMLinearKernel")
     assert rows["w4a16"]["vllm"]["kernel"].startswith("CPUWNA16LinearKernel")
-    r = run_cli("quant", "check", "--backend", "vllm", "--scheme", "w8a16-int8", "--device", "cpu")
+    r = cli("quant", "check", "--backend", "vllm", "--scheme", "w8a16-int8", "--device", "cpu")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "nearest supported: w8a8-int8" in r.stderr
 
 
 def test_cli_plan_refuses_a_scheme_the_backend_cannot_load(tiny_model):
-    r = run_cli("plan", "--backends", "vllm", "--model", str(tiny_model), "--quantization", "w8a16-int8")
+    r = cli("plan", "--backends", "vllm", "--model", str(tiny_model), "--quantization", "w8a16-int8")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "w8a16-int8" in r.stderr and "nearest supported: w8a8-int8" in r.stderr
-    r = run_cli("plan", "--backends", "vllm", "--model", str(tiny_model), "--quantization", "w4a16")
+    r = cli("plan", "--backends", "vllm", "--model", str(tiny_model), "--quantization", "w4a16")
     # without AVX-512 (vLLM's 4-bit CPU GEMM) that is refused first: a checkpoint would not help
     here = cpu_flags()
     assert r.returncode == 2 and ("compare quantize" if here is None or has_isa(here, "AVX-512")

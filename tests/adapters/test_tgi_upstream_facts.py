@@ -19,7 +19,7 @@ from backends.http.protocol import Done, Error
 from core.records import TokenEvent
 from backends.http.sse import RawEvent
 from core.errors import FailureKind
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, cli
 
 FACTS = load("tgi-v3.3.7")
 
@@ -147,8 +147,8 @@ def test_info_fields_run_json_reads_exist_and_the_dropped_ones_are_absent():
 
 
 def test_plan_shows_per_option_what_tgi_does():
-    r = run_cli("plan", "--backends", "tgi", "--model", "org/m", "--prefix-caching", "true",
-                "--chunked-prefill", "false", "--format", "json", timeout=120)
+    r = cli("plan", "--backends", "tgi", "--model", "org/m", "--prefix-caching", "true",
+                "--chunked-prefill", "false", "--format", "json")
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)["backends"]["tgi"]
     assert plan["launcher_env"]["PREFIX_CACHING"] == "1" and plan["launcher_env"]["PREFILL_CHUNKING"] == "0"
@@ -161,7 +161,7 @@ def test_plan_shows_per_option_what_tgi_does():
 
 
 def test_plan_refuses_a_kv_byte_budget_naming_what_tgi_honours():
-    r = run_cli("plan", "--backends", "tgi", "--model", "org/m", "--kv-cache-memory-bytes", str(2**30), timeout=120)
+    r = cli("plan", "--backends", "tgi", "--model", "org/m", "--kv-cache-memory-bytes", str(2**30))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     last = r.stderr.strip().splitlines()[-1]
     assert "kv_cache_memory_bytes" in last and "--cuda-memory-fraction" in last and "gpu_memory_utilization" in last

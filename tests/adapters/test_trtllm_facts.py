@@ -11,7 +11,7 @@ from adapters.trtllm_facts import facts_for, modelopt_ptq_script, sheets
 from backends.http.openai import COMPLETIONS
 from backends.http_backends import http_capabilities
 from backends.trtllm import release_capabilities
-from tests.conftest import run_cli
+from tests.conftest import cli
 
 RELEASES = ("1.0.0", "1.1.0", "1.2.0")
 HOPPER = "9.0"
@@ -70,7 +70,7 @@ def test_defaults_the_plan_relies_on_are_upstreams():
 
 
 def test_plan_turns_on_iteration_stats_so_metrics_is_not_empty():
-    p = run_cli("plan", "--backends", "trtllm", "--format", "json")
+    p = cli("plan", "--backends", "trtllm", "--format", "json")
     assert p.returncode == 0, p.stderr
     t = json.loads(p.stdout)["backends"]["trtllm"]
     assert t["llm_args_yaml"]["enable_iter_perf_stats"] is True
@@ -79,7 +79,7 @@ def test_plan_turns_on_iteration_stats_so_metrics_is_not_empty():
 
 
 def test_engine_flow_1x_keeps_the_memory_fraction_next_to_block_reuse():
-    p = run_cli("plan", "--backends", "trtllm", "--native", "trtllm.version=1.1.0", "--native", "trtllm.flow=engine",
+    p = cli("plan", "--backends", "trtllm", "--native", "trtllm.version=1.1.0", "--native", "trtllm.flow=engine",
                 "--gpu-memory-utilization", "0.6", "--prefix-caching", "true", "--format", "json")
     assert p.returncode == 0, p.stderr
     t = json.loads(p.stdout)["backends"]["trtllm"]
@@ -98,7 +98,7 @@ def test_engine_flow_0x_still_takes_the_fraction_on_the_command_line():
     ("1.2.0", "0.37.0", "examples/llm_ptq/hf_ptq.py"),
 ])
 def test_modelopt_script_follows_the_pinned_modelopt_version(release, modelopt, script, tiny_model):
-    p = run_cli("plan", "--backends", "trtllm", "--model", str(tiny_model), "--quantization", "w8a8-fp8",
+    p = cli("plan", "--backends", "trtllm", "--model", str(tiny_model), "--quantization", "w8a8-fp8",
                 "--native", f"trtllm.version={release}", "--native", "trtllm.compute_capability=9.0", "--format", "json")
     assert p.returncode == 0, p.stderr
     t = json.loads(p.stdout)["backends"]["trtllm"]
@@ -109,17 +109,17 @@ def test_modelopt_script_follows_the_pinned_modelopt_version(release, modelopt, 
 def test_a_newer_modelopt_checkout_uses_examples_hf_ptq(tiny_model):
     assert modelopt_ptq_script("0.45.0") == "examples/llm_ptq/hf_ptq.py"
     assert modelopt_ptq_script("0.46.0") == modelopt_ptq_script("0.47.0") == "examples/hf_ptq/hf_ptq.py"
-    p = run_cli("plan", "--backends", "trtllm", "--model", str(tiny_model), "--quantization", "w8a8-fp8",
+    p = cli("plan", "--backends", "trtllm", "--model", str(tiny_model), "--quantization", "w8a8-fp8",
                 "--native", "trtllm.modelopt_version=0.46.0", "--native", "trtllm.compute_capability=9.0",
                 "--format", "json")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["backends"]["trtllm"]["quantize"][1] == "/opt/Model-Optimizer/examples/hf_ptq/hf_ptq.py"
-    bad = run_cli("plan", "--backends", "trtllm", "--native", "trtllm.modelopt_version=next")
+    bad = cli("plan", "--backends", "trtllm", "--native", "trtllm.modelopt_version=next")
     assert bad.returncode == 2 and "not a Model-Optimizer version" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_plan_shows_what_upstream_does_with_each_spec_option():
-    p = run_cli("plan", "--backends", "trtllm", "--max-num-seqs", "8", "--gpu-memory-utilization", "0.7",
+    p = cli("plan", "--backends", "trtllm", "--max-num-seqs", "8", "--gpu-memory-utilization", "0.7",
                 "--seed", "3", "--format", "json")
     assert p.returncode == 0, p.stderr
     opts = json.loads(p.stdout)["backends"]["trtllm"]["spec_options"]

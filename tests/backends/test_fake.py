@@ -12,7 +12,7 @@ from backends.fake.engine import FakeBackend
 from backends.fake.model import FakeOptionError, timing_model
 from core.errors import BackendRequestError, BackendStartError
 from core.records import GenerationRequest, StreamEnd, TokenEvent
-from tests.conftest import run_cli
+from tests.conftest import cli
 
 SPEC = ServingSpec(model="unused")
 
@@ -89,7 +89,7 @@ def test_failures_stalls_death_and_start_failure_are_deterministic():
 
 
 def test_run_says_it_is_a_test_instrument(tmp_path, tiny_model):
-    p = run_cli("run", "--backends", "fake@ttft=10ms+itl=2ms", "--model", str(tiny_model), "--num-requests", "4",
+    p = cli("run", "--backends", "fake@ttft=10ms+itl=2ms", "--model", str(tiny_model), "--num-requests", "4",
                 "--input-len", "8", "--output-len", "4", "--concurrency", "2", "--warmup", "0",
                 "--out", str(tmp_path), "--run-id", "f")
     assert p.returncode == 0, p.stderr
@@ -97,8 +97,8 @@ def test_run_says_it_is_a_test_instrument(tmp_path, tiny_model):
     assert b["describe"]["framework"] == "fake (test instrument)" and b["describe"]["native_config"]["test_instrument"]
     assert any("TEST INSTRUMENT" in n for n in b["capabilities"]["notes"])
     assert b["levels"]["c2"]["ok"] == 4 and b["levels"]["c2"]["ttft_ms"]["p50"] == pytest.approx(10, abs=0.5)
-    listing = run_cli("backends").stdout
+    listing = cli("backends").stdout
     assert "TEST INSTRUMENT" in " ".join(listing.split())
-    bad = run_cli("run", "--backends", "fake@ttft=soon", "--model", str(tiny_model), "--out", str(tmp_path / "bad"))
+    bad = cli("run", "--backends", "fake@ttft=soon", "--model", str(tiny_model), "--out", str(tmp_path / "bad"))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "ttft='soon'" in bad.stderr
     assert not (tmp_path / "bad").exists()

@@ -5,11 +5,11 @@ import pytest
 import yaml
 
 from backends.models.engine_cache import EngineCache
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 
 
 def test_plan_prints_flow_commands_and_llm_args_yaml(tiny_model):
-    p = run_cli("plan", "--backends", "trtllm", "--model", str(tiny_model), "--quantization", "w8a8-fp8",
+    p = cli("plan", "--backends", "trtllm", "--model", str(tiny_model), "--quantization", "w8a8-fp8",
                 "--max-num-seqs", "16", "--prefix-caching", "true", "--native", "trtllm.version=1.2.0",
                 "--native", "trtllm.compute_capability=9.0")
     assert p.returncode == 0, p.stderr
@@ -24,7 +24,7 @@ def test_plan_prints_flow_commands_and_llm_args_yaml(tiny_model):
 
 
 def test_plan_engine_flow_for_an_old_release():
-    p = run_cli("plan", "--backends", "trtllm", "--native", "trtllm.version=0.21.0", "--max-model-len", "2048",
+    p = cli("plan", "--backends", "trtllm", "--native", "trtllm.version=0.21.0", "--max-model-len", "2048",
                 "--format", "json")
     assert p.returncode == 0, p.stderr
     t = json.loads(p.stdout)["backends"]["trtllm"]
@@ -40,7 +40,7 @@ def test_plan_engine_flow_for_an_old_release():
     (["--native", "trtllm.quant=int2"], "unknown TensorRT-LLM quantization"),
 ])
 def test_unsupported_specs_exit_2_one_line(args, needle):
-    p = run_cli("plan", "--backends", "trtllm", *args)
+    p = cli("plan", "--backends", "trtllm", *args)
     assert p.returncode == 2 and needle in p.stderr, p.stderr
     assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
 
@@ -58,21 +58,21 @@ def test_cache_ls_and_rm_on_real_entries(tmp_path):
                                  "gpu_name": "NVIDIA H100", "compute_capability": "9.0"},
                            lambda d: (d / "rank0.engine").write_bytes(b"x" * 2048))
     env_dir = ["--cache-dir", str(cache.root)]
-    p = run_cli("cache", "ls", "--json", *env_dir)
+    p = cli("cache", "ls", "--json", *env_dir)
     rows = json.loads(p.stdout)
     assert [r["key"] for r in rows] == ["aaaa1111", "aaaa2222", "bbbb3333"] and rows[0]["size_bytes"] >= 2048
-    assert "aaaa1111" in run_cli("cache", "ls", *env_dir).stdout
-    p = run_cli("cache", "rm", "aaaa", *env_dir)
+    assert "aaaa1111" in cli("cache", "ls", *env_dir).stdout
+    p = cli("cache", "rm", "aaaa", *env_dir)
     assert p.returncode == 2 and "matches 2 entries" in p.stderr
-    assert run_cli("cache", "rm", "nope", *env_dir).returncode == 2
-    p = run_cli("cache", "rm", "bbbb", *env_dir)
+    assert cli("cache", "rm", "nope", *env_dir).returncode == 2
+    p = cli("cache", "rm", "bbbb", *env_dir)
     assert p.returncode == 0 and [e.key for e in cache.entries()] == ["aaaa1111", "aaaa2222"]
-    assert run_cli("cache", "rm", "--all", *env_dir).returncode == 0 and cache.entries() == []
-    assert "is empty" in run_cli("cache", "ls", *env_dir).stdout
+    assert cli("cache", "rm", "--all", *env_dir).returncode == 0 and cache.entries() == []
+    assert "is empty" in cli("cache", "ls", *env_dir).stdout
 
 
 def test_backends_says_it_never_ran_here():
-    p = run_cli("backends", "--json")
+    p = cli("backends", "--json")
     rows = {r["name"].split("@")[0]: r for r in json.loads(p.stdout)}
     for name in ("trtllm", "trtllm-inproc"):
         assert any("NOT executed against TensorRT-LLM" in n for n in rows[name]["notes"]), rows[name]

@@ -17,7 +17,7 @@ import pytest
 
 from core.errors import UserError
 from core.results import ResultsWriter, iter_records, load_results
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 from tests.http_util import ThreadedServer, openai_routes, openai_stream
 
 
@@ -96,7 +96,7 @@ def test_a_disk_that_fills_mid_run_stops_the_run_cleanly(server, small_disk):
     # the results are readable and re-render: everything measured before the disk filled
     _, records = load_results(d)
     assert len(records) == data.count(b"\n")
-    rep = run_cli("report", str(d))
+    rep = cli("report", str(d))
     assert "Traceback" not in rep.stderr + rep.stdout, rep.stderr[-2000:]
 
 
@@ -108,7 +108,7 @@ def test_a_torn_last_line_is_skipped_with_a_warning_anywhere_else_it_is_an_error
     (d / "requests.jsonl").write_bytes(whole + whole.splitlines(keepends=True)[0][:57])  # a crash mid-append
     assert len(list(iter_records(d))) == 4
     assert "skipped the torn last line" in capsys.readouterr().err
-    rep = run_cli("report", str(d))
+    rep = cli("report", str(d))
     assert rep.returncode == 0 and "skipped the torn last line" in rep.stderr, rep.stderr[-2000:]
     lines = whole.splitlines(keepends=True)
     (d / "requests.jsonl").write_bytes(lines[0] + lines[1][:40] + b"\n" + b"".join(lines[2:]))
@@ -192,5 +192,5 @@ def test_archived_results_with_gzipped_records_load_and_render(server, tmp_path)
     (d / "requests.jsonl.gz").write_bytes(gzip.compress((d / "requests.jsonl").read_bytes()))
     (d / "requests.jsonl").unlink()
     assert [x.request_id for x in iter_records(d)] == want and len(want) == 4
-    rep = run_cli("report", str(d))
+    rep = cli("report", str(d))
     assert rep.returncode == 0 and "Traceback" not in rep.stderr, rep.stderr[-2000:]

@@ -202,3 +202,34 @@ def test_bad_clock_setting_is_refused(monkeypatch):
     monkeypatch.setenv(rxstamp.CLOCK_ENV, "bogus")
     with pytest.raises(UserError, match="LLM_COMPARE_RX_CLOCK"):
         rxstamp.kernel_stamps()
+
+
+_FIRST_READ = """
+import socket, sys
+from backends.http.rxstamp import SO_TIMESTAMPNS, _ANC
+from backends.http.transport import StreamingTransport
+
+StreamingTransport()
+with socket.create_server(("127.0.0.1", 0)) as ls:
+    c = socket.create_connection(ls.getsockname())
+    c.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    peer, _ = ls.accept()
+    peer.sendall(b"x")
+    print(len(c.recvmsg(1, _ANC)[1]))
+"""
+
+
+@pytest.mark.skipif(not rxstamp.kernel_stamps(), reason="no SO_TIMESTAMPNS on this platform")
+def test_the_first_read_of_a_new_process_carries_a_kernel_stamp():
+    """The kernel turns packet stamping on some time after the first socket of the machine asks
+    for it: a transport waits for it, so a fresh process's first read is kernel-stamped (without the
+    wait it is not whenever no other process of the machine holds a stamped socket)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    for _ in range(3):  # three fresh processes (the machine-wide switch may go off between them)
+        p = subprocess.run([sys.executable, "-c", _FIRST_READ], capture_output=True, text=True, cwd=ROOT, timeout=60)
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert p.stdout.strip() == "1", "the first read carried no kernel stamp"

@@ -10,7 +10,7 @@ import pytest
 from compare.analysis.gate import check, diff_fingerprints, ensure_comparable, fingerprint_of, make_baseline
 from core.errors import UserError
 from core.results.evolve import evolve
-from tests.conftest import run_cli
+from tests.conftest import cli
 from tests.synth import make_run, records
 
 
@@ -108,28 +108,28 @@ def test_cli_save_check_exit_codes(tmp_path):
     same_dir = _write(tmp_path / "same", *_run(seed=11))
     slow_dir = _write(tmp_path / "slow", *_run(ttft_ms=30.0, seed=11))
     bl = tmp_path / "baselines"
-    r = run_cli("baseline", "save", str(base_dir), "--name", "ref", "--dir", str(bl))
+    r = cli("baseline", "save", str(base_dir), "--name", "ref", "--dir", str(bl))
     assert r.returncode == 0, r.stderr
     assert json.loads((bl / "ref.json").read_text())["name"] == "ref"
-    r = run_cli("check", "--baseline", "ref", "--dir", str(bl), str(same_dir))
+    r = cli("check", "--baseline", "ref", "--dir", str(bl), str(same_dir))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "RESULT: PASS" in r.stdout
-    r = run_cli("check", "--baseline", "ref", "--dir", str(bl), str(slow_dir))
+    r = cli("check", "--baseline", "ref", "--dir", str(bl), str(slow_dir))
     assert r.returncode == 1, r.stdout + r.stderr
     assert "REGRESSION vllm c1 TTFT p50" in r.stdout and "RESULT: REGRESSION" in r.stdout
     # usage errors: exit 2, one line, no traceback
-    r = run_cli("check", "--baseline", "ref", "--dir", str(bl), "--backends", "vllm", str(slow_dir))
+    r = cli("check", "--baseline", "ref", "--dir", str(bl), "--backends", "vllm", str(slow_dir))
     assert r.returncode == 1 and "REGRESSION vllm c1 TTFT p50" in r.stdout
-    r = run_cli("check", "--baseline", "ref", "--dir", str(bl), "--backends", "tgi", str(same_dir))
+    r = cli("check", "--baseline", "ref", "--dir", str(bl), "--backends", "tgi", str(same_dir))
     assert r.returncode == 2 and "has no backend tgi: it has vllm" in r.stderr and "Traceback" not in r.stderr
-    r = run_cli("check", "--baseline", "missing", "--dir", str(bl), str(same_dir))
+    r = cli("check", "--baseline", "missing", "--dir", str(bl), str(same_dir))
     assert r.returncode == 2 and "baseline 'missing' not found" in r.stderr and "Traceback" not in r.stderr
     other = _write(tmp_path / "other", *_run(), workload_lines=("{\"request_id\": \"zzz\"}",))
-    r = run_cli("check", "--baseline", "ref", "--dir", str(bl), str(other))
+    r = cli("check", "--baseline", "ref", "--dir", str(bl), str(other))
     assert r.returncode == 2 and "different workload" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    r = run_cli("baseline", "save", str(tmp_path / "nope"), "--name", "x", "--dir", str(bl))
+    r = cli("baseline", "save", str(tmp_path / "nope"), "--name", "x", "--dir", str(bl))
     assert r.returncode == 2 and "not found" in r.stderr
-    r = run_cli("baseline", "save", str(base_dir), "--name", "ref", "--dir", str(bl))
+    r = cli("baseline", "save", str(base_dir), "--name", "ref", "--dir", str(bl))
     assert r.returncode == 2 and "already exists" in r.stderr
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli
 
 # 20 ms to the first token, 5 ms per token; 48 tokens hold a sequence slot for ~255 ms
 FAKE = ("--backends", "fake", "--native", "fake.ttft=20ms", "--native", "fake.itl=5ms")
@@ -21,19 +21,19 @@ def runs(tmp_path_factory, tiny_model):
     # the rerun also writes its report as `compare run --format html` does
     for run_id, extra in (("base", ("--format", "json")), ("again", ("--format", "html")),
                           ("slow", ("--max-num-seqs", "1", "--format", "json"))):
-        p = run_cli("run", *FAKE, "--model", str(tiny_model), *WORKLOAD, *extra, "--out", str(out),
-                    "--run-id", run_id, timeout=300)
+        p = cli("run", *FAKE, "--model", str(tiny_model), *WORKLOAD, *extra, "--out", str(out),
+                    "--run-id", run_id)
         assert p.returncode == 0, p.stderr[-3000:]
     return out
 
 
 def test_baseline_passes_the_same_config_and_flags_a_slower_one(runs, tmp_path):
-    r = run_cli("baseline", "save", str(runs / "base"), "--name", "fake", "--dir", str(tmp_path))
+    r = cli("baseline", "save", str(runs / "base"), "--name", "fake", "--dir", str(tmp_path))
     assert r.returncode == 0, r.stderr
-    r = run_cli("check", "--baseline", "fake", "--dir", str(tmp_path), str(runs / "again"))
+    r = cli("check", "--baseline", "fake", "--dir", str(tmp_path), str(runs / "again"))
     assert r.returncode == 0 and "RESULT: PASS" in r.stdout, r.stdout + r.stderr
     # one slot under concurrency 2: every second request waits a whole request (TTFT 20 -> ~275 ms)
-    r = run_cli("check", "--baseline", "fake", "--dir", str(tmp_path), str(runs / "slow"))
+    r = cli("check", "--baseline", "fake", "--dir", str(tmp_path), str(runs / "slow"))
     assert r.returncode == 1, r.stdout + r.stderr
     assert "REGRESSION fake c2 TTFT" in r.stdout
     assert "backends.fake.spec.max_num_seqs: None -> 1" in r.stdout

@@ -9,7 +9,7 @@ import pytest
 
 from tests.compare.cli.test_cli_bad_input import assert_one_line_error
 from tests.compare.cli.test_killed_runs import _killed_run
-from tests.conftest import run_cli
+from tests.conftest import cli
 
 NOT_UTF8 = b"model: /m\n# caf\xe9 \xff\n"
 
@@ -20,7 +20,7 @@ NOT_UTF8 = b"model: /m\n# caf\xe9 \xff\n"
 @pytest.mark.parametrize("rid", ["../escape", "a/b", "/abs", ".hidden", "..", "", "x" * 129, "a b", "a\nb"])
 def test_run_id_that_is_not_a_name_is_refused_before_anything_is_written(tmp_path, rid):
     out = tmp_path / "root" / "results"
-    p = run_cli("run", "--run-id", rid, "--out", str(out))
+    p = cli("run", "--run-id", rid, "--out", str(out))
     assert_one_line_error(p, "--run-id", "see `compare run --help`")
     assert not (tmp_path / "root").exists(), "nothing may be written for a bad run id"
     assert not (tmp_path / "escape").exists()
@@ -53,21 +53,21 @@ def test_files_that_are_not_utf8_text_name_the_file(tmp_path):
     bad.write_bytes(NOT_UTF8)
     out = tmp_path / "out"
     for opt in ("--spec", "--workload"):
-        p = run_cli("run", opt, str(bad), "--out", str(out))
+        p = cli("run", opt, str(bad), "--out", str(out))
         assert_one_line_error(p, str(bad), "is not UTF-8 text", "line 2")
     rdir = _results_dir(tmp_path, b'{"schema_version": 2, "run_id": "x", "status": "\xff"}')
-    p = run_cli("report", str(rdir))
+    p = cli("report", str(rdir))
     assert_one_line_error(p, str(rdir / "run.json"), "is not UTF-8")
     (tmp_path / "wl").mkdir()
     (tmp_path / "wl" / "workload.jsonl").write_bytes(b'{"request_id": "\xfe"}\n')
-    p = run_cli("run", "--replay", str(tmp_path / "wl"), "--out", str(out))
+    p = cli("run", "--replay", str(tmp_path / "wl"), "--out", str(out))
     assert_one_line_error(p, "workload.jsonl", "is not UTF-8")
     (tmp_path / "tune.json").write_bytes(b"\xff{}")
-    p = run_cli("run", "--backends", "hf", "--tuned", str(tmp_path / "tune.json"), "--out", str(out))
+    p = cli("run", "--backends", "hf", "--tuned", str(tmp_path / "tune.json"), "--out", str(out))
     assert_one_line_error(p, "tune.json", "is not UTF-8")
     (tmp_path / "base").mkdir()
     (tmp_path / "base" / "b1.json").write_bytes(b"\xff")
-    p = run_cli("check", str(rdir), "--baseline", "b1", "--dir", str(tmp_path / "base"))
+    p = cli("check", str(rdir), "--baseline", "b1", "--dir", str(tmp_path / "base"))
     assert_one_line_error(p, "b1.json", "is not UTF-8")
     assert not out.exists()
 
@@ -75,10 +75,10 @@ def test_files_that_are_not_utf8_text_name_the_file(tmp_path):
 def test_sharegpt_file_that_is_not_json(tmp_path):
     bad = tmp_path / "sg.json"
     bad.write_text('[{"conversations": [}]')
-    p = run_cli("run", "--backends", "hf", "--sharegpt", str(bad), "--out", str(tmp_path / "out"))
+    p = cli("run", "--backends", "hf", "--sharegpt", str(bad), "--out", str(tmp_path / "out"))
     assert_one_line_error(p, "ShareGPT file", str(bad), "not valid JSON at line 1")
     bad.write_bytes(b"\xff\xfe")
-    p = run_cli("run", "--backends", "hf", "--sharegpt", str(bad), "--out", str(tmp_path / "out"))
+    p = cli("run", "--backends", "hf", "--sharegpt", str(bad), "--out", str(tmp_path / "out"))
     assert_one_line_error(p, "ShareGPT file", "not UTF-8")
     assert not (tmp_path / "out").exists()
 
@@ -91,11 +91,11 @@ def test_paths_that_are_directories_missing_loops_or_pipes(tmp_path):
     out = tmp_path / "out"
     for path, needle in ((tmp_path, "is a directory"), (loop, "symlink loop"), (tmp_path / "no.yaml", "does not exist"),
                          (fifo, "not a regular file")):
-        p = run_cli("run", "--spec", str(path), "--out", str(out), timeout=60)
+        p = cli("run", "--spec", str(path), "--out", str(out))
         assert_one_line_error(p, str(path), needle)
-    p = run_cli("run", "--replay", str(tmp_path / "no-dir"), "--out", str(out))
+    p = cli("run", "--replay", str(tmp_path / "no-dir"), "--out", str(out))
     assert_one_line_error(p, "--replay", "not a directory")
-    p = run_cli("report", str(loop))
+    p = cli("report", str(loop))
     assert_one_line_error(p, str(loop))
     assert not out.exists()
 
@@ -105,7 +105,7 @@ def test_unreadable_file(tmp_path):
     f = tmp_path / "spec.yaml"
     f.write_text("model: /m\n")
     f.chmod(0)
-    p = run_cli("run", "--spec", str(f), "--out", str(tmp_path / "out"))
+    p = cli("run", "--spec", str(f), "--out", str(tmp_path / "out"))
     assert_one_line_error(p, str(f), "not readable")
 
 
@@ -116,7 +116,7 @@ def test_unreadable_file(tmp_path):
 ])
 def test_results_that_are_truncated_or_from_a_newer_tool(tmp_path, content, needles):
     d = _results_dir(tmp_path, content)
-    p = run_cli("report", str(d))
+    p = cli("report", str(d))
     assert_one_line_error(p, *needles)
 
 
@@ -146,7 +146,7 @@ def test_accuracy_file_not_utf8(tmp_path):
     (["frobnicate"], ["command 'frobnicate'", "not one of run, plan"]),
 ])
 def test_argparse_errors_are_one_line(tmp_path, args, needles):
-    p = run_cli(*args)
+    p = cli(*args)
     assert_one_line_error(p, *needles)
     assert "usage:" not in p.stderr
 
@@ -166,7 +166,7 @@ def test_argparse_errors_are_one_line(tmp_path, args, needles):
 ])
 def test_numbers_out_of_range_fail_before_anything_starts(tmp_path, args, needles):
     out = tmp_path / "out"
-    p = run_cli("run", "--backends", "hf", *args, "--out", str(out))
+    p = cli("run", "--backends", "hf", *args, "--out", str(out))
     assert_one_line_error(p, *needles)
     assert not out.exists()
 
@@ -183,14 +183,14 @@ def test_directory_options_given_a_file_a_loop_or_a_path_under_a_file(tmp_path):
                       ("--dir", ["check", str(tmp_path), "--baseline", "b"])):
         for path, needle in ((afile, "is a file, not a directory"), (loop, "symlink loop"),
                              (afile / "sub", "a part of its path is a file")):
-            p = run_cli(*cmd, flag, str(path))
+            p = cli(*cmd, flag, str(path))
             assert_one_line_error(p, flag, str(path), needle)
     assert afile.read_text() == "x\n" and loop.is_symlink()
 
 
 def test_report_out_that_cannot_be_written(tmp_path):
     d = _killed_run(tmp_path / "results")
-    assert run_cli("report", str(d)).returncode == 0  # (records it as killed, with its one note)
+    assert cli("report", str(d)).returncode == 0  # (records it as killed, with its one note)
     (tmp_path / "dir").mkdir()
     loop = tmp_path / "loop"
     loop.symlink_to(loop)
@@ -198,14 +198,14 @@ def test_report_out_that_cannot_be_written(tmp_path):
     afile.write_text("x\n")
     for path, needle in ((tmp_path / "dir", "is a directory"), (loop, "symlink to nothing"),
                          (afile / "r.md", "a part of its path is a file")):
-        p = run_cli("report", str(d), "--out", str(path))
+        p = cli("report", str(d), "--out", str(path))
         assert_one_line_error(p, "--out", str(path), needle)
     assert loop.is_symlink() and afile.read_text() == "x\n"
 
 
 def test_baseline_name_is_a_name(tmp_path):
     d = _killed_run(tmp_path / "results")
-    p = run_cli("baseline", "save", str(d), "--name", "../x", "--dir", str(tmp_path / "b"))
+    p = cli("baseline", "save", str(d), "--name", "../x", "--dir", str(tmp_path / "b"))
     assert_one_line_error(p, "--name '../x'", "not a path")
     assert not (tmp_path / "x").exists() and not (tmp_path / "b").exists()
 
@@ -226,7 +226,7 @@ def test_baseline_name_is_a_name(tmp_path):
 ])
 def test_list_options_with_empty_items_or_duplicates(tmp_path, args, needles):
     out = tmp_path / "out"
-    p = run_cli("run", *(["--backends", "hf"] if args[0] != "--backends" else []), *args, "--out", str(out))
+    p = cli("run", *(["--backends", "hf"] if args[0] != "--backends" else []), *args, "--out", str(out))
     assert_one_line_error(p, *needles)
     assert not out.exists()
 
@@ -237,16 +237,16 @@ def test_native_keys_the_engine_does_not_have(tmp_path):
     # each command gives a key the framework has beside one it lacks: the unknown keys are named in
     # sorted order, so a known key sorting first (attn_... < no_..., block_... < max_...) that were
     # refused would be the one named (each check imports its framework: seconds per command)
-    p = run_cli("plan", "--backends", "hf", "--native", "hf.no_such_option=1", "--native", "hf.attn_implementation=eager")
+    p = cli("plan", "--backends", "hf", "--native", "hf.no_such_option=1", "--native", "hf.attn_implementation=eager")
     assert_one_line_error(p, "--native hf.no_such_option", "not a transformers")
     pytest.importorskip("vllm")
-    p = run_cli("plan", "--backends", "vllm", "--native", "vllm.max_num_seqz=4", "--native", "vllm.block_size=16")
+    p = cli("plan", "--backends", "vllm", "--native", "vllm.max_num_seqz=4", "--native", "vllm.block_size=16")
     assert_one_line_error(p, "--native vllm.max_num_seqz", "not a vLLM engine argument", "nearest: max_num_seqs")
 
 
 def test_native_vllm_keys_of_a_container_are_the_image_s_to_judge(tmp_path):
     """vllm-container runs its image's vLLM: a key the local vLLM lacks is not refused here."""
-    p = run_cli("plan", "--backends", "vllm-container", "--native", "vllm.no_such_flag=1")
+    p = cli("plan", "--backends", "vllm-container", "--native", "vllm.no_such_flag=1")
     assert p.returncode == 0, p.stderr
     assert "no_such_flag: 1" in p.stdout  # passed to the image's server as given
 
@@ -256,7 +256,7 @@ def test_results_written_by_a_newer_tool_say_so(tmp_path, schema):
     doc = {"schema_version": schema, "run_id": "x", "status": "complete", "a_field_from_the_future": {"x": 1},
            "hardware": {"packages": {"llm-compare": "99.0.0"}}, "backends": {"hf": {"status": "complete", "new": 1}}}
     d = _results_dir(tmp_path, json.dumps(doc).encode())
-    p = run_cli("report", str(d))
+    p = cli("report", str(d))
     assert_one_line_error(p, "written by llm-compare 99.0.0, newer than this one", "upgrade")
 
 
@@ -267,7 +267,7 @@ def test_results_written_by_a_newer_tool_say_so(tmp_path, schema):
     (["check", "R", "--baseline", "b", "--floor", "nan"], ["--floor 'nan'", "finite"]),
 ])
 def test_other_commands_numbers(tmp_path, args, needles):
-    p = run_cli(*args, cwd=tmp_path)
+    p = cli(*args, cwd=tmp_path)
     assert_one_line_error(p, *needles)
     assert list(tmp_path.iterdir()) == [], "nothing written"
 
@@ -276,6 +276,6 @@ def test_other_commands_numbers(tmp_path, args, needles):
 def test_output_directories_of_other_commands(tmp_path, cmd):
     afile = tmp_path / "afile"
     afile.write_text("x\n")
-    p = run_cli(*cmd, "--out", str(afile))
+    p = cli(*cmd, "--out", str(afile))
     assert_one_line_error(p, "--out", "is a file, not a directory")
     assert afile.read_text() == "x\n"

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from tests.compare.cli.test_cli_bad_input import assert_one_line_error
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 
 _FAKE = ("--backends", "fake", "--num-requests", "2", "--concurrency", "1")
 
@@ -24,7 +24,7 @@ def good_run(tmp_path_factory):
 
 def _refused(tmp_path, *args, needles):
     out = tmp_path / "results"
-    p = run_cli(*args, "--out", str(out)) if args[0] == "run" else run_cli(*args)
+    p = cli(*args, "--out", str(out)) if args[0] == "run" else cli(*args)
     assert_one_line_error(p, *needles)
     assert not out.exists(), "nothing may be written for bad input"
     return p
@@ -148,7 +148,7 @@ def test_records_with_measured_infinities_are_read(tmp_path, good_run):
     lines = (d / "requests.jsonl").read_text().splitlines()
     lines[0] = json.dumps({**json.loads(lines[0]), "logprobs": [float("-inf"), float("nan")]})
     (d / "requests.jsonl").write_text("\n".join(lines) + "\n")
-    p = run_cli("report", str(d))
+    p = cli("report", str(d))
     assert p.returncode == 0, p.stderr
 
 
@@ -159,7 +159,7 @@ def test_records_with_measured_infinities_are_read(tmp_path, good_run):
 ])
 def test_baseline_of_the_wrong_shape(tmp_path, good_run, field, value, needles):
     bl = tmp_path / "bl"
-    p = run_cli("baseline", "save", str(good_run), "--name", "b", "--dir", str(bl))
+    p = cli("baseline", "save", str(good_run), "--name", "b", "--dir", str(bl))
     assert p.returncode == 0, p.stderr
     doc = json.loads((bl / "b.json").read_text())
     (bl / "b.json").write_text(json.dumps({**doc, field: value}))

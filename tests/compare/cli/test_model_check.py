@@ -6,7 +6,11 @@ from __future__ import annotations
 import pytest
 
 from compare.cli.model_check import GGUF_MAGIC
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
+
+# the commands run in this process (tests/conftest.py cli): a model path that is a pipe must be refused,
+# never opened for a blocking read, or the test hangs: a short limit of its own
+pytestmark = pytest.mark.timeout(120)
 
 
 def _refused(r, out, *needles):
@@ -30,7 +34,7 @@ def _refused(r, out, *needles):
 def test_a_model_that_is_no_checkpoint_is_refused_before_anything_starts(tmp_path, make, needles, backends):
     model, out = tmp_path / "m", tmp_path / "out"
     make(model)
-    _refused(run_cli("run", "--backends", backends, "--model", str(model), "--out", str(out)), out, *needles)
+    _refused(cli("run", "--backends", backends, "--model", str(model), "--out", str(out)), out, *needles)
 
 
 def test_a_device_or_a_pipe_as_model_is_refused_without_reading_it(tmp_path):
@@ -39,7 +43,7 @@ def test_a_device_or_a_pipe_as_model_is_refused_without_reading_it(tmp_path):
     fifo, out = tmp_path / "fifo", tmp_path / "out"
     os.mkfifo(fifo)  # opening it to read would wait for a writer forever
     for model in ("/dev/zero", str(fifo)):
-        _refused(run_cli("run", "--backends", "vllm", "--model", model, "--out", str(out), timeout=60), out,
+        _refused(cli("run", "--backends", "vllm", "--model", model, "--out", str(out)), out,
                  "is not a directory (a device or pipe)")
 
 
@@ -51,6 +55,7 @@ def test_a_gguf_served_as_is_must_be_a_gguf(tmp_path, tiny_model, content, needl
     gguf, out = tmp_path / "x.gguf", tmp_path / "out"
     if content is not None:
         gguf.write_bytes(content)
+    # a subprocess: the check runs `llama-server --help`, which the test process's engine guard refuses
     r = run_cli("run", "--backends", "llamacpp", "--model", str(tiny_model), "--native", f"llamacpp.gguf={gguf}",
                 "--out", str(out))
     _refused(r, out, "--native llamacpp.gguf", needle)

@@ -8,7 +8,11 @@ import pytest
 
 from tests.compare.cli.test_cli_bad_input import assert_one_line_error
 from tests.compare.cli.test_file_shapes import _refused, good_run  # noqa: F401 (a fixture)
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
+
+# the commands run in this process (tests/conftest.py cli): a read that blocked on a FIFO would hang the
+# test, so each test has a short limit of its own
+pytestmark = pytest.mark.timeout(120)
 
 
 def _odd_path(tmp_path, kind):
@@ -60,7 +64,7 @@ def test_a_results_file_that_is_no_regular_file(tmp_path, good_run, kind, name):
     (d / name).unlink()
     odd = _odd_path(tmp_path, kind)
     os.symlink(odd, d / name) if kind == "device" else os.replace(odd, d / name)
-    p = run_cli("report", str(d), timeout=60)
+    p = cli("report", str(d))
     if kind == "huge" and name == "requests.jsonl":  # (streamed, as a run's records may be large: a line is bounded)
         assert_one_line_error(p, f"{d}/requests.jsonl has a corrupt line", "line 1 is longer than 64 MiB")
     else:
@@ -78,10 +82,10 @@ def test_a_fifo_run_json_in_the_results_root_does_not_stop_other_commands(tmp_pa
     p = run_cli("run", "--backends", "fake", "--num-requests", "2", "--concurrency", "1", "--out", str(root),
                 "--run-id", "next", "--quiet", timeout=120)
     assert p.returncode == 0, p.stderr
-    p = run_cli("run", "--backends", "fake", "--out", str(root), "--run-id", "odd", timeout=60)
+    p = cli("run", "--backends", "fake", "--out", str(root), "--run-id", "odd")
     assert_one_line_error(p, "already exists")
     for args in (("--dry-run",), ()):
-        p = run_cli("clean", "--out", str(root), *args, timeout=60)
+        p = cli("clean", "--out", str(root), *args)
         assert p.returncode == 0, p.stderr
     assert sorted(os.listdir(root)) == ["next", "odd"]
 

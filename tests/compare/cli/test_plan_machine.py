@@ -8,7 +8,7 @@ import json
 import pytest
 
 from adapters.gpus import compute_capability_of
-from tests.conftest import run_cli
+from tests.conftest import cli
 
 pytestmark = pytest.mark.isa  # answers as an AVX2-only host whatever this one is
 AVX2 = {"LLM_COMPARE_CPU_ISA": "avx2"}
@@ -24,9 +24,9 @@ def _one_line(r, *needles):
 
 def test_an_avx2_laptop_plans_the_gpu_box_migration():
     # on this (AVX2) CPU vLLM has no W4A16 kernel: planning for this machine refuses...
-    _one_line(run_cli("plan", *MIGRATION, env=AVX2), "w4a16-awq on cpu", "needs AVX-512")
+    _one_line(cli("plan", *MIGRATION, env=AVX2), "w4a16-awq on cpu", "needs AVX-512")
     # ...planning for the H200 box does not
-    r = run_cli("plan", *MIGRATION, "--device", "cuda", "--gpu", "H200", "--format", "json", env=AVX2)
+    r = cli("plan", *MIGRATION, "--device", "cuda", "--gpu", "H200", "--format", "json", env=AVX2)
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout)
     assert out["machine"] == {"device": "cuda", "gpu": "H200", "compute_capability": "9.0"}
@@ -38,9 +38,9 @@ def test_an_avx2_laptop_plans_the_gpu_box_migration():
 def test_the_gpu_decides_what_is_refused():
     # FP8 needs Ada/Hopper tensor cores: refused for a T4 (sm_75), planned for an H100 (sm_90)
     fp8 = ("--backends", "trtllm", "--quantization", "w8a8-fp8", "--model", "Qwen/Qwen2.5-7B-Instruct", "--device", "cuda")
-    _one_line(run_cli("plan", *fp8, "--gpu", "T4", env=AVX2), "sm_75")
-    assert run_cli("plan", *fp8, "--gpu", "H100", env=AVX2).returncode == 0
-    assert run_cli("plan", *fp8, "--compute-capability", "8.9", env=AVX2).returncode == 0
+    _one_line(cli("plan", *fp8, "--gpu", "T4", env=AVX2), "sm_75")
+    assert cli("plan", *fp8, "--gpu", "H100", env=AVX2).returncode == 0
+    assert cli("plan", *fp8, "--compute-capability", "8.9", env=AVX2).returncode == 0
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -49,13 +49,13 @@ def test_the_gpu_decides_what_is_refused():
     (("--device", "cpu", "--gpu", "H200"), "add --device cuda"),
 ])
 def test_a_machine_that_cannot_be_planned_for_is_one_line(args, needle):
-    _one_line(run_cli("plan", "--backends", "vllm", *args), needle)
+    _one_line(cli("plan", "--backends", "vllm", *args), needle)
 
 
 def test_another_cpu_by_its_flags():
     # this host told it is AVX2-only, planning for an AVX-512 CPU by its flags line: W4A16 is planned
     flags = "sse4_2 avx avx2 fma avx512f avx512bw avx512vl avx512dq"
-    r = run_cli("plan", "--backends", "vllm", "--quantization", "w4a16", "--model", "/nonexistent/m",
+    r = cli("plan", "--backends", "vllm", "--quantization", "w4a16", "--model", "/nonexistent/m",
                 "--cpu-flags", flags, env=AVX2)
     assert r.returncode == 0, r.stderr[-2000:]
 

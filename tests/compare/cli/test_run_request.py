@@ -91,9 +91,14 @@ def test_bad_input_is_one_line_before_the_model_is_built(argv, message, tmp_path
     assert not out.exists()
 
 
-def test_execute_takes_a_request_alone(tiny_model, tmp_path, capfd):
+def test_execute_takes_a_request_alone(tiny_model, tmp_path, capfd, monkeypatch):
     """A request made without any parsed options runs end to end on the fake engine."""
     from adapters.spec import ServingSpec
+    from backends import logs
+
+    # the console writes to logs.terminal(), a duplicate of fd 1 taken once per process: an earlier
+    # in-process run of this worker would have taken it before capfd redirected fd 1
+    monkeypatch.setattr(logs, "_TERMINALS", {})
     from compare.quality.parity import QualityOptions
     from compare.workload.build import LengthDist, WorkloadSpec
     from compare.workload.schedule import LoadLevel

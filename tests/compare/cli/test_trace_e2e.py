@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import run_cli
+from tests.conftest import cli
 
 
 def _trace(tmp_path, rows):
@@ -18,9 +18,9 @@ def _trace(tmp_path, rows):
 def test_trace_replays_at_its_offsets_with_speedup_and_cap(tmp_path, tiny_model):
     rows = [{"timestamp": 400 * i, "input_length": 24, "output_length": 4, "hash_ids": [7]} for i in range(8)]
     trace, out = _trace(tmp_path, rows), tmp_path / "out"
-    p = run_cli("run", "--backends", "fake", "--model", str(tiny_model), "--trace", str(trace),
+    p = cli("run", "--backends", "fake", "--model", str(tiny_model), "--trace", str(trace),
                 "--trace-speedup", "2", "--trace-max-requests", "6", "--warmup", "0",
-                "--out", str(out), "--run-id", "t", timeout=300)
+                "--out", str(out), "--run-id", "t")
     run = json.loads((out / "t" / "run.json").read_text())
     assert run["status"] == "complete", p.stderr[-3000:]
     level = run["backends"]["fake"]["levels"]["trace"]
@@ -36,8 +36,8 @@ def test_bad_trace_is_one_line_exit_2_nothing_written(tmp_path, tiny_model):
     trace = _trace(tmp_path, [{"timestamp": 2000, "input_length": 5, "output_length": 1},
                               {"timestamp": 1000, "input_length": 5, "output_length": 1}])
     out = tmp_path / "out"
-    p = run_cli("run", "--backends", "fake", "--model", str(tiny_model), "--trace", str(trace),
-                "--out", str(out), "--run-id", "t", timeout=120)
+    p = cli("run", "--backends", "fake", "--model", str(tiny_model), "--trace", str(trace),
+                "--out", str(out), "--run-id", "t")
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert f"{trace}:2: timestamp goes backwards" in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert not (out / "t").exists()
@@ -45,8 +45,8 @@ def test_bad_trace_is_one_line_exit_2_nothing_written(tmp_path, tiny_model):
 
 def test_trace_and_dataset_together_are_refused(tmp_path, tiny_model):
     trace = _trace(tmp_path, [{"timestamp": 0, "input_length": 5, "output_length": 1}])
-    p = run_cli("run", "--backends", "fake", "--model", str(tiny_model), "--trace", str(trace),
-                "--dataset", str(trace), "--out", str(tmp_path / "out"), timeout=120)
+    p = cli("run", "--backends", "fake", "--model", str(tiny_model), "--trace", str(trace),
+                "--dataset", str(trace), "--out", str(tmp_path / "out"))
     assert p.returncode == 2 and "pass one of them" in p.stderr and "Traceback" not in p.stderr
 
 
@@ -56,11 +56,11 @@ def test_replay_of_a_trace_run_keeps_the_trace_clock(tmp_path, tiny_model):
     trace, out = _trace(tmp_path, rows), tmp_path / "out"
     common = ("--backends", "fake", "--model", str(tiny_model), "--warmup", "0", "--quality", "off",
               "--out", str(out))
-    p = run_cli("run", *common, "--trace", str(trace), "--trace-speedup", "2", "--run-id", "t", timeout=300)
+    p = cli("run", *common, "--trace", str(trace), "--trace-speedup", "2", "--run-id", "t")
     assert p.returncode == 0, p.stderr[-3000:]
     saved = [json.loads(x) for x in (out / "t" / "workload.jsonl").read_text().splitlines()]
     assert [r["send_offset_ns"] for r in saved] == [t * 500_000 for t in (0, 150, 200, 650, 700, 1100)]
-    p = run_cli("run", *common, "--replay", str(out / "t"), "--run-id", "r", timeout=300)
+    p = cli("run", *common, "--replay", str(out / "t"), "--run-id", "r")
     assert p.returncode == 0, p.stderr[-3000:]
     first, again = (json.loads((out / d / "run.json").read_text()) for d in ("t", "r"))
     assert again["levels"] == first["levels"] == [{"kind": "rate", "value": 5 / 0.55, "label": "trace"}]
@@ -68,7 +68,7 @@ def test_replay_of_a_trace_run_keeps_the_trace_clock(tmp_path, tiny_model):
     assert offsets[0] == offsets[1] == [r["send_offset_ns"] for r in saved]
     assert (out / "r" / "workload.jsonl").read_text() == (out / "t" / "workload.jsonl").read_text()
     # asked for other levels, the replay sends the same requests there and says the clock is not kept
-    p = run_cli("run", *common, "--replay", str(out / "t"), "--concurrency", "2", "--run-id", "c", timeout=300)
+    p = cli("run", *common, "--replay", str(out / "t"), "--concurrency", "2", "--run-id", "c")
     assert p.returncode == 0 and "instead of the trace's clock" in p.stderr
     assert list(json.loads((out / "c" / "run.json").read_text())["backends"]["fake"]["levels"]) == ["c2"]
 
@@ -79,7 +79,7 @@ def test_a_replay_file_with_a_partial_clock_is_one_line(tmp_path, tiny_model):
     row = {"request_id": "a", "max_tokens": 2, "prompt_token_ids": [5, 6]}
     (d / "workload.jsonl").write_text(json.dumps({**row, "send_offset_ns": 0}) + "\n"
                                       + json.dumps({**row, "request_id": "b"}) + "\n")
-    p = run_cli("run", "--backends", "fake", "--model", str(tiny_model), "--replay", str(d),
-                "--out", str(tmp_path / "out"), timeout=120)
+    p = cli("run", "--backends", "fake", "--model", str(tiny_model), "--replay", str(d),
+                "--out", str(tmp_path / "out"))
     assert p.returncode == 2 and "line 2 has no send_offset_ns" in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from compare.analysis.verdict import verdict_from_results
-from tests.conftest import run_cli
+from tests.conftest import cli
 
 A, B = "fake[max_num_seqs=1]", "fake[max_num_seqs=4]"
 
@@ -20,10 +20,10 @@ A, B = "fake[max_num_seqs=1]", "fake[max_num_seqs=4]"
 def vary_run(tmp_path_factory, tiny_model):
     out = tmp_path_factory.mktemp("vary")
     # 20 ms to the first token, 5 ms per token: one request holds a slot for 55 ms
-    p = run_cli("run", "--backends", "fake", "--native", "fake.ttft=20ms", "--native", "fake.itl=5ms",
+    p = cli("run", "--backends", "fake", "--native", "fake.ttft=20ms", "--native", "fake.itl=5ms",
                 "--model", str(tiny_model), "--vary", "max_num_seqs=1,4", "--concurrency", "4", "--num-requests", "4", "--input-len", "16",
                 "--output-len", "8", "--warmup", "1", "--slo", "ttft_p95=1us", "--require-slo",
-                "--gpu-hour-price", "2", "--out", str(out), "--run-id", "vary", timeout=300)
+                "--gpu-hour-price", "2", "--out", str(out), "--run-id", "vary")
     return p, out / "vary"
 
 
@@ -58,9 +58,9 @@ def test_require_slo_exits_1_with_one_line_per_miss_and_keeps_the_results(vary_r
 
 def test_existing_results_rechecked_reported_and_gated_under_variant_names(vary_run, tmp_path):
     _, d = vary_run
-    assert run_cli("report", str(d), "--require-slo", "ttft_p95=1000s,tpot_p95=1000s").returncode == 0
-    p = run_cli("report", str(d), "--require-slo")  # the run's own (impossible) SLO
+    assert cli("report", str(d), "--require-slo", "ttft_p95=1000s,tpot_p95=1000s").returncode == 0
+    p = cli("report", str(d), "--require-slo")  # the run's own (impossible) SLO
     assert p.returncode == 1 and f"{A} c4: ttft_p95" in p.stderr and f"A = {A}" in p.stdout
-    assert run_cli("baseline", "save", str(d), "--name", "v", "--dir", str(tmp_path)).returncode == 0
-    p = run_cli("check", str(d), "--baseline", "v", "--dir", str(tmp_path), "--backends", A)
+    assert cli("baseline", "save", str(d), "--name", "v", "--dir", str(tmp_path)).returncode == 0
+    p = cli("check", str(d), "--baseline", "v", "--dir", str(tmp_path), "--backends", A)
     assert p.returncode == 0 and "RESULT: PASS" in p.stdout, p.stdout + p.stderr

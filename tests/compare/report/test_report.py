@@ -12,7 +12,7 @@ import pytest
 
 from compare.report import load_report_data, render_html, render_markdown
 from compare.report.data import server_ttft_ms
-from tests.conftest import run_cli
+from tests.conftest import cli
 from tests.synth import make_run, records
 
 
@@ -59,12 +59,12 @@ def test_server_ttft_layouts():
 
 
 def test_report_bad_input_is_one_line_exit_2(tmp_path, results_dir):
-    r = run_cli("report", str(tmp_path / "missing"))
+    r = cli("report", str(tmp_path / "missing"))
     assert r.returncode == 2 and "Traceback" not in r.stderr and "results directory" in r.stderr
     run = json.loads((results_dir / "run.json").read_text())
     run["schema_version"] = 99
     (results_dir / "run.json").write_text(json.dumps(run))
-    r = run_cli("report", str(results_dir), "--html")
+    r = cli("report", str(results_dir), "--html")
     assert r.returncode == 2 and "schema_version 99" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
@@ -73,7 +73,7 @@ def test_report_re_renders_schema_1_results(tmp_path):
     from tests.conftest import FIXTURES
 
     out = tmp_path / "v1.md"
-    r = run_cli("report", str(FIXTURES / "results-v1"), "--out", str(out))
+    r = cli("report", str(FIXTURES / "results-v1"), "--out", str(out))
     assert r.returncode == 0, r.stderr
     text = out.read_text()
     assert "# llm-compare report: topo-h200" in text

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli
 
 A, B = "fake@ttft=50ms+itl=10ms", "fake@ttft=30ms+itl=10ms"
 N = 4
@@ -17,15 +17,15 @@ LEVELS = ("c1", "c2")
 
 
 def _run(out: Path, run_id: str, model: Path, backend: str, *extra: str) -> Path:
-    p = run_cli("run", "--backends", backend, "--model", str(model), "--num-requests", str(N), "--input-len", "16",
+    p = cli("run", "--backends", backend, "--model", str(model), "--num-requests", str(N), "--input-len", "16",
                 "--output-len", "8", "--concurrency", "1,2", "--warmup", "1", "--slo", "ttft_p95=2s",
-                "--out", str(out), "--run-id", run_id, "-q", *extra, timeout=300)
+                "--out", str(out), "--run-id", run_id, "-q", *extra)
     assert p.returncode == 0, p.stderr[-3000:]
     return out / run_id
 
 
 def _merge(out: Path, run_id: str, *dirs: Path):
-    return run_cli("merge", *map(str, dirs), "--out", str(out), "--run-id", run_id, timeout=300)
+    return cli("merge", *map(str, dirs), "--out", str(out), "--run-id", run_id)
 
 
 def _lines(d: Path) -> list[dict]:
@@ -120,10 +120,10 @@ def test_two_backends_two_runs_each_become_two_columns_with_intervals(runs, tmp_
     v = verdict_json(d)
     assert v["reference"] == A and v["comparisons"]
     assert all(c["ci"] is not None for c in v["comparisons"])  # 2 repeats each: intervals
-    md = run_cli("report", str(d))
+    md = cli("report", str(d))
     assert md.returncode == 0, md.stderr
     assert "fewer than 2 repeats" not in md.stdout and "point estimate" not in md.stdout
-    html = run_cli("report", str(d), "--html")
+    html = cli("report", str(d), "--html")
     assert html.returncode == 0 and (d / "report.html").stat().st_size > 0
 
 

@@ -8,7 +8,7 @@ from core.records import GenerationRequest
 from compare.analysis.caveats import caveats
 from compare.running.load import offered_load
 from compare.workload.schedule import LoadLevel
-from tests.conftest import run_cli
+from tests.conftest import cli
 
 
 def _reqs(n: int, prompt: int = 10, out: int = 5) -> list[GenerationRequest]:
@@ -26,7 +26,7 @@ def test_highest_concurrency_and_longest_request():
 
 
 def test_plan_shows_the_admission_limit_sized_for_the_load():
-    p = run_cli("plan", "--backends", "tgi,tgi@http://127.0.0.1:9", "--model", "org/m", "--concurrency", "1,256",
+    p = cli("plan", "--backends", "tgi,tgi@http://127.0.0.1:9", "--model", "org/m", "--concurrency", "1,256",
                 "--format", "json")
     assert p.returncode == 0, p.stderr
     tgi = json.loads(p.stdout)["backends"]["tgi"]
@@ -34,11 +34,11 @@ def test_plan_shows_the_admission_limit_sized_for_the_load():
     assert argv[argv.index("--max-concurrent-requests") + 1] == "512"
     assert tgi["limits"]["max_concurrent_requests"] == 512 and "256" in tgi["limits"]["source"]
     assert tgi["client"] == "stamped" and "calibrate" in tgi["client_why"]
-    p = run_cli("plan", "--backends", "tgi", "--model", "org/m", "--concurrency", "256", "--native",
+    p = cli("plan", "--backends", "tgi", "--model", "org/m", "--concurrency", "256", "--native",
                 "tgi.--max-concurrent-requests=64", "--format", "json")
     lim = json.loads(p.stdout)["backends"]["tgi"]["limits"]
     assert lim["max_concurrent_requests"] == 64 and any("192 of 256" in n for n in lim["notes"])
-    bad = run_cli("plan", "--backends", "tgi", "--model", "org/m", "--native", "tgi.client=curl")
+    bad = cli("plan", "--backends", "tgi", "--model", "org/m", "--native", "tgi.client=curl")
     assert bad.returncode == 2 and "client" in bad.stderr and "Traceback" not in bad.stderr
 
 

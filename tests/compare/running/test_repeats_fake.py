@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli
 
 A, B = "fake[max_model_len=256]", "fake[max_model_len=512]"
 N = 4
@@ -17,11 +17,11 @@ N = 4
 @pytest.fixture(scope="module")
 def repeated(tmp_path_factory, tiny_model):
     out = tmp_path_factory.mktemp("repeats")
-    p = run_cli("run", "--backends", "fake", "--native", "fake.ttft=5ms", "--native", "fake.itl=2ms",
+    p = cli("run", "--backends", "fake", "--native", "fake.ttft=5ms", "--native", "fake.itl=2ms",
                 "--model", str(tiny_model), "--vary", "max_model_len=256,512", "--repeats", "2",
                 "--num-requests", str(N), "--input-len", "16", "--output-len", "8", "--concurrency", "2",
                 "--rate", "50", "--warmup", "1", "--gpu-hour-price", "2.5", "--out", str(out), "--run-id", "rep",
-                "--format", "json", timeout=300)
+                "--format", "json")
     assert p.returncode == 0, p.stderr[-3000:]
     return out / "rep", json.loads(p.stdout)
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from compare.workload.schedule import LoadLevel, per_stream
-from tests.conftest import run_cli
+from tests.conftest import cli
 
 
 def test_each_closed_loop_level_takes_k_requests_per_stream_capped_at_the_workload():
@@ -22,9 +22,9 @@ def test_each_closed_loop_level_takes_k_requests_per_stream_capped_at_the_worklo
 
 def test_a_run_sends_each_level_its_prefix_on_every_backend(tmp_path, tiny_model):
     backends = "fake@itl=1ms,fake@itl=2ms"
-    p = run_cli("run", "--backends", backends, "--model", str(tiny_model), "--num-requests", "12",
+    p = cli("run", "--backends", backends, "--model", str(tiny_model), "--num-requests", "12",
                 "--input-len", "8", "--output-len", "4", "--concurrency", "1,4,8", "--requests-per-stream", "2",
-                "--warmup", "0", "--out", str(tmp_path), "--run-id", "r", timeout=300)
+                "--warmup", "0", "--out", str(tmp_path), "--run-id", "r")
     assert p.returncode == 0, p.stderr[-2000:]
     doc = json.loads((tmp_path / "r" / "run.json").read_text())
     assert [lv["requests"] for lv in doc["levels"]] == [2, 8, 12]
@@ -42,6 +42,6 @@ def test_a_run_sends_each_level_its_prefix_on_every_backend(tmp_path, tiny_model
     (("--rate", "2", "--requests-per-stream", "2"), "sizes closed-loop levels"),
 ])
 def test_bad_requests_per_stream_is_one_line_exit_2(tmp_path, tiny_model, extra, message):
-    p = run_cli("run", "--backends", "fake", "--model", str(tiny_model), *extra, "--out", str(tmp_path))
+    p = cli("run", "--backends", "fake", "--model", str(tiny_model), *extra, "--out", str(tmp_path))
     assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
     assert not any(tmp_path.iterdir())

@@ -13,7 +13,7 @@ from compare.running.sessions import run_session_level
 from compare.workload.build import WorkloadSpec, build_requests
 from compare.workload.schedule import LoadLevel
 from core.slo import SLO
-from tests.conftest import run_cli
+from tests.conftest import cli
 
 THINK_S = 0.05
 
@@ -73,9 +73,9 @@ def test_run_json_and_reports_show_ttft_by_turn(tmp_path, tiny_model):
     wl.write_text("name: chat\nsessions:\n  num_sessions: 4\n  turns: {value: 3}\n  system_prompt_tokens: 16\n"
                   "  user_tokens: {value: 8}\n  reply_tokens: {value: 4}\n  think_time_s: 0.01\n")
     out = tmp_path / "out"
-    p = run_cli("run", "--backends", "fake@prefill=0.1ms", "--vary", "max_num_seqs=1,4", "--model", str(tiny_model),
+    p = cli("run", "--backends", "fake@prefill=0.1ms", "--vary", "max_num_seqs=1,4", "--model", str(tiny_model),
                 "--workload", str(wl), "--concurrency", "2", "--rate", "20", "--warmup", "0", "--out", str(out),
-                "--run-id", "s", timeout=300)
+                "--run-id", "s")
     assert p.returncode == 0, p.stderr[-2000:]
     assert "TTFT p50 by turn" in p.stdout
     run = json.loads((out / "s" / "run.json").read_text())
@@ -90,13 +90,13 @@ def test_run_json_and_reports_show_ttft_by_turn(tmp_path, tiny_model):
             assert all(t["ttft_ms"]["n"] == 4 and t["itl_ms"]["n"] == 12 for t in turns)
     rows = [json.loads(x) for x in (out / "s" / "workload.jsonl").read_text().splitlines()]
     assert [r["turn"] for r in rows[:3]] == [0, 1, 2] and rows[1]["think_time_s"] == 0.01
-    r = run_cli("report", str(out / "s"), "--html", timeout=120)
+    r = cli("report", str(out / "s"), "--html")
     assert r.returncode == 0, r.stderr
     html = (out / "s" / "report.html").read_text()
     assert "Multi-turn sessions: TTFT by turn" in html and 'alt="TTFT by turn"' in html
     # the replay sends the same sessions, turn for turn
-    p2 = run_cli("run", "--backends", "fake", "--model", str(tiny_model), "--replay", str(out / "s"),
-                 "--concurrency", "2", "--warmup", "0", "--out", str(out), "--run-id", "r", "-q", timeout=300)
+    p2 = cli("run", "--backends", "fake", "--model", str(tiny_model), "--replay", str(out / "s"),
+                 "--concurrency", "2", "--warmup", "0", "--out", str(out), "--run-id", "r", "-q")
     assert p2.returncode == 0, p2.stderr[-2000:]
     assert (out / "r" / "workload.jsonl").read_text() == (out / "s" / "workload.jsonl").read_text()
     assert json.loads((out / "r" / "run.json").read_text())["backends"]["fake"]["levels"]["c2"]["sessions"]["completed"] == 4
@@ -107,9 +107,9 @@ def test_sessions_with_repeats_require_slo_and_find_max_rate(tmp_path, tiny_mode
     wl.write_text("sessions:\n  num_sessions: 3\n  turns: {value: 2}\n  user_tokens: {value: 4}\n"
                   "  reply_tokens: {value: 3}\n")
     out = tmp_path / "out"
-    p = run_cli("run", "--backends", "fake", "--model", str(tiny_model), "--workload", str(wl), "--concurrency", "1",
+    p = cli("run", "--backends", "fake", "--model", str(tiny_model), "--workload", str(wl), "--concurrency", "1",
                 "--warmup", "0", "--repeats", "2", "--slo", "ttft_p95=60s", "--require-slo", "--find-max-rate",
-                "--max-rate-start", "8", "--max-rate-probes", "1", "--out", str(out), "--run-id", "m", timeout=300)
+                "--max-rate-start", "8", "--max-rate-probes", "1", "--out", str(out), "--run-id", "m")
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     b = json.loads((out / "m" / "run.json").read_text())["backends"]["fake"]
     assert [r["levels"]["c1"]["sessions"]["completed"] for r in b["repeats"]] == [3, 3]
@@ -144,7 +144,7 @@ def test_what_cannot_send_sessions_is_refused_in_one_line(tmp_path, tiny_model):
     wl.write_text("sessions:\n  num_sessions: 2\n  turns: {value: 2}\n")
     for extra, message in ((("--client-procs", "2"), "--client-procs 2: multi-turn sessions are sent by one client"),
                            (("--rate", "2", "--duration", "5"), "--duration bounds lists of single requests")):
-        p = run_cli("run", "--backends", "fake", "--model", str(tiny_model), "--workload", str(wl), *extra,
-                    "--out", str(tmp_path / "out"), timeout=120)
+        p = cli("run", "--backends", "fake", "--model", str(tiny_model), "--workload", str(wl), *extra,
+                    "--out", str(tmp_path / "out"))
         assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
         assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()

@@ -9,7 +9,7 @@ from adapters.variants import parse_axes
 from compare.running.variants import vary
 from core.errors import UserError
 from tests.compare.cli.test_cli_bad_input import assert_one_line_error
-from tests.conftest import run_cli
+from tests.conftest import cli
 
 
 def test_variants_carry_their_spec_and_say_which_one_is_the_base(tiny_model):
@@ -62,7 +62,7 @@ def test_quantization_runs_each_engines_own_schemes_and_says_what_it_did_not_run
 ])
 def test_cli_refuses_with_one_line_and_writes_nothing(tmp_path, tiny_model, args, needles):
     out = tmp_path / "results"
-    assert_one_line_error(run_cli("run", "--model", str(tiny_model), *args, "--out", str(out)), *needles)
+    assert_one_line_error(cli("run", "--model", str(tiny_model), *args, "--out", str(out)), *needles)
     assert not out.exists()
 
 

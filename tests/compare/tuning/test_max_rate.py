@@ -11,7 +11,7 @@ import pytest
 
 from compare.tuning.max_rate import answer_line, summarize_starts
 from core.results.max_rate import LoadSearchInfo, MaxRate, MaxRateStart
-from tests.conftest import run_cli
+from tests.conftest import cli
 
 # the fake engine: 20 ms to the first token, 5 ms per token after it
 FAKE = ("--backends", "fake", "--native", "fake.ttft=20ms", "--native", "fake.itl=5ms")
@@ -57,15 +57,15 @@ def test_interval_over_engine_starts_covers_probe_resolution():
     (("--find-max-rate", "--slo", "ttft_p95=1s", "--max-rate-start", "0"), "--max-rate-start must be"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, words):
-    p = run_cli("run", "--backends", "vllm", *args, "--out", str(tmp_path))
+    p = cli("run", "--backends", "vllm", *args, "--out", str(tmp_path))
     assert p.returncode == 2, p.stderr
     assert words in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert not any(tmp_path.iterdir())  # nothing half-written
 
 
 def _run(tmp_path, tiny_model, *extra):
-    p = run_cli("run", *FAKE, "--model", str(tiny_model), *WORKLOAD,
-                "--find-max-rate", "--out", str(tmp_path), "--run-id", "r", *extra, timeout=300)
+    p = cli("run", *FAKE, "--model", str(tiny_model), *WORKLOAD,
+                "--find-max-rate", "--out", str(tmp_path), "--run-id", "r", *extra)
     return p, json.loads((tmp_path / "r" / "run.json").read_text())
 
 
@@ -89,7 +89,7 @@ def test_generous_slo_two_engine_starts(tmp_path, tiny_model):
     out = " ".join(p.stdout.split())  # the answer may wrap at the console's width
     assert "fake max rate meeting SLO:" in out and "mean of 2 engine starts" in out
     assert "max-rate r8: met" in p.stdout
-    md = run_cli("report", str(tmp_path / "r")).stdout
+    md = cli("report", str(tmp_path / "r")).stdout
     assert "Max rate meeting the SLO: every probe" in md and "| fake | 2 | 8 req/s |" in md
 
 

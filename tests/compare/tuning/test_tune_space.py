@@ -20,7 +20,7 @@ from compare.tuning.probe import LoadSearch, mean_ci
 from compare.tuning.report import gain, tuned_specs
 from compare.tuning.space import KnobError, apply_config, grid_points, parse_knobs, space_for
 from compare.workload.build import WorkloadSpec, build_requests
-from tests.conftest import run_cli
+from tests.conftest import cli
 
 SPEC = ServingSpec(model="/m", max_model_len=512)
 
@@ -101,7 +101,7 @@ def test_tune_cli_bad_input_exits_2_with_one_line(tmp_path):
     ]
     for extra, needle in cases:
         args = ["tune", "--out", str(tmp_path), *(["--slo", "ttft_p95=2s"] if "--slo" not in extra else []), *extra]
-        r = run_cli(*args, timeout=120)
+        r = cli(*args)
         assert r.returncode == 2, (extra, r.stderr)
         last = r.stderr.strip().splitlines()[-1]
         assert needle in last and "Traceback" not in r.stderr, r.stderr
@@ -109,9 +109,9 @@ def test_tune_cli_bad_input_exits_2_with_one_line(tmp_path):
 
 def test_topology_needing_more_devices_than_present_exits_2():
     n = len(psutil.Process().cpu_affinity()) + 1
-    r = run_cli("plan", "--backends", f"replicas@{n}*vllm", timeout=120)
+    r = cli("plan", "--backends", f"replicas@{n}*vllm")
     assert r.returncode == 2 and f"needs {n} cpu cores" in r.stderr and "Traceback" not in r.stderr
-    r = run_cli("run", "--backends", "vllm", "--topology", f"tp={n}", "--out", "/tmp/never", timeout=120)
+    r = cli("run", "--backends", "vllm", "--topology", f"tp={n}", "--out", "/tmp/never")
     assert r.returncode == 2 and f"tp={n}" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -192,5 +192,5 @@ def test_tuned_specs_for_plain_and_topology_names(tmp_path):
     (tmp_path / "tune.json").write_text(json.dumps(doc))
     specs = tuned_specs(str(tmp_path), ["vllm", "replicas@2*vllm:lb=lor"], SPEC)
     assert specs["vllm"].max_num_seqs == 8 and specs["replicas@2*vllm:lb=lor"].max_num_seqs == 8
-    r = run_cli("run", "--backends", "hf", "--tuned", str(tmp_path), "--out", str(tmp_path / "r"), timeout=120)
+    r = cli("run", "--backends", "hf", "--tuned", str(tmp_path), "--out", str(tmp_path / "r"))
     assert r.returncode == 2 and "backend hf was not tuned there" in r.stderr

@@ -9,7 +9,7 @@ import pytest
 
 from compare.workload.build import WorkloadSpec, build_requests, request_from_dict, request_to_dict
 from compare.workload.sessions import group_sessions, load_conversations
-from tests.conftest import run_cli
+from tests.conftest import cli
 
 
 def _spec(**sessions) -> WorkloadSpec:
@@ -112,7 +112,7 @@ def test_bad_session_file_cli_one_line_exit_2_nothing_written(tmp_path):
     wl = tmp_path / "w.yaml"
     wl.write_text(f"sessions:\n  sharegpt: {p}\n")
     out = tmp_path / "out"
-    r = run_cli("run", "--backends", "fake", "--workload", str(wl), "--out", str(out), timeout=120)
+    r = cli("run", "--backends", "fake", "--workload", str(wl), "--out", str(out))
     assert r.returncode == 2, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.startswith("error")]  # (beside "using the embedded model")
     assert len(lines) == 1 and f"{p} line 2: turn 0 is empty" in lines[0] and "Traceback" not in r.stderr
@@ -120,7 +120,7 @@ def test_bad_session_file_cli_one_line_exit_2_nothing_written(tmp_path):
     bad = tmp_path / "latin1.jsonl"
     bad.write_bytes('{"conversations": [{"from": "human", "value": "caf\xe9"}]}\n'.encode("latin-1"))
     wl.write_text(f"sessions:\n  sharegpt: {bad}\n")
-    r = run_cli("run", "--backends", "fake", "--workload", str(wl), "--out", str(out), timeout=120)
+    r = cli("run", "--backends", "fake", "--workload", str(wl), "--out", str(out))
     lines = [x for x in r.stderr.splitlines() if x.startswith("error")]
     assert r.returncode == 2 and len(lines) == 1 and str(bad) in lines[0] and "Traceback" not in r.stderr, r.stderr
 
@@ -128,7 +128,7 @@ def test_bad_session_file_cli_one_line_exit_2_nothing_written(tmp_path):
 def test_sessions_beside_single_request_sources_is_one_line_exit_2(tmp_path):
     wl = tmp_path / "w.yaml"
     wl.write_text("sharegpt: x.json\nsessions:\n  num_sessions: 2\n")
-    r = run_cli("run", "--backends", "fake", "--workload", str(wl), "--out", str(tmp_path / "out"), timeout=120)
+    r = cli("run", "--backends", "fake", "--workload", str(wl), "--out", str(tmp_path / "out"))
     lines = [x for x in r.stderr.splitlines() if x.startswith("error")]
     assert r.returncode == 2 and len(lines) == 1 and "sessions.sharegpt" in lines[0], r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()

@@ -137,14 +137,14 @@ def test_max_rate_probes_carry_the_trims():
 
 
 def test_steady_state_with_vary_repeats_max_rate_and_the_html_report(tiny_model, tmp_path):
-    from tests.conftest import run_cli
+    from tests.conftest import cli
 
     out = tmp_path / "out"
-    p = run_cli("run", "--backends", "fake@ttft=20ms+itl=5ms", "--vary", "max_num_seqs=1,4", "--repeats", "2",
+    p = cli("run", "--backends", "fake@ttft=20ms+itl=5ms", "--vary", "max_num_seqs=1,4", "--repeats", "2",
                 "--model", str(tiny_model), "--rate", "80", "--arrival", "constant", "--duration", "1",
                 "--num-requests", "400", "--input-len", "8", "--output-len", "2", "--warmup", "0", "--quality", "off",
                 "--slo", "ttft_p95=150ms", "--find-max-rate", "--max-rate-start", "20", "--max-rate-probes", "2",
-                "--out", str(out), "--run-id", "v", timeout=300)
+                "--out", str(out), "--run-id", "v")
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     run = json.loads((out / "v" / "run.json").read_text())
     cool = {}
@@ -161,7 +161,7 @@ def test_steady_state_with_vary_repeats_max_rate_and_the_html_report(tiny_model,
     # one slot (40 req/s) cannot keep up with 80 req/s; four slots can
     # (four slots: only the sends of the last ~0.1 s finish after the window)
     assert cool["fake@ttft=20ms+itl=5ms[max_num_seqs=1]"] > 2 * cool["fake@ttft=20ms+itl=5ms[max_num_seqs=4]"]
-    r = run_cli("report", str(out / "v"), "--html", timeout=120)
+    r = cli("report", str(out / "v"), "--html")
     assert r.returncode == 0, r.stderr
     assert "steady state measured 0.1-0.9 s of 1 s" in (out / "v" / "report.html").read_text()
 
@@ -170,22 +170,21 @@ def test_a_steady_state_run_is_gated_like_any_run(tiny_model, tmp_path):
     """A baseline of a --duration run with gamma arrivals: the same run again passes the gate; the
     engine made slower (native timings) fails it, naming the change (the gate reads the counted
     window's numbers)."""
-    from tests.conftest import run_cli
+    from tests.conftest import cli
 
     out, base = tmp_path / "out", tmp_path / "baselines"
 
     def run(rid: str, ttft: str, itl: str):
-        p = run_cli("run", "--backends", "fake", "--native", f"fake.ttft={ttft}", "--native", f"fake.itl={itl}",
+        p = cli("run", "--backends", "fake", "--native", f"fake.ttft={ttft}", "--native", f"fake.itl={itl}",
                     "--model", str(tiny_model), "--rate", "30", "--arrival", "gamma", "--burstiness", "2",
                     "--duration", "1", "--num-requests", "200", "--input-len", "8", "--output-len", "4",
-                    "--warmup", "0", "--quality", "off", "--repeats", "2", "--out", str(out), "--run-id", rid,
-                    timeout=300)
+                    "--warmup", "0", "--quality", "off", "--repeats", "2", "--out", str(out), "--run-id", rid)
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
         return out / rid
 
     first = run("a", "20ms", "5ms")
-    assert run_cli("baseline", "save", str(first), "--name", "steady", "--dir", str(base)).returncode == 0
-    ok = run_cli("check", "--baseline", "steady", "--dir", str(base), str(run("b", "20ms", "5ms")))
+    assert cli("baseline", "save", str(first), "--name", "steady", "--dir", str(base)).returncode == 0
+    ok = cli("check", "--baseline", "steady", "--dir", str(base), str(run("b", "20ms", "5ms")))
     assert ok.returncode == 0 and "RESULT: PASS" in ok.stdout, ok.stdout[-2000:] + ok.stderr[-1000:]
-    slow = run_cli("check", "--baseline", "steady", "--dir", str(base), str(run("c", "60ms", "15ms")))
+    slow = cli("check", "--baseline", "steady", "--dir", str(base), str(run("c", "60ms", "15ms")))
     assert slow.returncode == 1 and "REGRESSION fake" in slow.stdout, slow.stdout[-2000:] + slow.stderr[-1000:]
