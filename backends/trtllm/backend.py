@@ -12,7 +12,6 @@ and the machinery around them runs for real against local test images and vLLM's
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import tempfile
 import time
 from pathlib import Path
@@ -185,7 +184,7 @@ class TrtllmBackend(HttpStreamBackend):
         d.extra.update({"artifact": self._artifact, "timings_s": self._timings, "not_executed_note": NOT_RUN,
                         "container": self._container.describe() if self._container else None})
         if self.plan:
-            d = dataclasses.replace(d, version=self.plan.version)
+            d = d.model_copy(update={"version": self.plan.version})
         return d
 
 

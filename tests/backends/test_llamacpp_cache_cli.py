@@ -20,23 +20,29 @@ RUN = ("--backends", "llamacpp", *TINY_SPEC_ARGS, "--num-requests", "2", "--conc
        "--output-len", "8", "--warmup", "0", "--quality", "off")
 
 
-@pytest.fixture(scope="module")
-def two_runs(tiny_model, tmp_path_factory):
-    """An empty engine cache beside the machine's (the prebuilt llama-server, the converter source)
-    and two `compare run`s started at once that both need its GGUF: ONE pair per module, since the
-    entry they leave is also the one the damage test cuts short (one conversion and one run fewer)."""
+def empty_engine_cache(tmp: Path) -> tuple[Path, dict[str, str]]:
+    """An empty engine cache under TMP beside the machine's (the prebuilt llama-server, the converter
+    source linked in), and the environment that points `compare` at it."""
     from backends.llamacpp.build import server_binary
     from backends.models.engine_cache import EngineCache
 
     server, _ = server_binary()
     main = EngineCache().root
-    tmp = tmp_path_factory.mktemp("gguf-cache")
     root = tmp / "engines"
     root.mkdir()
     for d in (".src", ".downloads"):
         if (main / d).exists():
             os.symlink(main / d, root / d)
-    env = {"LLM_COMPARE_ENGINE_CACHE": str(root), "LLM_COMPARE_LLAMA_SERVER": str(server)}
+    return root, {"LLM_COMPARE_ENGINE_CACHE": str(root), "LLM_COMPARE_LLAMA_SERVER": str(server)}
+
+
+@pytest.fixture(scope="module")
+def two_runs(tiny_model, tmp_path_factory):
+    """An empty engine cache beside the machine's (the prebuilt llama-server, the converter source)
+    and two `compare run`s started at once that both need its GGUF: ONE pair per module, since the
+    entry they leave is also the one the damage test cuts short (one conversion and one run fewer)."""
+    tmp = tmp_path_factory.mktemp("gguf-cache")
+    root, env = empty_engine_cache(tmp)
     procs = [subprocess.Popen([str(VENV_BIN / "compare"), "run", *RUN, "--model", str(tiny_model),
                                "--out", str(tmp / "o"), "--run-id", rid], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env={**os.environ, **env})

@@ -22,10 +22,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.backends.test_llamacpp_cache_cli import RUN, _gguf_entries, fresh_cache  # noqa: F401 (a fixture)
+from tests.backends.test_llamacpp_cache_cli import RUN, _gguf_entries, empty_engine_cache
 from tests.conftest import VENV_BIN
 
 pytestmark = pytest.mark.engine
+
+
+@pytest.fixture
+def fresh_cache(tmp_path):
+    return empty_engine_cache(tmp_path)
 
 
 def _start(tiny_model: Path, out: Path, rid: str, env: dict[str, str]) -> subprocess.Popen:
