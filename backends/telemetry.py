@@ -82,6 +82,7 @@ class _Proc:
     top_thread_pct: list[float] = field(default_factory=list)
     loop_pct: list[float] = field(default_factory=list)  # the client's event-loop thread
     threads: int = 0
+    last_loop: float | None = None  # the loop thread's CPU clock (our own process only)
 
 
 def _thread_times(p: Any) -> dict[int, float]:
@@ -92,12 +93,17 @@ class ProcessSampler:
     """CPU use of a process tree (ours, plus extra roots such as a container's main pid)."""
 
     def __init__(self, root_pid: int | None = None, loop_tid: int | None = None,
-                 extra_roots: dict[int, str] | None = None) -> None:
+                 extra_roots: dict[int, str] | None = None, loop_clock: int | None = None) -> None:
         import psutil
 
         self._psutil = psutil
         self.root_pid = root_pid or os.getpid()
         self.loop_tid = loop_tid
+        # the loop thread's CPU clock (time.pthread_getcpuclockid): read with the process's own CPU
+        # clock and the wall stamp in one GIL-held step, so the thread can never show more CPU in an
+        # interval than its process (/proc reads release the GIL between files, and a busy loop
+        # thread then runs between the process's read and its threads')
+        self.loop_clock = loop_clock
         self.extra_roots = extra_roots or {}  # pid -> role prefix
         self._procs: dict[tuple[int, float], _Proc] = {}
         self._cached: list[tuple[Any, str | None]] = []
@@ -145,11 +151,17 @@ class ProcessSampler:
                         role = "client" if p.pid == os.getpid() else role_of(cmd, p.name(), _parent_cmdline(p))
                         if prefix is not None:
                             role = "container" if p.pid in self.extra_roots else f"container: {role}"
-                        self._procs[key] = _Proc(p.pid, role, (cmd.split() or ["?"])[0][:60], p, cpu, now, tt,
-                                                 last_threads_t=tt_t, threads=nthreads)
+                        own = self._own_clocks() if p.pid == os.getpid() else None
+                        self._procs[key] = _Proc(p.pid, role, (cmd.split() or ["?"])[0][:60], p,
+                                                 own[1] if own else cpu, own[0] if own else now, tt,
+                                                 last_threads_t=tt_t, threads=nthreads,
+                                                 last_loop=own[2] if own else None)
                         continue
             except ps.Error:  # it ended between the listing and the read
                 continue
+            own = self._own_clocks() if p.pid == os.getpid() else None
+            if own is not None:
+                now, cpu = own[0], own[1]
             dt, dtt = now - rec.last_t, tt_t - rec.last_threads_t
             if dt <= 0 or dtt <= 0:
                 continue
@@ -157,10 +169,24 @@ class ProcessSampler:
             # a thread born since the last tick spent all its time within this interval
             per = {tid: 100.0 * (t - rec.last_threads.get(tid, 0.0)) / dtt for tid, t in tt.items()}
             rec.top_thread_pct.append(max(per.values(), default=0.0))
-            if self.loop_tid is not None and rec.role == "client" and self.loop_tid in per:
+            if own is not None and rec.last_loop is not None:
+                rec.loop_pct.append(100.0 * (own[2] - rec.last_loop) / dt)
+                rec.last_loop = own[2]
+            elif self.loop_tid is not None and rec.role == "client" and self.loop_tid in per:
                 rec.loop_pct.append(per[self.loop_tid])
             rec.last_cpu, rec.last_t, rec.last_threads, rec.last_threads_t = cpu, now, tt, tt_t
             rec.threads = max(rec.threads, nthreads)
+
+    def _own_clocks(self) -> tuple[float, float, float] | None:
+        """(wall, process CPU, loop thread CPU) of this process, read back to back without
+        releasing the GIL; None where the loop thread's clock is unknown or gone."""
+        if self.loop_clock is None:
+            return None
+        try:
+            now = time.monotonic()
+            return now, time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID), time.clock_gettime(self.loop_clock)
+        except OSError:
+            return None
 
     def summary(self) -> list[dict[str, Any]]:
         out = []
@@ -210,7 +236,8 @@ class LevelTelemetry:
         self.interval_s = interval_s or float(os.environ.get("LLM_COMPARE_TELEMETRY_INTERVAL_S") or INTERVAL_S)
         roots, self.not_sampled = container_roots(backend) if backend is not None else ({}, [])
         # the thread entering the context runs the event loop whose saturation we look for
-        self.cpu = ProcessSampler(root_pid, loop_tid=threading.get_native_id(), extra_roots=roots)
+        self.cpu = ProcessSampler(root_pid, loop_tid=threading.get_native_id(), extra_roots=roots,
+                                  loop_clock=time.pthread_getcpuclockid(threading.get_ident()))
         self.gpu = gpu if gpu is not None else NvmlSampler()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
