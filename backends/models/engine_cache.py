@@ -32,12 +32,12 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from containers.watchdog import pid_alive
+from containers.watchdog import pid_alive, terminate
 from core.errors import BackendStartError
 from core.errors import UserError
 from core.fsutil import write_json_atomic
@@ -193,13 +193,7 @@ def run_step(argv: list[str], stop: threading.Event | None = None, tick: Callabl
                 procs = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
             except psutil.NoSuchProcess:
                 procs = []
-            for q in procs:
-                with suppress(psutil.Error):
-                    q.terminate()
-            _, left = psutil.wait_procs(procs, timeout=10)
-            for q in left:
-                with suppress(psutil.Error):
-                    q.kill()
+            terminate(procs, grace_s=10)
             p.wait()
             raise BuildStopped(f"{os.path.basename(argv[0])} was stopped after {time.monotonic() - t0:.0f} s "
                                f"because the run was stopped")

@@ -26,11 +26,11 @@ class RunConfig(Protocol):
 
 
 def level_summary(cfg: RunConfig, records: list[RequestRecord], wall_ns: int,
-                  lag: dict[str, float] | float) -> LevelSummary:
-    """The statistics of ``records`` over ``wall_ns`` and the client's loop lag: the core of every row."""
+                  lag: dict[str, float]) -> LevelSummary:
+    """The statistics of ``records`` over ``wall_ns`` and the client's loop lag (its max and p99):
+    the core of every row."""
     from compare.analysis.client_health import judge_summary
 
-    lag = {"max": lag} if isinstance(lag, (int, float)) else lag
     return evolve(summarize(records, wall_ns, cfg.slo), loop_lag_ms=dict(lag) if lag else {"max": 0.0},
                   client_lagged=judge_summary(lag, cfg.lag_threshold_ms))
 

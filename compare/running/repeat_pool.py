@@ -11,8 +11,6 @@ from core.records import RequestRecord
 from core.results import LevelSummary
 from core.results.evolve import evolve
 
-__all__ = ["RepeatPool", "RunConfig", "level_summary"]
-
 
 class RepeatPool:
     """Records and wall time of every repeat so far, per (backend, level): the pooled summary."""
