@@ -8,7 +8,7 @@ import socket
 import time
 from typing import Any
 
-from backends.http.rxstamp import _ANC, SO_TIMESTAMPNS, ReadCounts, StampedSocket
+from backends.http.rxstamp import ANC_SPACE, SO_TIMESTAMPNS, ReadCounts, StampedSocket
 
 # Linux stamps received packets only while some socket of the machine asks for stamps, and turns
 # that on LATER than the setsockopt that asks (net_enable_timestamp defers it to a kernel work item;
@@ -44,7 +44,7 @@ def hold_stamping_on() -> bool:
             try:
                 while not _stamping and time.monotonic() < deadline:
                     peer.sendall(b".")
-                    _stamping = bool(c.recvmsg(1, _ANC)[1])
+                    _stamping = bool(c.recvmsg(1, ANC_SPACE)[1])
                     if not _stamping:
                         time.sleep(0.001)
             except OSError:

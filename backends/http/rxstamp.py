@@ -50,7 +50,7 @@ _time_ns = time.time_ns
 # SO_TIMESTAMPNS: not exported by Python's socket module; 35 on Linux (asm-generic/socket.h, 64-bit)
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
 _TS = struct.Struct("@qq")  # struct timespec (64-bit time_t)
-_ANC = socket.CMSG_SPACE(_TS.size) if hasattr(socket, "CMSG_SPACE") else 0
+ANC_SPACE = socket.CMSG_SPACE(_TS.size) if hasattr(socket, "CMSG_SPACE") else 0
 READ_BYTES = 64 * 1024  # per recvmsg (256 KiB went through mmap/munmap: ~16 us per read)
 
 CLOCK_ENV = "LLM_COMPARE_RX_CLOCK"  # auto (kernel stamps where available) | user
@@ -79,7 +79,7 @@ def kernel_stamps() -> bool:
         return False
     if _supported is None:
         _supported = False
-        if SO_TIMESTAMPNS is not None and _ANC and _TS.size == 16 and hasattr(socket.socket, "recvmsg"):
+        if SO_TIMESTAMPNS is not None and ANC_SPACE and _TS.size == 16 and hasattr(socket.socket, "recvmsg"):
             try:
                 with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                     s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
@@ -281,7 +281,7 @@ class StampedSocket:
 
     def _read(self) -> None:
         try:
-            n, anc, _, _ = self.sock.recvmsg_into(_RBUFS, _ANC)
+            n, anc, _, _ = self.sock.recvmsg_into(_RBUFS, ANC_SPACE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as e:

@@ -206,7 +206,7 @@ def test_bad_clock_setting_is_refused(monkeypatch):
 
 _FIRST_READ = """
 import socket, sys
-from backends.http.rxstamp import SO_TIMESTAMPNS, _ANC
+from backends.http.rxstamp import SO_TIMESTAMPNS, ANC_SPACE
 from backends.http.transport import StreamingTransport
 
 StreamingTransport()
@@ -215,7 +215,7 @@ with socket.create_server(("127.0.0.1", 0)) as ls:
     c.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     peer, _ = ls.accept()
     peer.sendall(b"x")
-    print(len(c.recvmsg(1, _ANC)[1]))
+    print(len(c.recvmsg(1, ANC_SPACE)[1]))
 """
 
 
