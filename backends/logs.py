@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
 LOG_DIR = "logs"
+# per process, as the fds they duplicate are: this process's fd 1 and 2 as they were at first use
 _TERMINALS: dict[int, TextIO] = {}
 _LOGGING_FILE: TextIO | None = None  # where vLLM's Python logging points after the last capture
 _ACTIVE: list[Path] = []  # the capture in force (fds are process-wide, so one at a time)
@@ -46,6 +47,18 @@ def terminal(fd: int = 1) -> TextIO:
         _TERMINALS[fd] = os.fdopen(os.dup(fd), "w", buffering=1, encoding=getattr(stream, "encoding", None)
                                    or "utf-8", errors="replace")
     return _TERMINALS[fd]
+
+
+@contextmanager
+def terminals_to(out: TextIO, err: TextIO) -> Iterator[None]:
+    """:func:`terminal` answers ``out``/``err`` for fd 1/2 meanwhile (``compare`` run in-process with
+    its console captured); the duplicates taken before come back afterwards, none is taken here."""
+    global _TERMINALS
+    saved, _TERMINALS = _TERMINALS, {1: out, 2: err}
+    try:
+        yield
+    finally:
+        _TERMINALS = saved
 
 
 def tail(path: Path | None, lines: int = 8, max_bytes: int = 16384) -> list[str]:

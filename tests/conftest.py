@@ -202,11 +202,10 @@ def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) 
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     # `compare run` writes its console to logs.terminal(), a per-process duplicate of fd 1/2 taken on
     # first use: here the captured streams (and no duplicate of whatever fd 1 is in this test is kept)
-    saved_terminals, logs._TERMINALS = logs._TERMINALS, {1: out, 2: err}
     try:
         os.environ.update(env or {})
         os.chdir(cwd or ROOT)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with logs.terminals_to(out, err), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 rc = main(list(args))
             except SystemExit as e:
@@ -217,7 +216,6 @@ def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) 
                 traceback.print_exc()
                 rc = 1
     finally:
-        logs._TERMINALS = saved_terminals
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
