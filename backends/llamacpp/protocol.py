@@ -47,6 +47,20 @@ def completion_payload(req: GenerationRequest, model: str = "") -> dict[str, Any
     return p
 
 
+def unary_payload(req: GenerationRequest, model: str = "") -> dict[str, Any]:
+    """The same request, not streamed: llama-server then answers once, and that answer's ``tokens``
+    are every sampled id (server-context.cpp ``send_final_response``: ``slot.generated_tokens``),
+    including a token whose text ends inside a UTF-8 character, which the stream never sends."""
+    return {**completion_payload(req, model), "stream": False}
+
+
+def unary_token_ids(body: Any) -> tuple[int, ...]:
+    """The ``tokens`` of a non-streamed /completion answer (BadEvent when it has none)."""
+    if not isinstance(body, dict) or body.get("tokens") is None:
+        raise BadEvent("a /completion answer without 'tokens' (return_tokens)")
+    return int_ids(body["tokens"], "tokens")
+
+
 def timing_metrics(t: dict[str, Any]) -> dict[str, float]:
     """llama-server's per-request ``timings`` -> engine_metrics (seconds, token counts)."""
     out: dict[str, float] = {}

@@ -35,9 +35,10 @@ from adapters.llamacpp import LlamaCppPlan, llamacpp_plan
 from adapters.spec import ServingSpec
 from backends.http_backends import HttpStreamBackend
 from backends.llamacpp import CAPS
-from backends.llamacpp.protocol import COMPLETION
+from backends.llamacpp.protocol import COMPLETION, unary_payload, unary_token_ids
+from core.errors import BackendRequestError, FailureKind
 from core.quant_report import QuantReport
-from core.records import BackendDescription, Capabilities
+from core.records import BackendDescription, Capabilities, GenerationRequest
 
 HOST = "127.0.0.1"
 # llama.cpp's file-type name (``/props`` model_ftype) -> (neutral dtype, quantization method)
@@ -220,6 +221,29 @@ class LlamaCppBackend(HttpStreamBackend):
         self._version = str(self._props.get("build_info") or "unknown")
         self._info = {k: v for k, v in self._props.items() if isinstance(v, (str, int, float, bool))
                       and k not in ("chat_template",)}
+
+    # A quality probe needs every generated id, and the stream leaves out each token whose text ends
+    # inside a UTF-8 character (its id is unknown, -1, there): a byte-level vocabulary samples such
+    # tokens often. So probes are one non-streamed /completion each, whose answer lists them all.
+    unary_quality_probes = True
+
+    async def generate_once(self, req: GenerationRequest) -> dict[str, Any]:
+        """One quality probe, not streamed (no timing is taken from it): every sampled token id."""
+        from backends.http.protocol import BadEvent
+
+        if self._client is None:
+            raise BackendRequestError(FailureKind.CONNECT, f"{self.name} is not started")
+        r = await self._client.post(COMPLETION.path, json=unary_payload(self._adapt(req), self.model or ""),
+                                    timeout=httpx.Timeout(10.0, read=None))
+        if r.status_code != 200:
+            raise BackendRequestError(FailureKind.HTTP_4XX if r.status_code < 500 else FailureKind.HTTP_5XX,
+                                      f"{self.name} /completion answered {r.status_code}: {r.text[:200]}",
+                                      status=r.status_code)
+        try:
+            ids = unary_token_ids(r.json())
+        except (ValueError, BadEvent) as e:
+            raise BackendRequestError(FailureKind.PROTOCOL, f"{self.name} /completion: {e}") from None
+        return {"token_ids": list(ids), "logprobs": [None] * len(ids), "top": []}
 
     # streams go through HttpStreamBackend.stream with COMPLETION's per-stream parser; its timings
     # (the parser's engine_metrics) are each request's and, summed here, the level's

@@ -78,6 +78,11 @@ async def collect(name: str, backend: Any, spec: ServingSpec, requests: list[Gen
                              for req in accuracy_requests(tok, opts)])
     except Exception as e:
         return Quality(status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}"), None
+    unknown = sum(1 for s in samples for t in s["tokens"] if t < 0)
+    if unknown:  # an id the stream did not carry (-1): teacher forcing needs every one
+        return Quality(status="failed", reason=f"{unknown} of the probes' generated tokens came without their id "
+                                               f"from {name}'s stream, so they cannot be compared with the "
+                                               f"reference"), None
     return (Quality(status="pending", reason="scored against the reference once every engine has stopped"),
             Probed(name, ref_model, probes, samples, top_k, answers))
 

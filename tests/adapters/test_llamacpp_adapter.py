@@ -150,6 +150,24 @@ def test_completion_payload_and_events():
     assert isinstance(err[0], Error) and err[0].message == "bad"
 
 
+def test_quality_probes_are_one_unstreamed_request_carrying_every_id():
+    """The stream leaves held tokens' ids unknown (-1 above); a quality probe needs them, so it is
+    the same request not streamed, whose one answer lists every sampled id."""
+    import pytest as _pt
+
+    from backends.http.protocol import BadEvent
+    from backends.llamacpp.protocol import unary_payload, unary_token_ids
+    from backends.llamacpp.server import LlamaCppBackend
+
+    req = GenerationRequest("r", max_tokens=3, prompt_token_ids=(1, 2), ignore_eos=True)
+    assert unary_payload(req) == {**completion_payload(req), "stream": False}
+    assert unary_token_ids({"content": "aé", "tokens": [17, 200, 18], "stop": True}) == (17, 200, 18)
+    for bad in ({"content": "a"}, {"tokens": None}, {"tokens": [1, "2"]}, [1, 2]):
+        with _pt.raises(BadEvent):
+            unary_token_ids(bad)
+    assert LlamaCppBackend.unary_quality_probes is True
+
+
 def test_loaded_type_from_what_the_server_reports():
     rep = loaded_report({"model_ftype": "Q8_0"}, {"size": 1_200_000, "n_params": 1_100_000}, {"f32": 9, "q8_0": 28})
     assert rep.method == "Q8_0" and rep.dtype == "float32" and rep.bits_per_weight == pytest.approx(8.727, abs=1e-3)

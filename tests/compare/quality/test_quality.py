@@ -174,3 +174,28 @@ def test_reference_size_is_read_from_the_safetensors_headers(tiny_model):
     assert n == sum(p.numel() for p in m.parameters())
     assert reference_bytes(str(tiny_model)) > 4 * n
     assert parameter_count(tiny_model / "no-such-dir") is None
+
+
+def test_probes_with_ids_the_stream_left_out_fail_with_a_reason_not_an_index_error(tiny_model):
+    """A stream that sends some tokens without their id (-1: llama-server's held UTF-8 tokens,
+    a text-only OpenAI stream) cannot be teacher-forced: quality fails at collection, naming why,
+    instead of the reference later raising IndexError on the id. A protocol double (a stream
+    of fixed events), not an engine: the real llama.cpp probes are unary and carry every id
+    (tests/compare/running/test_llamacpp_e2e.py)."""
+    from compare.quality.deferred import collect
+    from core.records import Capabilities, StreamEnd
+
+    class LeavesIdsOut:  # test double: only the stream shape matters here
+        name = "partial"
+        unary_quality_probes = False
+        capabilities = Capabilities(logprobs=False)
+
+        async def stream(self, req, ctx=None):
+            yield TokenEvent(1, (5, -1, 7))
+            yield StreamEnd(2, "length")
+
+    spec = ServingSpec(model=str(tiny_model), dtype="bfloat16")
+    req = GenerationRequest("a", 3, prompt_token_ids=(1, 2, 3))
+    now, probed = asyncio.run(collect("partial", LeavesIdsOut(), spec, [req], QualityOptions(mode="on"), 10))
+    assert probed is None and now.status == "failed"
+    assert "1 of the probes' generated tokens came without their id from partial's stream" in now.reason
