@@ -5,7 +5,8 @@ nothing half-published in the engine cache, no process left, the run directory s
 happened, and the next `compare run` prepares again.
 
 The GGUF conversion of the tiny model is short (seconds), so it is stopped while its converter
-process runs, and the next run converts again and completes. llama.cpp's build takes tens of
+process runs, three times in a row (one way each), and each next run converts again; the run after
+the third completes. llama.cpp's build takes tens of
 minutes on a small machine: it is stopped in its configure step and in its compile step (each
 reached in seconds), and the next run is shown to resume the work directory (its compile step
 has fewer steps left), not to finish the build."""
@@ -91,11 +92,10 @@ def _status(run_dir: Path) -> tuple[str, str | None]:
     return run["status"], b.get("error")
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "sigkill", "sigterm"])
-def test_a_run_stopped_while_converting_the_gguf(tiny_model, tmp_path, fresh_cache, how):
-    root, env = fresh_cache
-    out = tmp_path / "o"
-    p = _start(tiny_model, out, "a", env)
+def _stop_converting(tiny_model: Path, out: Path, rid: str, root: Path, env: dict[str, str], how: str) -> None:
+    """Start a run into the engine cache ``root`` (no GGUF yet), stop it ``how`` while its converter
+    runs, and check what it left: no entry, no process, the run directory says what happened."""
+    p = _start(tiny_model, out, rid, env)
     try:
         _wait_for(p, lambda: _children(p, "backends.llamacpp.convert_main"), "the GGUF converter started", 600)
         time.sleep(0.3)  # (it is under way: importing, reading the checkpoint)
@@ -106,33 +106,45 @@ def test_a_run_stopped_while_converting_the_gguf(tiny_model, tmp_path, fresh_cac
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
-    log = (out / "a" / "logs" / "llamacpp.log").read_text()
-    assert "to GGUF f32" in log and "GGUF f32 written" not in log, log  # stopped mid-conversion
+    log = (out / rid / "logs" / "llamacpp.log").read_text()
+    assert "to GGUF f32" in log and "GGUF f32 written" not in log, (how, log)  # stopped mid-conversion
     assert "Traceback" not in said, said[-2000:]
-    assert not _gguf_entries(root), "a GGUF was published by a stopped run"
+    assert not _gguf_entries(root), f"a GGUF was published by a run stopped by {how}"
     assert not _left(root), _left(root)
     assert not converter.is_running() or converter.status() == psutil.STATUS_ZOMBIE
     if how == "sigkill":
         assert p.returncode == -signal.SIGKILL
-        assert _status(out / "a")[0] == "running"  # recorded as killed by the next command (below)
+        assert _status(out / rid)[0] == "running"  # recorded as killed by the next command (below)
     else:
         assert p.returncode == {"ctrl-c": 130, "sigterm": 143}[how], said[-2000:]
-        assert took < 30, f"the stop waited {took:.0f} s (for the conversion to end?)"
-        status, error = _status(out / "a")
-        assert status == "interrupted" and "before its levels ran" in (error or ""), (status, error)
-        # the step was ended and its temp dir dropped at once, by the stopping run itself
-        assert not [d for d in (root / ".tmp").glob("*") if d.is_dir()]
+        assert took < 30, f"the stop ({how}) waited {took:.0f} s (for the conversion to end?)"
+        status, error = _status(out / rid)
+        assert status == "interrupted" and "before its levels ran" in (error or ""), (how, status, error)
+        # the step was ended and its temp dir dropped at once, by the stopping run itself; the one a
+        # killed converter left (the SIGKILL run before) was swept by this run before it converted
+        assert not [d for d in (root / ".tmp").glob("*") if d.is_dir()], how
+
+
+def test_a_run_stopped_while_converting_the_gguf(tiny_model, tmp_path, fresh_cache):
+    """SIGKILL of the group, then Ctrl-C, then `kill PID`, each while the converter runs, each run
+    after the last one's stop: every next run converts again (nothing usable was left), and the
+    last one completes with ONE entry (one completing run for the three stops)."""
+    root, env = fresh_cache
+    out = tmp_path / "o"
+    _stop_converting(tiny_model, out, "a", root, env, "sigkill")
+    _stop_converting(tiny_model, out, "b", root, env, "ctrl-c")
+    assert _status(out / "a")[0] == "killed"  # the next run in that results root recorded it
+    _stop_converting(tiny_model, out, "c", root, env, "sigterm")
 
     r = subprocess.run([str(VENV_BIN / "compare"), "run", *RUN, "--model", str(tiny_model), "--out", str(out),
-                        "--run-id", "b"], capture_output=True, text=True, env={**os.environ, **env}, timeout=900)
+                        "--run-id", "d"], capture_output=True, text=True, env={**os.environ, **env}, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
-    log_b = (out / "b" / "logs" / "llamacpp.log").read_text()
-    assert "to GGUF f32" in log_b and "GGUF f32 written" in log_b, log_b[-2000:]  # converted again
-    assert _status(out / "b")[0] == "complete"
+    log_d = (out / "d" / "logs" / "llamacpp.log").read_text()
+    assert "to GGUF f32" in log_d and "GGUF f32 written" in log_d, log_d[-2000:]  # converted again
+    assert _status(out / "d")[0] == "complete"
     assert len(_gguf_entries(root)) == 1
-    assert not [d for d in (root / ".tmp").glob("*") if d.is_dir()]  # a killed converter's temp dir is swept
-    if how == "sigkill":
-        assert _status(out / "a")[0] == "killed"
+    assert not [d for d in (root / ".tmp").glob("*") if d.is_dir()]
+    assert [_status(out / rid)[0] for rid in "abc"] == ["killed", "interrupted", "interrupted"]
     assert not _left(root), _left(root)
 
 
