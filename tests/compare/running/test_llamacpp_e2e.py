@@ -14,14 +14,20 @@ from tests.conftest import TINY_SPEC_ARGS, run_cli
 pytestmark = pytest.mark.engine
 
 
-@pytest.mark.parametrize("scheme, method, qtype", [("gguf-q8_0", "Q8_0", "q8_0"), ("gguf-q4_k_m", "Q4_K_M", None)])
-def test_gguf_quantizations_are_loaded_and_verified(tiny_model, tmp_path, scheme, method, qtype):
+@pytest.fixture(scope="module")
+def quant_run(tiny_model, tmp_path_factory) -> dict:
+    """Both schemes in ONE run (``--vary quantization=...``: a column each, one quality reference)."""
+    out = tmp_path_factory.mktemp("gguf-quant")
     r = run_cli("run", "--backends", "llamacpp", "--model", str(tiny_model), *TINY_SPEC_ARGS,
-                "--quantization", scheme, "--num-requests", "4", "--concurrency", "2", "--input-len", "16",
-                "--output-len", "8", "--out", str(tmp_path), "--run-id", "q")
+                "--vary", "quantization=gguf-q8_0,gguf-q4_k_m", "--num-requests", "4", "--concurrency", "2",
+                "--input-len", "16", "--output-len", "8", "--out", str(out), "--run-id", "q")
     assert r.returncode == 0, r.stderr[-2000:]
-    run = json.loads((tmp_path / "q" / "run.json").read_text())
-    b = run["backends"]["llamacpp"]
+    return json.loads((out / "q" / "run.json").read_text())
+
+
+@pytest.mark.parametrize("scheme, method, qtype", [("gguf-q8_0", "Q8_0", "q8_0"), ("gguf-q4_k_m", "Q4_K_M", None)])
+def test_gguf_quantizations_are_loaded_and_verified(quant_run, scheme, method, qtype):
+    b = quant_run["backends"][f"llamacpp[quantization={scheme}]"]
     q = b["describe"]["extra"]["quantization"]
     assert q["method"] == method and q["bits_per_weight"] < 16, q
     v = b["quant_verification"]

@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from containers.watchdog import tagged
-from tests.conftest import ROOT, TINY_SPEC_ARGS, VENV_BIN, run_cli
+from tests.conftest import ROOT, TINY_SPEC_ARGS, VENV_BIN, cli
 
 pytestmark = [pytest.mark.engine]
 
@@ -137,8 +137,9 @@ def _assert_interrupted(s: Stopped, sig: int, backend: str) -> None:
     assert level["aborted"].startswith(f"interrupted: {len(ok)} of {REQUESTS} requests finished")
     assert level["requests"] == len(s.records) and level["ok"] == len(ok)
     assert level["errors"] == {"cancelled": len(cancelled)}
-    # the report renders the completed part (and says what failed)
-    r = run_cli("report", str(s.dir))
+    # the report renders the completed part (and says what failed); in this process: the report
+    # needs no process of its own, and one `compare` import less per test
+    r = cli("report", str(s.dir))
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"| {backend} | c2 | {len(ok)}/{len(s.records)} |" in r.stdout
     assert "interrupted" in r.stdout and "'cancelled'" in r.stdout
