@@ -65,8 +65,10 @@ WEIGHTS = {
     "test_heldout.py": 39,
     # llama.cpp (built by setup): one shared server start and two signalled runs (SIGKILL, SIGTERM)
     "test_llamacpp.py": 27,
-    "test_llamacpp_cache_cli.py": 24,  # one GGUF conversion pair shared by its two tests, one run after
-    "test_llamacpp_e2e.py": 15,  # two GGUF runs (the four-engine run is test_two_engines_e2e.py)
+    # three runs stopped mid-conversion, then a concurrent pair that converts once, then a damaged entry
+    "test_llamacpp_cache_cli.py": 55,
+    "test_llamacpp_interrupted_cli.py": 13,  # runs stopped during the llama.cpp build (configure, compile)
+    "test_llamacpp_e2e.py": 8,  # Q8_0 and Q4_K_M in one --vary run (the four-engine run is test_two_engines_e2e.py)
     "test_trtllm_pipeline.py": 54,
     "test_trtllm_serve_http.py": 20,
     "test_trtllm_cli.py": 1,

@@ -41,3 +41,7 @@ def test_gguf_quantizations_are_loaded_and_verified(quant_run, scheme, method, q
         assert q["tensor_types"].get("q5_0", 0) > q["tensor_types"].get("q4_k", 0), q
         assert v["valid"] is False and any("4-bit scheme" in p for p in v["problems"]), v
     assert b["levels"]["c2"]["ok"] == 4
+    # scored against the float32 reference (auto: a quantized run): the probes carry every token id,
+    # those the stream leaves out included (llama-server answers them unstreamed)
+    qual = b["quality"]
+    assert qual["status"] == "measured" and qual["tokens"] > 0 and 0 <= qual["token_agreement"] <= 1, qual
