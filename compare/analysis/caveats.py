@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from compare.analysis.client_health import distortion, lag_words
+from compare.analysis.prompt_parity import words as prompt_words
 from compare.analysis.steady import words as steady_words
 from core.results import RunResults, as_run
 
@@ -50,6 +51,7 @@ def caveats(run: RunResults | dict[str, Any]) -> list[str]:
     if lagged:
         out.insert(0, f"client fell behind ({'; '.join(lagged)}): those results are marked invalid, "
                       f"the client, not the engine, may be the bottleneck" + _lag_why(run))
+    out += prompt_words(run.prompt_parity, (run.workload.model_extra or {}).get("prompt_format"))
     for label, lv in (run.length_matched.levels if run.length_matched else {}).items():
         dropped = lv.excluded_failed + lv.excluded_empty
         if dropped:

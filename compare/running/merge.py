@@ -163,7 +163,7 @@ def merge_runs(paths: list[Path], out_root: Path, run_id: str) -> Path:
 
 
 def _write(inputs: list[Input], staging: Path, run_id: str) -> Path:
-    from compare.analysis.length_match import attach
+    from compare.analysis import length_match, prompt_parity
     from compare.running.runner import RepeatPool, RunConfig
 
     first = inputs[0]
@@ -205,7 +205,8 @@ def _write(inputs: list[Input], staging: Path, run_id: str) -> Path:
             writer.set_backend(name, _column(cfg, pool, name, col, labels, repeats))
         shutil.copyfile(first.path / "workload.jsonl", writer.dir / "workload.jsonl")  # the exact bytes
         _logs(inputs, writer.dir)
-        attach(writer, writer.dir)  # '@k' rows when some backend could not force lengths (as `compare run`)
+        length_match.attach(writer, writer.dir)  # '@k' rows when some backend could not force lengths (as `compare run`)
+        prompt_parity.attach(writer, writer.dir)
     except BaseException as e:
         writer.finish("failed", f"{type(e).__name__}: {e}")
         raise

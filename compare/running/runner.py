@@ -153,9 +153,10 @@ async def run(cfg: RunConfig, progress: Progress | None = None,
         unscored(writer, pending, "the run failed before the reference scored it")
         writer.finish("failed", f"{type(e).__name__}: {e}")
         raise
-    from compare.analysis.length_match import attach  # '@k' rows when some backend could not force lengths
+    from compare.analysis import length_match, prompt_parity
 
-    attach(writer, writer.dir)
+    length_match.attach(writer, writer.dir)  # '@k' rows when some backend could not force lengths
+    prompt_parity.attach(writer, writer.dir)  # whether every engine saw the same prompt lengths
     if aio.stop_signal() is not None:  # arrived during the last teardown, which was finished
         error = (f"{signal.Signals(aio.stop_signal()).name} arrived during the final teardown; "
                  f"the results are complete")

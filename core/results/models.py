@@ -253,6 +253,23 @@ class LengthMatched(_Closed):
     levels: dict[str, MatchedLevel] = Field(default_factory=dict)
 
 
+class PromptDiff(_Closed):
+    """One backend's prompt lengths (as its engine counted them) against the other backends'."""
+
+    compared: int  # requests that this and at least one other backend counted
+    differing: int  # of those, where its count is not the one most backends counted (or none is)
+    min_delta: int | None = None  # its count minus the majority's, where a majority exists
+    max_delta: int | None = None
+
+
+class PromptParity(_Closed):
+    """Whether every backend's engine saw prompts of the same length (compare/analysis/prompt_parity.py)."""
+
+    definition: str
+    requests: int  # requests counted by at least two backends
+    backends: dict[str, PromptDiff] = Field(default_factory=dict)  # those with a differing count only
+
+
 # ---------------------------------------------------------------- the run header
 
 
@@ -360,6 +377,7 @@ class RunResults(_Open):
     gpu_hour_price: float | None = None
     backends: dict[str, BackendResult] = Field(default_factory=dict)
     length_matched: LengthMatched | None = None
+    prompt_parity: PromptParity | None = None  # absent: not checked (one backend, or an older run)
     ray: RayCluster | None = None  # runs with --ray only
     owner: RunOwner | None = None  # the process writing the run (absent in runs written before it was kept)
     merged_from: list[MergedInput] | None = None  # `compare merge`: the runs pooled into this one
