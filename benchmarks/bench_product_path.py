@@ -62,12 +62,11 @@ def _child_run(off: list[str], argv: list[str]) -> None:
     if "records" in off:
         from core.results.io import ResultsWriter
 
-        write, finish, held = ResultsWriter.add_record, ResultsWriter.finish, []
-        ResultsWriter.add_record = lambda self, rec: held.append(rec)  # kept, written once the run ends
+        write, finish, held = ResultsWriter.add_records, ResultsWriter.finish, []
+        ResultsWriter.add_records = lambda self, recs: held.extend(recs)  # kept, written once the run ends
 
         def finish_after_records(self, *a, **k) -> None:
-            for rec in held:
-                write(self, rec)
+            write(self, held)
             held.clear()
             finish(self, *a, **k)
         ResultsWriter.finish = finish_after_records

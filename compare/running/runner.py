@@ -39,6 +39,7 @@ from compare.quality.parity import QualityOptions
 from core.slo import SLO
 from core.records import RequestRecord
 from core.results import LevelSummary, ResultsWriter, new_run_id
+from core.results.io import ResultsWriteError
 from compare.running.entry import BackendEntry
 from compare.running.level_assembly import assemble_interrupted, assemble_level
 from compare.running.repeat_pool import RepeatPool
@@ -297,11 +298,39 @@ async def _run_level(cfg: RunConfig, backend: Backend, level: LoadLevel, writer:
     progress.level_start(backend.name, level, len(requests))
     trim = Trim(level, requests, cfg.workload.seed)  # a time-bounded level's steady state (steady.py)
 
+    pending: list[RequestRecord] = []
+    failed: list[ResultsWriteError] = []  # a failed write, raised once: by the next record or after the level
+
+    def write_pending() -> None:
+        batch = pending[:]
+        pending.clear()
+        try:
+            writer.add_records(batch)
+        except ResultsWriteError as e:
+            failed.append(e)
+
     def on_record(rec: RequestRecord) -> None:
+        # requests.jsonl gets the records that end in one pass of the event loop in one write
+        # (its next pass), not a system call each on the client's core in the middle of the level
+        if failed:
+            raise failed.pop()  # (the writer drops every later record, as it did this one)
         rec = trim(rec)
-        writer.add_record(replace(rec, repeat=rep) if rep else rec)
+        if not pending:
+            loop.call_soon(write_pending)
+        pending.append(replace(rec, repeat=rep) if rep else rec)
         progress.request_done(rec)
 
+    loop = asyncio.get_running_loop()
+    try:
+        return await _send_level(cfg, backend, level, requests, writer, on_record)
+    finally:
+        write_pending()
+        if failed:
+            raise failed.pop()
+
+
+async def _send_level(cfg: RunConfig, backend: Backend, level: LoadLevel, requests: list[GenerationRequest],
+                      writer: ResultsWriter, on_record: Callable[[RequestRecord], None]) -> LevelOutcome:
     max_errors = cfg.max_errors if cfg.max_errors is not None else max(1, len(requests) // 2)
     if is_sessions(requests):  # a session's turns wait on each other's replies: one client process
         from compare.running.sessions import run_session_level

@@ -24,7 +24,7 @@ import time
 import uuid
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from core.errors import RunFailed, UserError
 from core.fsutil import (disk_problem, make_dirs, missing_top, open_user_file, read_user_json, remove_empty_dirs,
@@ -248,16 +248,24 @@ class ResultsWriter:
                             f"disk or pass another --out; nothing was written") from None
 
     def add_record(self, rec: RequestRecord) -> None:
-        if self.error is not None:
+        self.add_records((rec,))
+
+    def add_records(self, recs: Sequence[RequestRecord]) -> None:
+        """Records appended in one system call (the runner's records that ended in one pass of its
+        event loop: one write on the client's core for all of them, not one each). A write that
+        fails part-way keeps the whole lines before it."""
+        if self.error is not None or not recs:
             return
-        line = record_line(rec)
+        data = b"".join(record_line(r) for r in recs)
+        n = 0
         try:
-            n = os.write(self._req, line)
-            while n < len(line):  # a short write (the disk filled mid-line): the rest raises ENOSPC
-                n += os.write(self._req, line[n:])
+            n = os.write(self._req, data)
+            while n < len(data):  # a short write (the disk filled mid-line): the rest raises ENOSPC
+                n += os.write(self._req, data[n:])
         except OSError as e:
+            self._req_size += data.rfind(b"\n", 0, n) + 1  # (the whole lines that made it)
             raise self._fail(REQUESTS, e) from None
-        self._req_size += len(line)
+        self._req_size += len(data)
 
     def write_text(self, relpath: str, text: str) -> None:
         if self.error is not None:

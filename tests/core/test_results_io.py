@@ -194,3 +194,21 @@ def test_archived_results_with_gzipped_records_load_and_render(server, tmp_path)
     assert [x.request_id for x in iter_records(d)] == want and len(want) == 4
     rep = cli("report", str(d))
     assert rep.returncode == 0 and "Traceback" not in rep.stderr, rep.stderr[-2000:]
+
+
+def test_records_appended_together_keep_every_whole_line_when_the_disk_fills_mid_write(small_disk):
+    """The runner appends the records that end in one pass of its event loop in one write: a disk
+    that fills part-way through that write keeps the whole lines before it (none torn, none lost)."""
+    from core.records import RequestRecord
+
+    w = ResultsWriter(small_disk, "batch", {"levels": [], "workload": {}})
+    recs = [RequestRecord(request_id=f"r{i}", backend="b", level="c1", t_sent_ns=i,
+                          event_times_ns=tuple(range(10**18, 10**18 + 300)), event_token_counts=(1,) * 300,
+                          token_ids=tuple(range(300)), t_end_ns=i + 1) for i in range(200)]
+    w.add_records(recs[:2])
+    with pytest.raises(Exception, match="ENOSPC"):
+        w.add_records(recs[2:])
+    w.finish("failed")
+    data = (small_disk / "batch" / "requests.jsonl").read_bytes()
+    assert data.endswith(b"\n") and 2 < data.count(b"\n") < 200  # more than the first write's two
+    assert [r.request_id for r in iter_records(small_disk / "batch")] == [f"r{i}" for i in range(data.count(b"\n"))]
