@@ -4,14 +4,18 @@ The step image is llm-compare/trtllm-double:test: a TEST DOUBLE of TensorRT-LLM'
 (containers/images/trtllm-double/trtllm_double.py) on the local vLLM CPU server image. It accepts
 only flags the real tools define and serves with the real vLLM OpenAI server; it quantizes and
 compiles nothing. The TensorRT-LLM commands themselves are pinned by tests/adapters/test_trtllm_adapter.py.
-Two server starts in total (one per flow).
+One server start in total (the engine flow's); the PyTorch flow's serve container runs until
+trtllm-serve has taken its argv and YAML.
 """
 import asyncio
 import json
 import shutil
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from adapters.spec import ServingSpec
 from core.records import GenerationRequest, TokenEvent
@@ -110,18 +114,46 @@ def test_engine_flow_quantize_build_serve_and_cache(docker_client, tiny_model, t
 
 
 def test_pytorch_flow_modelopt_step_and_config_yaml(docker_client, tiny_model, tmp_path):
+    """The PyTorch flow's own parts: the ModelOpt step, and its serve container (the checkpoint at
+    /work/quantized, every setting in the LlmArgs YAML) taken by trtllm-serve's CLI. Its server is
+    not waited for: starting, streaming and stopping through the double's server is the engine
+    flow's, above, the same code path with other argv."""
+    from adapters.trtllm import LLM_ARGS_FILE
+    from backends.trtllm.backend import _serve_container
+    from backends.trtllm.pipeline import ensure_artifact
+    from containers.manager import ManagedContainer
+
     spec = spec_for(tiny_model, {"version": "1.2.0", "calib_size": 8}, quantization="w4a16-awq",
                     prefix_caching=True, enforce_eager=True)
     b = TrtllmBackend(spec, name="trtllm-e2e-pytorch", cache_dir=str(tmp_path / "cache"), metrics=None)
     assert [s.name for s in b.plan.steps] == ["quantize"]
-    results, desc = serve_and_stream(b, n=1)
-    assert results[0][0] == 6
-    entry = EngineCache(tmp_path / "cache").entries()[0]
+    cache = EngineCache(tmp_path / "cache")
+    entry, hit = ensure_artifact(b.plan, spec.model, cache=cache, client=docker_client, gpus=None,
+                                 backend="trtllm-e2e-pytorch", modelopt_dir=None)
+    assert not hit and cache.entries()[0].path == entry.path
     argv = json.loads((entry.path / "quantized" / "trtllm_double.json").read_text())["argv"]
     assert argv == list(b.plan.steps[0].argv[2:]) and "--kv_cache_qformat" in argv
-    serve_log = desc["extra"]["container"]["logs_tail"]
-    assert "--enable-prefix-caching" in serve_log and "--max-num-seqs 4" in serve_log
-    assert desc["native_config"]["serve"][-2:] == ["--config", "/config/llm_args.yaml"]
+    assert (entry.path / "quantized" / "config.json").is_file()  # what the server loads from /work/quantized
+    serve = b.plan.as_dict()["serve"]
+    assert serve[:2] == ["trtllm-serve", "/work/quantized"] and serve[-2:] == ["--config", "/config/llm_args.yaml"]
+    # the serve container as the backend makes it (its YAML in the run's config dir), until
+    # trtllm-serve has parsed its argv and YAML and says what it serves with
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / Path(LLM_ARGS_FILE).name).write_text(yaml.safe_dump(b.plan.llm_args, sort_keys=False))
+    c = ManagedContainer(_serve_container(spec, b.plan, str(entry.path), str(tmp_path / "config")),
+                         backend="trtllm-e2e-pytorch", client=docker_client)
+    try:
+        c.start()
+        deadline = time.monotonic() + 120
+        while "[double] trtllm-serve " not in (log := c.logs()):
+            assert c.state().get("Status") == "running", log[-2000:]
+            assert time.monotonic() < deadline, log[-2000:]
+            time.sleep(0.2)
+    finally:
+        c.stop(timeout=1)
+    (said,) = [x for x in log.splitlines() if x.startswith("[double] trtllm-serve ")]
+    assert " -> " in said and "--model /work/quantized " in said
+    assert "--enable-prefix-caching" in said and "--max-num-seqs 4" in said and "--max-model-len 512" in said
     assert our_containers(docker_client, "trtllm-e2e-pytorch") == []
 
 
