@@ -44,7 +44,7 @@ WEIGHTS = {
     "shared-runs": 131,
     # vllm-container end to end then killed (one start), the TGI double's image, a server exiting
     # during start
-    "test_containers_e2e.py": 130,
+    "test_containers_e2e.py": 75,
     # five real runs stopped by signals (vLLM x2, vllm-server, hf, openvino); the policy itself runs
     # on the fake engine (test_signals_fake.py: four short runs)
     "test_signals_e2e.py": 171,
@@ -53,6 +53,7 @@ WEIGHTS = {
     # that import vLLM or transformers
     "test_cli_edges.py": 8,
     "test_cli_bad_input.py": 9,
+    "test_bad_input_limits.py": 7,
     # fake-engine orchestration tests (a few short `compare run`s each, no engine start)
     "test_gate_fake.py": 9,
     "test_failures_fake.py": 5,
@@ -69,7 +70,7 @@ WEIGHTS = {
     "test_llamacpp_cache_cli.py": 55,
     "test_llamacpp_interrupted_cli.py": 13,  # runs stopped during the llama.cpp build (configure, compile)
     "test_llamacpp_e2e.py": 8,  # Q8_0 and Q4_K_M in one --vary run (the four-engine run is test_two_engines_e2e.py)
-    "test_trtllm_pipeline.py": 54,
+    "test_trtllm_pipeline.py": 20,
     "test_trtllm_serve_http.py": 20,
     "test_trtllm_cli.py": 1,
     # the TGI double (a vLLM), `vllm serve`, the text-generation client, served-model and
