@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import typing
 
 import pytest
 
@@ -35,7 +36,7 @@ def test_every_option_of_the_model_is_in_argparse_with_its_default_and_help(mode
         default = field.get_default(call_default_factory=True)
         assert a.default == default or (a.default is None and default in (False, None)), name
         kind = field.annotation
-        if "Literal" in str(kind):  # choices come from the type
+        if "Literal" in str(kind) and "says" not in field.json_schema_extra["cli"]:  # choices come from the type
             assert a.choices and all(c in str(kind) for c in a.choices), name
     if model is RunOptions:  # and nothing else: every `compare run` option is the model's
         extra = sorted(d for d in actions if d not in model.model_fields and d not in ("help", "func"))
@@ -57,9 +58,16 @@ def test_the_defaults_parse_into_the_model():
     (["--gpu-hour-price", "-2"], "--gpu-hour-price must be > 0 (price of one accelerator-hour, e.g. 2.5), got -2"),
     (["--workload-seed", "-3"], "--workload-seed -3: a seed is a whole number >= 0"),
     (["--ray-max-clock-error-ms", "0"], "--ray-max-clock-error-ms must be > 0, got 0"),
+    (["--rate", "2", "--arrival", "bursty"], "--arrival 'bursty' is unknown; use one of poisson, constant, gamma"),
 ])
 def test_a_range_violation_is_one_line_exit_2(argv, line, tmp_path):
     p = run_cli("run", "--backends", "fake", *argv, "--out", str(tmp_path / "results"))
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip() == f"error: {line}", p.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_the_arrival_choices_are_the_arrival_processes():
+    from compare.workload.arrivals import ARRIVALS
+    assert typing.get_args(RunOptions.model_fields["arrival"].annotation) == ARRIVALS
+    assert RunOptions.of(build_parser().parse_args(["run", "--arrival", "gamma"])).arrival == "gamma"
