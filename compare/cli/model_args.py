@@ -70,8 +70,10 @@ def add_options(p: argparse.ArgumentParser, model: type[BaseModel], order: tuple
         if cli.get("group"):
             where = groups.get(cli["group"]) or groups.setdefault(cli["group"], p.add_argument_group(cli["group"]))
         kind = _plain(field.annotation)
-        default = field.get_default(call_default_factory=True)
+        default = None if field.is_required() else field.get_default(call_default_factory=True)
         kw: dict[str, Any] = {"dest": name, "help": field.description}
+        if field.is_required():  # a field without a default is a required option
+            kw["required"] = True
         if cli.get("metavar"):
             kw["metavar"] = cli["metavar"]
         if kind is bool:

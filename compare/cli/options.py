@@ -89,7 +89,11 @@ def _pydantic_error(e: ValidationError, what: str, model: Any, file: _YamlFile |
 def spec_from_args(args: argparse.Namespace, default_model: str | None = None,
                    defaults: dict[str, str] | None = None) -> ServingSpec:
     """:func:`build_spec` from a command's parsed options (``tune``, ``plan``, ``quant run``)."""
-    o = SpecOptions.of(args)
+    return spec_of(SpecOptions.of(args), default_model, defaults)
+
+
+def spec_of(o: SpecOptions, default_model: str | None = None, defaults: dict[str, str] | None = None) -> ServingSpec:
+    """:func:`build_spec` from a command's typed spec options."""
     return build_spec(o.spec, o.flags(), o.native, default_model, defaults)
 
 

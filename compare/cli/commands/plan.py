@@ -3,42 +3,53 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import yaml
 
-from compare.cli.defaults import add_backends_option, parse_backends
-from compare.cli.options import add_spec_options, spec_from_args
+from compare.cli.defaults import default_backends, parse_backends
+from compare.cli.model_args import add_options, opt
+from compare.cli.options import spec_of
+from compare.cli.run_options import SPEC, SpecOptions
 
 if TYPE_CHECKING:
     from adapters.target import Machine
 
 
+MACHINE = "the machine the plan is for (default: this one, probed)"
+LOAD = "the load the plan is sized for (as `compare run` takes it)"
+
+
+class PlanOptions(SpecOptions):
+    """``compare plan``'s options: the spec (as `compare run` takes it), the machine and the load."""
+
+    backends: str = opt(help="comma-separated backends (default %(default)s); see `compare backends`",
+                        default_factory=default_backends)
+    format: Literal["yaml", "json"] = opt("yaml")
+    vary: list[str] | None = opt(None, "each backend's native config per value of a spec field, as `compare run "
+                                 "--vary` runs it", metavar="FIELD=V1,V2", append=True)
+    device: Literal["cpu", "cuda"] | None = opt(None, "plan for this kind of device instead of this machine's (e.g. a "
+                                                "GPU box from a laptop)", group=MACHINE)
+    gpu: str | None = opt(None, "with --device cuda: the GPU, e.g. H200, A100, L40S (its compute capability is "
+                          "looked up)", metavar="NAME", group=MACHINE)
+    compute_capability: str | None = opt(None, "with --device cuda: the GPU's compute capability, e.g. 9.0 (a GPU "
+                                         "not in the lookup)", metavar="MAJOR.MINOR", group=MACHINE)
+    cpu_flags: str | None = opt(None, "judge CPU kernels by these /proc/cpuinfo flags (another host's 'flags' line) "
+                                "instead of this machine's", metavar="FLAGS", group=MACHINE)
+    concurrency: str | None = opt(None, "closed-loop levels, e.g. 1,64,256 (default 1,4 when no --rate)", group=LOAD)
+    rate: str | None = opt(None, "open-loop rates in req/s (every request of such a level may be in flight)",
+                           group=LOAD)
+    num_requests: int | None = opt(None, "requests per level (caps closed-loop levels; an open-loop level may have "
+                                   "all in flight)", group=LOAD, gt=0, says="{flag} must be > 0")
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="print each backend's native config for a spec (starts nothing)")
-    add_backends_option(p)
-    add_spec_options(p)
-    p.add_argument("--format", choices=["yaml", "json"], default="yaml")
-    p.add_argument("--vary", action="append", metavar="FIELD=V1,V2",
-                   help="each backend's native config per value of a spec field, as `compare run --vary` runs it")
-    m = p.add_argument_group("the machine the plan is for (default: this one, probed)")
-    m.add_argument("--device", choices=["cpu", "cuda"], default=None,
-                   help="plan for this kind of device instead of this machine's (e.g. a GPU box from a laptop)")
-    m.add_argument("--gpu", default=None, metavar="NAME",
-                   help="with --device cuda: the GPU, e.g. H200, A100, L40S (its compute capability is looked up)")
-    m.add_argument("--compute-capability", default=None, metavar="MAJOR.MINOR",
-                   help="with --device cuda: the GPU's compute capability, e.g. 9.0 (a GPU not in the lookup)")
-    m.add_argument("--cpu-flags", default=None, metavar="FLAGS",
-                   help="judge CPU kernels by these /proc/cpuinfo flags (another host's 'flags' line) instead of this machine's")
-    g = p.add_argument_group("the load the plan is sized for (as `compare run` takes it)")
-    g.add_argument("--concurrency", help="closed-loop levels, e.g. 1,64,256 (default 1,4 when no --rate)")
-    g.add_argument("--rate", help="open-loop rates in req/s (every request of such a level may be in flight)")
-    g.add_argument("--num-requests", type=int, default=None,
-                   help="requests per level (caps closed-loop levels; an open-loop level may have all in flight)")
-    p.set_defaults(func=_plan)
+    add_options(p, PlanOptions, (SPEC, MACHINE, LOAD))  # each option's default, check and help: PlanOptions
+    p.set_defaults(func=lambda args: _plan(PlanOptions.of(args)))
 
 
-def _plan(args: argparse.Namespace) -> int:
+def _plan(args: PlanOptions) -> int:
     from backends.registry import Builder
 
     from compare.cli.defaults import DEFAULT_LEVELS
@@ -51,13 +62,11 @@ def _plan(args: argparse.Namespace) -> int:
     # no --model: the embedded tiny model, probed like any checkpoint where it is built already
     # (adapters that size caches from the model's shape need its config.json)
     tiny = default_tiny_dir()
-    spec = spec_from_args(args, default_model=str(tiny) if (tiny / "config.json").is_file() else "<tiny model>")
+    spec = spec_of(args, default_model=str(tiny) if (tiny / "config.json").is_file() else "<tiny model>")
     try:
         levels = parse_levels(args.concurrency if (args.concurrency or args.rate) else DEFAULT_LEVELS, args.rate)
     except ValueError as e:
         raise UserError(str(e)) from None
-    if args.num_requests is not None and args.num_requests <= 0:
-        raise UserError("--num-requests must be > 0")
     # model and machine probed once; each backend's plan resolved once, sized for the load (TGI)
     machine = _machine(args)
     builder = Builder(offered_load(levels, args.num_requests), machine)
@@ -85,7 +94,7 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _machine(args: argparse.Namespace) -> "Machine | None":
+def _machine(args: PlanOptions) -> "Machine | None":
     """The machine named by --device/--gpu/--compute-capability/--cpu-flags; None: this one (probed)."""
     from adapters.gpus import planned_machine
     from adapters.target import Machine

@@ -17,8 +17,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Literal
 
 from adapters.quant import NEEDS_CALIBRATION, QUANTIZE_SCHEMES
+from compare.cli.model_args import CliModel, add_options, opt
 from core.errors import UserError
 
 # runs under .venv-quant's interpreter as a plain script (it must not import this project)
@@ -26,19 +28,28 @@ ROOT = Path(__file__).resolve().parents[3]
 WORKER = ROOT / "backends" / "models" / "quant_worker.py"
 # what llmcompressor makes here, from the one quantization table (adapters/quant_matrix.py)
 SCHEMES = QUANTIZE_SCHEMES
+_POSITIVE = "--samples and --seq-len must be > 0"
+
+
+class QuantizeOptions(CliModel):
+    """``compare quantize``'s options, typed and range-checked."""
+
+    model: str = opt(..., "unquantized local model directory")
+    scheme: Literal[SCHEMES] = opt(  # type: ignore[valid-type]
+        ..., f"one of {', '.join(SCHEMES)}", says="{flag} {value}: compare quantize makes " + ", ".join(SCHEMES)
+        + " (see `compare quant matrix` for what each backend can run)")
+    out: Path = opt(..., "output directory (must not exist)")
+    calibration: str | None = opt(None, "calibration text for GPTQ: .jsonl of {\"text\": ...} or a plain-text file "
+                                  "of blank-line separated passages")
+    samples: int = opt(64, "calibration samples (GPTQ)", gt=0, says=_POSITIVE)
+    seq_len: int = opt(256, "calibration sequence length (GPTQ)", gt=0, says=_POSITIVE)
+    python: str | None = opt(None, "interpreter with llmcompressor (default .venv-quant)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quantize", help="quantize a local checkpoint with llmcompressor (.venv-quant)")
-    p.add_argument("--model", required=True, help="unquantized local model directory")
-    p.add_argument("--scheme", required=True, help=f"one of {', '.join(SCHEMES)}")
-    p.add_argument("--out", required=True, type=Path, help="output directory (must not exist)")
-    p.add_argument("--calibration", help="calibration text for GPTQ: .jsonl of {\"text\": ...} or a "
-                                         "plain-text file of blank-line separated passages")
-    p.add_argument("--samples", type=int, default=64, help="calibration samples (GPTQ)")
-    p.add_argument("--seq-len", type=int, default=256, help="calibration sequence length (GPTQ)")
-    p.add_argument("--python", default=None, help="interpreter with llmcompressor (default .venv-quant)")
-    p.set_defaults(func=_quantize)
+    add_options(p, QuantizeOptions)  # each option's default, check and help: QuantizeOptions
+    p.set_defaults(func=lambda args: _quantize(QuantizeOptions.of(args)))
 
 
 def source_hash(model: Path) -> str:
@@ -61,13 +72,11 @@ def quant_python(explicit: str | None) -> str:
     return str(py)
 
 
-def validate(args: argparse.Namespace) -> tuple[Path, Path | None]:
+def validate(args: QuantizeOptions) -> tuple[Path, Path | None]:
+    """The checks that read the disk (the scheme and the numbers are the model's)."""
     from adapters.quant import checkpoint_scheme
     from backends.models.probe import probe_model
 
-    if args.scheme not in SCHEMES:
-        raise UserError(f"--scheme {args.scheme}: compare quantize makes {', '.join(SCHEMES)} "
-                        "(see `compare quant matrix` for what each backend can run)")
     model = Path(args.model)
     info = probe_model(str(model))
     if info.config is None:
@@ -94,12 +103,10 @@ def validate(args: argparse.Namespace) -> tuple[Path, Path | None]:
     elif args.calibration:
         raise UserError(f"--scheme {args.scheme} is calibration-free (round-to-nearest / dynamic "
                         "activations); drop --calibration or use --scheme w4a16-gptq")
-    if args.samples <= 0 or args.seq_len <= 0:
-        raise UserError("--samples and --seq-len must be > 0")
     return model, calib
 
 
-def _quantize(args: argparse.Namespace) -> int:
+def _quantize(args: QuantizeOptions) -> int:
     model, calib = validate(args)
     py = quant_python(args.python)
     args.out.parent.mkdir(parents=True, exist_ok=True)

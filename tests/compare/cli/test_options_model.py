@@ -11,7 +11,12 @@ import pytest
 from compare.cli.main import build_parser
 from compare.cli.model_args import flag_of
 from compare.cli.run_options import RunOptions, SpecOptions, VerdictOptions, WorkloadOptions
+from compare.cli.commands.plan import PlanOptions
+from compare.cli.commands.quantize import QuantizeOptions
+from compare.cli.commands.tune import TuneOptions
 from tests.conftest import run_cli
+
+COMMAND_MODELS = (RunOptions, PlanOptions, TuneOptions, QuantizeOptions)
 
 
 def _subparser(command: str, *sub: str) -> argparse.ArgumentParser:
@@ -25,6 +30,7 @@ def _subparser(command: str, *sub: str) -> argparse.ArgumentParser:
 @pytest.mark.parametrize("model, command", [
     (RunOptions, ("run",)), (SpecOptions, ("plan",)), (SpecOptions, ("tune",)), (WorkloadOptions, ("tune",)),
     (SpecOptions, ("quant", "run")), (WorkloadOptions, ("quant", "run")), (VerdictOptions, ("report",)),
+    (PlanOptions, ("plan",)), (TuneOptions, ("tune",)), (QuantizeOptions, ("quantize",)),
 ])
 def test_every_option_of_the_model_is_in_argparse_with_its_default_and_help(model, command):
     actions = {a.dest: a for a in _subparser(*command)._actions}
@@ -33,12 +39,15 @@ def test_every_option_of_the_model_is_in_argparse_with_its_default_and_help(mode
         assert a is not None, f"{' '.join(command)}: {flag_of(model, name)} is not an option"
         assert flag_of(model, name) in a.option_strings
         assert a.help == field.description, name
+        if field.is_required():
+            assert a.required, name
+            continue
         default = field.get_default(call_default_factory=True)
         assert a.default == default or (a.default is None and default in (False, None)), name
         kind = field.annotation
         if "Literal" in str(kind) and "says" not in field.json_schema_extra["cli"]:  # choices come from the type
             assert a.choices and all(c in str(kind) for c in a.choices), name
-    if model is RunOptions:  # and nothing else: every `compare run` option is the model's
+    if model in COMMAND_MODELS:  # and nothing else: every option of the command is the model's
         extra = sorted(d for d in actions if d not in model.model_fields and d not in ("help", "func"))
         assert extra == []
 
@@ -71,3 +80,17 @@ def test_the_arrival_choices_are_the_arrival_processes():
     from compare.workload.arrivals import ARRIVALS
     assert typing.get_args(RunOptions.model_fields["arrival"].annotation) == ARRIVALS
     assert RunOptions.of(build_parser().parse_args(["run", "--arrival", "gamma"])).arrival == "gamma"
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["plan", "--num-requests", "0"], "--num-requests must be > 0"),
+    (["tune", "--slo", "ttft_p95=1s", "--max-probes", "1"], "--repeats must be >= 1 and --max-probes >= 2"),
+    (["tune", "--slo", "ttft_p95=1s", "--tol", "0"], "--start-load and --tol must be > 0"),
+    (["quantize", "--model", "M", "--out", "O", "--scheme", "w4a16", "--seq-len", "0"],
+     "--samples and --seq-len must be > 0"),
+])
+def test_other_commands_refuse_a_range_violation_in_one_line(argv, line, tmp_path):
+    p = run_cli(*argv, "--out", str(tmp_path / "o")) if argv[0] == "tune" else run_cli(*argv)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip() == f"error: {line}", p.stderr
+    assert not (tmp_path / "o").exists()
