@@ -49,7 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: _plan(PlanOptions.of(args)))
 
 
-def _plan(args: PlanOptions) -> int:
+def _plan(o: PlanOptions) -> int:
     from backends.registry import Builder
 
     from compare.cli.defaults import DEFAULT_LEVELS
@@ -62,24 +62,24 @@ def _plan(args: PlanOptions) -> int:
     # no --model: the embedded tiny model, probed like any checkpoint where it is built already
     # (adapters that size caches from the model's shape need its config.json)
     tiny = default_tiny_dir()
-    spec = spec_of(args, default_model=str(tiny) if (tiny / "config.json").is_file() else "<tiny model>")
+    spec = spec_of(o, default_model=str(tiny) if (tiny / "config.json").is_file() else "<tiny model>")
     try:
-        levels = parse_levels(args.concurrency if (args.concurrency or args.rate) else DEFAULT_LEVELS, args.rate)
+        levels = parse_levels(o.concurrency if (o.concurrency or o.rate) else DEFAULT_LEVELS, o.rate)
     except ValueError as e:
         raise UserError(str(e)) from None
     # model and machine probed once; each backend's plan resolved once, sized for the load (TGI)
-    machine = _machine(args)
-    builder = Builder(offered_load(levels, args.num_requests), machine)
-    names = parse_backends(args.backends)
+    machine = _machine(o)
+    builder = Builder(offered_load(levels, o.num_requests), machine)
+    names = parse_backends(o.backends)
     if spec.native:  # unknown vLLM / transformers keys (compare/cli/native_keys.py)
         from compare.cli.native_keys import check_native
 
         check_native(spec.native, spec.model, names)
-    if args.vary:  # the variants `compare run --vary` would run, refused the same way (compare/running/variants.py)
+    if o.vary:  # the variants `compare run --vary` would run, refused the same way (compare/running/variants.py)
         from adapters.variants import parse_axes
         from compare.running.variants import vary
 
-        v = vary(names, lambda _: spec, parse_axes(args.vary), builder.load, machine)
+        v = vary(names, lambda _: spec, parse_axes(o.vary), builder.load, machine)
         plans = {t.name: builder.prepare(t, v.specs[t.name]).plan() for t in v.targets}
     else:
         plans = {name: builder.prepare(name, spec).plan() for name in names}
@@ -87,23 +87,23 @@ def _plan(args: PlanOptions) -> int:
     if machine is not None:  # planned for another machine: say which
         out = {"machine": {k: v for k, v in (("device", machine.device), ("gpu", machine.gpu_name),
                                              ("compute_capability", machine.compute_capability)) if v}, **out}
-    if args.format == "json":
+    if o.format == "json":
         print(json.dumps(out, indent=2, default=str))
     else:
         print(yaml.safe_dump(out, sort_keys=False, default_flow_style=False), end="")
     return 0
 
 
-def _machine(args: PlanOptions) -> "Machine | None":
+def _machine(o: PlanOptions) -> "Machine | None":
     """The machine named by --device/--gpu/--compute-capability/--cpu-flags; None: this one (probed)."""
     from adapters.gpus import planned_machine
     from adapters.target import Machine
 
-    gpu_named = bool(args.gpu or args.compute_capability)
-    if args.device is None and not gpu_named and args.cpu_flags is None:
+    gpu_named = bool(o.gpu or o.compute_capability)
+    if o.device is None and not gpu_named and o.cpu_flags is None:
         return None
-    device = args.device or ("cuda" if gpu_named else "cpu")  # --gpu H200 alone means a GPU box
-    flags = frozenset(args.cpu_flags.split()) if args.cpu_flags is not None else None
+    device = o.device or ("cuda" if gpu_named else "cpu")  # --gpu H200 alone means a GPU box
+    flags = frozenset(o.cpu_flags.split()) if o.cpu_flags is not None else None
     if flags is None and device == "cpu" and not gpu_named:  # this machine's CPU
         from backends.models.probe import probe_machine
 
@@ -112,4 +112,4 @@ def _machine(args: PlanOptions) -> "Machine | None":
                                                          native_cpu_flags=here.native_cpu_flags)
     # another machine (a GPU named beside --device cpu is refused there): its CPU is the flags
     # given, or not known (nothing refused for its instruction sets)
-    return planned_machine(device, args.gpu, args.compute_capability, flags)
+    return planned_machine(device, o.gpu, o.compute_capability, flags)

@@ -64,24 +64,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: _tune(TuneOptions.of(args)))
 
 
-def _validate(args: TuneOptions):
+def _validate(o: TuneOptions):
     from core.slo import SLO
 
-    slo = SLO.parse(args.slo)
+    slo = SLO.parse(o.slo)
     if not slo:
         raise UserError("--slo is empty; give at least one limit, e.g. --slo ttft_p95=2s,tpot_p95=50ms")
     return slo  # the numbers' ranges: TuneOptions
 
 
-def _tune(args: TuneOptions) -> int:
+def _tune(o: TuneOptions) -> int:
     from compare.tuning.space import KnobError, format_grid, parse_knobs, space_for
 
-    slo = _validate(args)
-    backends = [b.strip() for b in args.backend.split(",") if b.strip()]
+    slo = _validate(o)
+    backends = [b.strip() for b in o.backend.split(",") if b.strip()]
     from backends.registry import entry_for
 
-    tiny = tiny_defaults(args.spec_model, args.spec)
-    spec = spec_of(args, defaults=tiny)
+    tiny = tiny_defaults(o.spec_model, o.spec)
+    spec = spec_of(o, defaults=tiny)
     gpu = has_gpu()
     if not gpu and spec.kv_cache_memory_bytes is None and spec.gpu_memory_utilization is None:
         spec = spec.model_copy(update={"kv_cache_memory_bytes": 2**30})  # vLLM on CPU needs a KV size
@@ -91,23 +91,23 @@ def _tune(args: TuneOptions) -> int:
     for b in backends:
         entry_for(b)
         try:
-            grids[b] = parse_knobs(space_for(b), args.knob, spec, gpu)
+            grids[b] = parse_knobs(space_for(b), o.knob, spec, gpu)
         except KnobError as e:
             raise UserError(str(e)) from None
-    workload = build_workload(args, TUNE_WORKLOAD if tiny else None)
+    workload = build_workload(o, TUNE_WORKLOAD if tiny else None)
     from compare.cli.commands.run import _requests
 
     requests = _requests(None, spec, workload)
-    run_id = args.run_id or time.strftime("tune-%Y%m%d-%H%M%S")
-    out_dir = args.out / run_id
+    run_id = o.run_id or time.strftime("tune-%Y%m%d-%H%M%S")
+    out_dir = o.out / run_id
     from core.fsutil import check_dir_option
 
-    check_dir_option(args.out, "--out")
-    if args.cache_dir is not None:
-        check_dir_option(args.cache_dir, "--cache-dir")
+    check_dir_option(o.out, "--out")
+    if o.cache_dir is not None:
+        check_dir_option(o.cache_dir, "--cache-dir")
     if out_dir.exists():
         raise UserError(f"{out_dir} already exists; pick another --run-id")
-    return _execute(args, backends, grids, spec, workload, requests, slo, out_dir, format_grid)
+    return _execute(o, backends, grids, spec, workload, requests, slo, out_dir, format_grid)
 
 
 def _write_tune(out_dir: Path, tune: TuneResults) -> None:
@@ -117,7 +117,7 @@ def _write_tune(out_dir: Path, tune: TuneResults) -> None:
     write_atomic(out_dir / "tune.json", tune_json_text(tune))
 
 
-def _execute(args: TuneOptions, backends, grids, spec, workload, requests, slo, out_dir, format_grid) -> int:
+def _execute(o: TuneOptions, backends, grids, spec, workload, requests, slo, out_dir, format_grid) -> int:
     from rich.console import Console
 
     from core.hardware import fingerprint
@@ -133,25 +133,25 @@ def _execute(args: TuneOptions, backends, grids, spec, workload, requests, slo, 
     from compare.tuning.space import space_for
 
     console = Console(stderr=True)
-    load = LoadSearch(kind=args.load, start=args.start_load, tol=args.tol, max_probes=args.max_probes,
-                      repeats=args.repeats, timeout_s=args.timeout, seed=workload.seed)
+    load = LoadSearch(kind=o.load, start=o.start_load, tol=o.tol, max_probes=o.max_probes,
+                      repeats=o.repeats, timeout_s=o.timeout, seed=workload.seed)
     fp = fingerprint()
-    cache = args.cache_dir or cache_root() / "tune"
+    cache = o.cache_dir or cache_root() / "tune"
     tune = TuneResults(schema_=TUNE_SCHEMA, slo=[SloLimit(**t) for t in slo.to_json()],
                        load_search=LoadSearchInfo(**load.as_dict()), spec=SpecInfo(**spec.model_dump(mode="json")),
-                       workload=WorkloadInfo(**workload.model_dump(mode="json")), hardware=fp, budget=args.budget,
-                       search_seed=args.search_seed, status="running", backends=[])
+                       workload=WorkloadInfo(**workload.model_dump(mode="json")), hardware=fp, budget=o.budget,
+                       search_seed=o.search_seed, status="running", backends=[])
     out_dir.mkdir(parents=True)
     for b in backends:
         space = space_for(b)
-        console.print(f"[bold]tune {b}[/bold]: {format_grid(grids[b])}; budget {args.budget} engine starts")
+        console.print(f"[bold]tune {b}[/bold]: {format_grid(grids[b])}; budget {o.budget} engine starts")
         trials = LiveTrials(b, space, spec, workload, requests, slo, load, cache, hardware_key(fp),
-                            trial_timeout_s=args.trial_timeout)
+                            trial_timeout_s=o.trial_timeout)
 
         def show(t, b=b):
             if t["status"] == "measured" and t.get("feasible"):
                 ci = t["goodput_req_s"]
-                what = (f"goodput {_max_load(t['bracket'], t['goodput'])} {args.load} (measured {ci['mean']:.2f} "
+                what = (f"goodput {_max_load(t['bracket'], t['goodput'])} {o.load} (measured {ci['mean']:.2f} "
                         f"req/s [{ci['lo']:.2f}, {ci['hi']:.2f}])")
             elif t["status"] == "same as default":
                 what = "the default's own values: its measurement reused, no engine start"
@@ -159,14 +159,14 @@ def _execute(args: TuneOptions, backends, grids, spec, workload, requests, slo, 
                 what = f"infeasible: {t.get('reason')}"
             console.print(f"  {b} {t['label']}: {what}{' (cached)' if t.get('cached') else ''}")
 
-        log = search(grids[b], args.budget, trials, seed=args.search_seed, baseline={},
+        log = search(grids[b], o.budget, trials, seed=o.search_seed, baseline={},
                      rules=lambda c, s=space: s.rules(c, spec, has_gpu()), on_trial=show)
         tune = evolve(tune, backends=[*tune.backends, backend_report(b, log.trials)])
         _write_tune(out_dir, tune)
     tune = evolve(tune, status="complete")
     _write_tune(out_dir, tune)
     plot_pareto(tune.backends, slo.limits, out_dir / "pareto.png")
-    _print_summary(console, tune, args.load)
+    _print_summary(console, tune, o.load)
     console.print(f"results: {out_dir}/tune.json, {out_dir}/pareto.png")
     infeasible = [r for r in tune.backends if r.best is None]
     if infeasible:
@@ -176,7 +176,7 @@ def _execute(args: TuneOptions, backends, grids, spec, workload, requests, slo, 
         if close:
             t, p = close
             worst = ", ".join(f"{k} {v.value_ms:.0f} ms > {v.limit_ms:g} ms" for k, v in p.slo_checks.items() if not v.met)
-            hint = (f"; closest: {t.label} at {args.load} {p.load:g}: {worst or 'failed requests'} "
+            hint = (f"; closest: {t.label} at {o.load} {p.load:g}: {worst or 'failed requests'} "
                     f"({p.slo_attainment:.0%} of requests within the SLO)")
         raise UserError(f"no config of {r.backend} meets the SLO {slo} at any load tried{hint}; "
                         f"relax the SLO or widen --knob ranges")

@@ -12,11 +12,14 @@ from compare.cli.main import build_parser
 from compare.cli.model_args import flag_of
 from compare.cli.run_options import RunOptions, SpecOptions, VerdictOptions, WorkloadOptions
 from compare.cli.commands.plan import PlanOptions
+from compare.cli.commands import quant_quality
+from compare.cli.commands.quant_options import CheckOptions, MatrixOptions, QuantRunOptions
 from compare.cli.commands.quantize import QuantizeOptions
 from compare.cli.commands.tune import TuneOptions
 from tests.conftest import run_cli
 
-COMMAND_MODELS = (RunOptions, PlanOptions, TuneOptions, QuantizeOptions)
+COMMAND_MODELS = (RunOptions, PlanOptions, TuneOptions, QuantizeOptions, MatrixOptions, CheckOptions,
+                  QuantRunOptions, quant_quality._options())
 
 
 def _subparser(command: str, *sub: str) -> argparse.ArgumentParser:
@@ -31,6 +34,8 @@ def _subparser(command: str, *sub: str) -> argparse.ArgumentParser:
     (RunOptions, ("run",)), (SpecOptions, ("plan",)), (SpecOptions, ("tune",)), (WorkloadOptions, ("tune",)),
     (SpecOptions, ("quant", "run")), (WorkloadOptions, ("quant", "run")), (VerdictOptions, ("report",)),
     (PlanOptions, ("plan",)), (TuneOptions, ("tune",)), (QuantizeOptions, ("quantize",)),
+    (MatrixOptions, ("quant", "matrix")), (CheckOptions, ("quant", "check")), (QuantRunOptions, ("quant", "run")),
+    (quant_quality._options(), ("quant", "quality")),
 ])
 def test_every_option_of_the_model_is_in_argparse_with_its_default_and_help(model, command):
     actions = {a.dest: a for a in _subparser(*command)._actions}
@@ -88,6 +93,8 @@ def test_the_arrival_choices_are_the_arrival_processes():
     (["tune", "--slo", "ttft_p95=1s", "--tol", "0"], "--start-load and --tol must be > 0"),
     (["quantize", "--model", "M", "--out", "O", "--scheme", "w4a16", "--seq-len", "0"],
      "--samples and --seq-len must be > 0"),
+    (["quant", "quality", "--window-len", "4"], "--windows >= 1, --window-len >= 8 and --top-k >= 1, please"),
+    (["quant", "run", "--schemes", "fp32", "--warmup", "-1"], "--warmup must be >= 0, got -1"),
 ])
 def test_other_commands_refuse_a_range_violation_in_one_line(argv, line, tmp_path):
     p = run_cli(*argv, "--out", str(tmp_path / "o")) if argv[0] == "tune" else run_cli(*argv)
