@@ -72,7 +72,8 @@ class QualityBase(CliModel):
 
     def schemes_of(self, engine: str) -> str | None:
         """``--ENGINE-schemes`` as given, None where unset (the engine's default list)."""
-        return getattr(self, f"{engine.replace('-', '_')}_schemes")  # type: ignore[no-any-return]
+        given: str | None = getattr(self, f"{engine.replace('-', '_')}_schemes")
+        return given
 
 
 @functools.cache
