@@ -29,6 +29,7 @@ class QuantReport(BaseModel):
     linear_groups: list[dict[str, Any]] = Field(default_factory=list)  # vLLM: {method, kernel, layers, ...}
     tensor_types: dict[str, int] | None = None  # llama.cpp: tensor type -> count in the GGUF
     packed_estimated_bytes: int | None = None  # vLLM: CPU kernels' prepacked weights, estimated (in weight_bytes)
+    dtype_note: str | None = None  # TGI: why no dtype is given (its /info does not say)
     source: str | None = None  # where the numbers come from
     error: str | None = None  # the engine could not be asked
     # the keys in the order the backend gave them: run.json's object stays byte for byte what it was
