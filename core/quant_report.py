@@ -1,13 +1,13 @@
 """What an engine says it loaded: a backend's quantization report (``describe().extra
 ["quantization"]``), built by the backends (llama.cpp from ``/props``, ``/v1/models`` and the GGUF's
-header; vLLM from its worker; TGI and TensorRT-LLM from their launch flags and configs) and read by
-the verification of loaded against requested quantization (compare/quality/verify.py and its
-callers). run.json keeps it as the JSON object it always was: only the keys a backend set."""
+header; vLLM from its worker) and read by the verification of loaded against requested
+quantization (compare/quality/verify.py and its callers). run.json keeps it as the JSON object it
+always was: only the keys a backend set, in the order it gave them."""
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 
 class QuantReport(BaseModel):
@@ -28,12 +28,25 @@ class QuantReport(BaseModel):
     kernels: list[str] = Field(default_factory=list)
     linear_groups: list[dict[str, Any]] = Field(default_factory=list)  # vLLM: {method, kernel, layers, ...}
     tensor_types: dict[str, int] | None = None  # llama.cpp: tensor type -> count in the GGUF
+    packed_estimated_bytes: int | None = None  # vLLM: CPU kernels' prepacked weights, estimated (in weight_bytes)
+    dtype_note: str | None = None  # TGI: why no dtype is given (its /info does not say)
     source: str | None = None  # where the numbers come from
     error: str | None = None  # the engine could not be asked
+    # the keys in the order the backend gave them: run.json's object stays byte for byte what it was
+    _order: tuple[str, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_order(cls, data: Any, handler: Any) -> Any:
+        report = handler(data)
+        if isinstance(data, dict) and isinstance(report, cls) and report.__pydantic_private__ is not None:
+            report.__pydantic_private__["_order"] = tuple(data)  # (private: not a field, frozen or not)
+        return report
 
     def as_json(self) -> dict[str, Any]:
-        """The report as run.json stores it: the keys that were set, nothing else."""
-        return self.model_dump(mode="json", exclude_unset=True)
+        """The report as run.json stores it: the keys that were set, nothing else, in the given order."""
+        out = self.model_dump(mode="json", exclude_unset=True)
+        return {**{k: out[k] for k in self._order if k in out}, **out}
 
     @classmethod
     def read(cls, report: "QuantReport | dict[str, Any] | None") -> "QuantReport | None":

@@ -17,6 +17,7 @@ from core.records import (BackendDescription, Capabilities, GenerationRequest, R
                           TokenEvent)
 from core.errors import BackendRequestError, BackendStartError, FailureKind
 from core.lazy import require
+from core.quant_report import QuantReport
 from core.engine_guard import check_start
 
 # perf_counter and monotonic are the same clock (CLOCK_MONOTONIC) on Linux; elsewhere engine
@@ -41,7 +42,7 @@ class VllmBackend(BackendBase):
         self._resolved: dict[str, Any] = {}
         self._version = "unknown"
         self._n = 0
-        self._quant: dict[str, Any] | None = None
+        self._quant: QuantReport | None = None
         from backends.vllm.stats import EngineStats
         self._stats = EngineStats()  # the engine's scheduler stats per level (prefix cache, running)
 
@@ -158,19 +159,18 @@ class VllmBackend(BackendBase):
         return BackendDescription(name=self.name, framework="vllm", version=self._version,
                                   native_config={"engine_args": self.engine_args,
                                                  "resolved": self._resolved},
-                                  extra={"quantization": self._quant} if self._quant else {})
+                                  extra={"quantization": self._quant.as_json()} if self._quant is not None else {})
 
 
-async def _quant_report(engine: Any, resolved: dict[str, Any]) -> dict[str, Any] | None:
+async def _quant_report(engine: Any, resolved: dict[str, Any]) -> QuantReport:
     """Resolved quantization method, linear kernels and weight bytes, from the worker process."""
     try:
         reports = await engine.collective_rpc("llm_compare_quant_report")
     except Exception as e:  # a custom worker_extension_cls, or an older vLLM: say so, don't fail
-        return {"method": resolved.get("quantization"), "error": f"{type(e).__name__}: {e}"[:300]}
-    rep = dict(reports[0]) if reports else {}
-    rep["method"] = resolved.get("quantization")
-    rep["kv_cache_dtype"] = resolved.get("kv_cache_dtype")
-    return rep
+        return QuantReport(method=resolved.get("quantization"), error=f"{type(e).__name__}: {e}"[:300])
+    # the worker's report crosses the process boundary as its JSON object (quant_probe.py)
+    return QuantReport.model_validate({**(reports[0] if reports else {}), "method": resolved.get("quantization"),
+                                       "kv_cache_dtype": resolved.get("kv_cache_dtype")})
 
 
 def _engine_metrics(m: Any, t_first_ns: int = 0, t_last_ns: int = 0) -> dict[str, float]:

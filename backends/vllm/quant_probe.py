@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.quant_report import QuantReport
+
 _DTYPE_BITS = {"float32": 32, "float16": 16, "bfloat16": 16}
 
 
@@ -18,9 +20,11 @@ class VllmQuantProbe:
     """
 
     def llm_compare_quant_report(self) -> dict[str, Any]:
+        """The report as its JSON object: collective_rpc's results cross to the engine's client
+        process serialized, where arbitrary classes are not allowed (inproc.py reads it back)."""
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
         dtype = str(self.model_config.dtype).replace("torch.", "")  # type: ignore[attr-defined]
-        return linear_report(model, dtype)
+        return linear_report(model, dtype).as_json()
 
 
 def _kernel_of(*holders: Any) -> str | None:
@@ -37,7 +41,7 @@ def _kernel_of(*holders: Any) -> str | None:
     return None
 
 
-def linear_report(model: Any, dtype: str) -> dict[str, Any]:
+def linear_report(model: Any, dtype: str) -> QuantReport:
     """Per-layer quantization facts of a loaded vLLM model (runs inside the worker)."""
     from vllm.model_executor.layers.linear import LinearBase
 
@@ -80,7 +84,7 @@ def linear_report(model: Any, dtype: str) -> dict[str, Any]:
         if t.numel() and t.data_ptr() not in seen_all:
             seen_all.add(t.data_ptr())
             total += t.numel() * t.element_size()
-    return {"dtype": dtype, "linear_groups": sorted(groups.values(), key=lambda g: -g["layers"]),
-            "weight_bytes": total, "linear_weight_bytes": linear_bytes,
-            "linear_dense_bytes": linear_dense_bytes, "packed_estimated_bytes": packed,
-            "linear_ratio": round(linear_bytes / linear_dense_bytes, 4) if linear_dense_bytes else None}
+    return QuantReport(dtype=dtype, linear_groups=sorted(groups.values(), key=lambda g: -g["layers"]),
+                       weight_bytes=total, linear_weight_bytes=linear_bytes,
+                       linear_dense_bytes=linear_dense_bytes, packed_estimated_bytes=packed,
+                       linear_ratio=round(linear_bytes / linear_dense_bytes, 4) if linear_dense_bytes else None)

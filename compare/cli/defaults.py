@@ -1,7 +1,6 @@
 """What a command runs on when the user names less: backend lists, the embedded default spec, served models."""
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 import sys
@@ -50,12 +49,6 @@ def default_backends() -> str:
 
     ranked = sorted((e for e in registry.entries() if e.default_rank), key=lambda e: e.default_rank)
     return ",".join(e.name for e in ranked)
-
-
-def add_backends_option(p: argparse.ArgumentParser, default: str | None = None) -> None:
-    default = default or default_backends()
-    p.add_argument("--backends", default=default,
-                   help=f"comma-separated backends (default {default}); see `compare backends`")
 
 
 def has_gpu() -> bool:

@@ -29,7 +29,8 @@ def opt(default: Any = None, help: str | None = None, *, flag: str | None = None
     """One option: a pydantic Field with the command line's own details beside it.
     ``flag``: the option (default ``--field-name``); ``group``: its --help section; ``parse``: an
     argparse type of its own; ``append``: repeatable, collected as a list; ``fix``: what to do,
-    said after a refused value; ``says``: the whole refusal, formatted with {flag} and {value}."""
+    said after a refused value; ``says``: the whole refusal, formatted with {flag} and {value} (a
+    ``Literal`` with ``says`` is checked by the model, not by argparse's choices)."""
     cli = {k: v for k, v in dict(flag=flag, short=short, metavar=metavar, group=group, parse=parse,
                                  append=append, fix=fix, says=says).items() if v}
     if default_factory is not None:
@@ -69,8 +70,10 @@ def add_options(p: argparse.ArgumentParser, model: type[BaseModel], order: tuple
         if cli.get("group"):
             where = groups.get(cli["group"]) or groups.setdefault(cli["group"], p.add_argument_group(cli["group"]))
         kind = _plain(field.annotation)
-        default = field.get_default(call_default_factory=True)
+        default = None if field.is_required() else field.get_default(call_default_factory=True)
         kw: dict[str, Any] = {"dest": name, "help": field.description}
+        if field.is_required():  # a field without a default is a required option
+            kw["required"] = True
         if cli.get("metavar"):
             kw["metavar"] = cli["metavar"]
         if kind is bool:
@@ -79,7 +82,7 @@ def add_options(p: argparse.ArgumentParser, model: type[BaseModel], order: tuple
             kw.update(action="append", default=list(default) if default is not None else None)
         else:
             kw["default"] = default
-            if typing.get_origin(kind) is Literal:
+            if typing.get_origin(kind) is Literal and not cli.get("says"):  # with says: the model's words
                 kw["choices"] = list(typing.get_args(kind))
             elif cli.get("parse"):
                 kw["type"] = cli["parse"]

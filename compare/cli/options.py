@@ -24,15 +24,6 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_spec_options(p: argparse.ArgumentParser) -> None:
-    """--spec FILE, one flag per ServingSpec field and --native (SpecOptions)."""
-    add_options(p, SpecOptions)
-
-
-def add_workload_options(p: argparse.ArgumentParser) -> None:
-    add_options(p, WorkloadOptions)
-
-
 @dataclass(frozen=True)
 class _YamlFile:
     """A spec or workload file: its fields and the line of each key (for messages)."""
@@ -86,10 +77,8 @@ def _pydantic_error(e: ValidationError, what: str, model: Any, file: _YamlFile |
     return UserError(f"{what}: {problem}")
 
 
-def spec_from_args(args: argparse.Namespace, default_model: str | None = None,
-                   defaults: dict[str, str] | None = None) -> ServingSpec:
-    """:func:`build_spec` from a command's parsed options (``tune``, ``plan``, ``quant run``)."""
-    o = SpecOptions.of(args)
+def spec_of(o: SpecOptions, default_model: str | None = None, defaults: dict[str, str] | None = None) -> ServingSpec:
+    """:func:`build_spec` from a command's typed spec options."""
     return build_spec(o.spec, o.flags(), o.native, default_model, defaults)
 
 
@@ -152,11 +141,6 @@ def _native_section(file: _YamlFile | None) -> dict[str, dict[str, Any]]:
             raise UserError(f"{file.where(('native', str(backend)))}: native.{backend} {show_value(opts)}: "
                             f"should be a mapping of option -> value, e.g. {{max_num_seqs: 8}}")
     return section
-
-
-def workload_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> WorkloadSpec:
-    """:func:`build_workload` from a command's parsed options (``tune``, ``quant run``)."""
-    return build_workload(WorkloadOptions.of(args), defaults)
 
 
 def build_workload(flags: WorkloadOptions, defaults: Mapping[str, Any] | None = None) -> WorkloadSpec:

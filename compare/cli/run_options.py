@@ -15,6 +15,7 @@ from backends.topology.target import LB_POLICIES
 from compare.cli.defaults import DEFAULT_LEVELS, default_backends
 from compare.cli.model_args import CliModel, opt
 from compare.cli.parser import run_id
+from compare.workload.arrivals import ARRIVALS
 
 SPEC = "serving spec (framework-neutral; see `compare plan`)"
 WORKLOAD = "workload"
@@ -138,9 +139,10 @@ class RunOptions(SpecOptions, WorkloadOptions, VerdictOptions, TopologyOptions, 
     concurrency: str | None = opt(None, f"closed-loop levels, e.g. 1,4,16 (default {DEFAULT_LEVELS} when no --rate "
                                   "is given)", group=LOAD)
     rate: str | None = opt(None, "open-loop rates in req/s, e.g. 2,8,inf (gaps per --arrival)", group=LOAD)
-    arrival: str = opt("poisson", "how a --rate level's gaps are drawn (seeded, the same on every backend): poisson "
-                       "(default), constant (exactly 1/rate) or gamma (bursty; see --burstiness)",
-                       metavar="poisson|constant|gamma", group=LOAD)
+    arrival: Literal[ARRIVALS] = opt(  # type: ignore[valid-type]
+        "poisson", "how a --rate level's gaps are drawn (seeded, the same on every backend): poisson (default), "
+        "constant (exactly 1/rate) or gamma (bursty; see --burstiness)", metavar="|".join(ARRIVALS), group=LOAD,
+        says="{flag} '{value}' is unknown; use one of " + ", ".join(ARRIVALS))
     burstiness: float = opt(1.0, "--arrival gamma: the gaps' squared coefficient of variation (1 = Poisson-like, "
                             ">1 clumps of sends with quiet spells, <1 smoother); default 1", group=LOAD)
     duration: float | None = opt(None, "time-bounded --rate levels: each sends the requests whose seeded send time "

@@ -9,9 +9,9 @@ So after start we record, per backend:
   the bytes the same layers would take unquantized. Collected inside the engine's worker process
   through vLLM's documented ``worker_extension_cls`` + ``collective_rpc`` hook
   (backends/vllm/quant_probe.py), because the model lives in the engine-core process.
-* TGI / TensorRT-LLM: their backends put a ``quantization`` dict into ``describe().extra`` built
-  with :func:`from_tgi` / :func:`from_trtllm_config` (launch flags, ``/info``, the engine's
-  config.json); the same checks then apply.
+* TGI / TensorRT-LLM: :func:`from_tgi` / :func:`from_trtllm_config` build a :class:`QuantReport`
+  from launch flags, ``/info`` and the engine's config.json, judged by the same checks (neither
+  backend puts one into ``describe().extra`` yet: their runs are "unverified").
 
 :func:`verify` turns report + requested spec into ``{"valid": bool, "problems": [...], ...}``,
 stored as run.json ``backends[name]["quant_verification"]``. A run with ``valid: false`` measured
@@ -101,7 +101,7 @@ def verify(spec: ServingSpec, report: QuantReport | dict[str, Any] | None, *,
 
 
 def from_tgi(launch_flags: dict[str, Any], info: dict[str, Any] | None,
-             checkpoint_config: dict[str, Any] | None) -> dict[str, Any]:
+             checkpoint_config: dict[str, Any] | None) -> QuantReport:
     """A report for TGI. ``/info`` has no quantization field and, since TGI 3.3, no ``model_dtype``
     (router/src/lib.rs), so the method is the ``--quantize`` flag or, as TGI itself does, the
     checkpoint's ``quantization_config.quant_method``, and the dtype is ``--dtype`` or the one TGI's
@@ -119,10 +119,10 @@ def from_tgi(launch_flags: dict[str, Any], info: dict[str, Any] | None,
         rep["dtype_note"] = "TGI's per-model default (not reported by TGI 3.3's /info)"
     if launch_flags.get("--kv-cache-dtype"):
         rep["kv_cache_dtype"] = launch_flags["--kv-cache-dtype"]
-    return rep
+    return QuantReport(**rep)  # (only the keys set here, in this order: run.json's object)
 
 
-def from_trtllm_config(engine_config: dict[str, Any]) -> dict[str, Any]:
+def from_trtllm_config(engine_config: dict[str, Any]) -> QuantReport:
     """A report from a TensorRT-LLM engine/checkpoint config.json (``quantization.quant_algo``)."""
     pretrained = engine_config.get("pretrained_config", engine_config)
     q = pretrained.get("quantization") or {}
@@ -131,4 +131,4 @@ def from_trtllm_config(engine_config: dict[str, Any]) -> dict[str, Any]:
         rep["dtype"] = pretrained["dtype"]
     if q.get("kv_cache_quant_algo"):
         rep["kv_cache_dtype"] = str(q["kv_cache_quant_algo"]).lower()
-    return rep
+    return QuantReport(**rep)

@@ -208,9 +208,12 @@ def test_tgi_and_trtllm_reports_are_judged_by_the_same_rules():
     # TGI: /info has no quantization field; the launch flag (or the checkpoint, as TGI reads it) decides
     # TGI 3.3's /info has no model_dtype: float16 is what its server forces for AWQ
     rep = from_tgi({"--quantize": "awq"}, {"model_id": "/m", "version": "3.3.7"}, None)
-    assert rep["method"] == "awq" and rep["dtype"] == "float16"
-    assert from_tgi({"--dtype": "bfloat16"}, {"model_id": "/m"}, None)["dtype"] == "bfloat16"
-    assert "dtype" not in from_tgi({}, {"model_id": "/m"}, None)
+    assert rep.method == "awq" and rep.dtype == "float16"
+    assert from_tgi({"--dtype": "bfloat16"}, {"model_id": "/m"}, None).dtype == "bfloat16"
+    # no dtype said: none reported (not a null), and why; run.json's object as before, keys in its order
+    assert list(from_tgi({}, {"model_id": "/m"}, None).as_json().items()) == [
+        ("method", None), ("kernels", []), ("source", "launch flags + checkpoint config"),
+        ("dtype_note", "TGI's per-model default (not reported by TGI 3.3's /info)")]
     assert verify(ServingSpec(model="/m", quantization="w4a16-awq"), rep, framework="tgi")["valid"] is True
     rep = from_tgi({}, {}, {"quantization_config": {"quant_method": "gptq"}})
     bad = verify(ServingSpec(model="/m", quantization="w4a16-awq"), rep, framework="tgi")

@@ -23,7 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapters.quant_matrix import BACKENDS  # the quantization table's columns
-from compare.cli.parser import run_id
+from compare.cli.commands.quant_options import (
+    CheckOptions, MachineOptions, MatrixOptions, QuantRunOptions,
+)
+from compare.cli.model_args import add_options
 from compare.running import aio
 
 if TYPE_CHECKING:
@@ -35,59 +38,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quant", help="quantization matrix; speed and quality per scheme")
     qs = p.add_subparsers(dest="quant_cmd", metavar="WHAT", required=True)
     m = qs.add_parser("matrix", help="which backend runs which scheme, with which kernel family")
-    m.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: this machine's")
-    m.add_argument("--json", action="store_true")
-    _cpu_flags_option(m)
-    m.set_defaults(func=_matrix)
+    add_options(m, MatrixOptions)  # each command's options, defaults, checks and help: quant_options.py
+    m.set_defaults(func=lambda args: _matrix(MatrixOptions.of(args)))
     c = qs.add_parser("check", help="is one (backend, scheme) supported here? exit 2 if not")
-    c.add_argument("--backend", required=True, choices=BACKENDS)
-    c.add_argument("--scheme", required=True)
-    c.add_argument("--device", choices=["cpu", "cuda"], default=None)
-    _cpu_flags_option(c)
-    c.set_defaults(func=_check)
+    add_options(c, CheckOptions)
+    c.set_defaults(func=lambda args: _check(CheckOptions.of(args)))
     r = qs.add_parser("run", help="vLLM once per scheme: speed, loaded kernels, quality side by side")
-    from compare.cli.options import add_spec_options, add_workload_options
-
-    r.add_argument("--schemes", required=True, help="comma-separated, e.g. fp32,w8a8-int8,w4a16")
-    r.add_argument("--checkpoint", action="append", default=[], metavar="SCHEME=DIR",
-                   help="a pre-quantized checkpoint for a scheme (made by `compare quantize`)")
-    r.add_argument("--dummy", action="store_true", help="random weights: speed only (quality refused)")
-    r.add_argument("--accuracy", metavar="JSONL", help="exact-match task: {\"prompt\",\"answer\"} lines")
-    r.add_argument("--quality-prompts", type=int, default=8)
-    r.add_argument("--quality-tokens", type=int, default=32)
-    r.add_argument("--quality-device", choices=["auto", "cpu", "cuda"], default="auto",
-                   help="where the float32 reference scores the answers once the engines stopped (auto: the "
-                        "GPU when it fits in its free memory, else the CPU)")
-    r.add_argument("--concurrency", default="4", help="closed-loop levels (default 4)")
-    r.add_argument("--warmup", type=int, default=2)
-    r.add_argument("--timeout", type=float, default=600.0)
-    r.add_argument("--out", type=Path, default=Path("results"))
-    r.add_argument("--run-id", type=run_id, default=None)
-    r.add_argument("--format", choices=["table", "json"], default="table")
-    add_spec_options(r)
-    add_workload_options(r)
-    r.set_defaults(func=_run)
+    add_options(r, QuantRunOptions)
+    r.set_defaults(func=lambda args: _run(QuantRunOptions.of(args)))
     from compare.cli.commands.quant_quality import add_quality_parser
 
     add_quality_parser(qs)
 
 
-def _cpu_flags_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cpu-flags", default=None, metavar="FLAGS",
-                   help="judge CPU kernels by these /proc/cpuinfo flags (another host's 'flags' line, "
-                        "e.g. \"avx2 fma\") instead of this machine's")
-
-
-def _machine(args: argparse.Namespace) -> Any:
+def _machine(o: MachineOptions) -> Any:
     """This machine as probed (device, CPU flags), or as --device / --cpu-flags say."""
     from adapters.target import Machine
     from backends.models.probe import probe_machine
 
     m = probe_machine()
-    if args.device in (None, m.device) and args.cpu_flags is None:
+    if o.device in (None, m.device) and o.cpu_flags is None:
         return m
-    flags = frozenset(args.cpu_flags.split()) if args.cpu_flags is not None else m.cpu_flags
-    return Machine(args.device or m.device, cpu_flags=flags)
+    flags = frozenset(o.cpu_flags.split()) if o.cpu_flags is not None else m.cpu_flags
+    return Machine(o.device or m.device, cpu_flags=flags)
 
 
 def matrix_rows(device: Any) -> list[dict[str, Any]]:
@@ -103,14 +76,14 @@ def matrix_rows(device: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _matrix(args: argparse.Namespace) -> int:
+def _matrix(o: MatrixOptions) -> int:
     from core.hardware import isa_summary
 
-    machine = _machine(args)
+    machine = _machine(o)
     device = machine.device
     rows = matrix_rows(machine)
     cpu = isa_summary(machine.cpu_flags) if device == "cpu" and machine.cpu_flags is not None else None
-    if args.json:
+    if o.as_json:
         print(json.dumps({"device": device, **({"cpu_isa": cpu} if cpu else {}), "rows": rows}, indent=2))
         return 0
     from rich.console import Console
@@ -132,11 +105,11 @@ def _matrix(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check(args: argparse.Namespace) -> int:
+def _check(o: CheckOptions) -> int:
     from adapters.quant import check
 
-    c = check(args.backend, args.scheme, _machine(args))  # raises -> exit 2
-    print(json.dumps({"backend": args.backend, "scheme": args.scheme, **c.as_dict()}))
+    c = check(o.backend, o.scheme, _machine(o))  # raises -> exit 2
+    print(json.dumps({"backend": o.backend, "scheme": o.scheme, **c.as_dict()}))
     return 0
 
 
@@ -149,7 +122,7 @@ class _Variant:
     spec: Any
 
 
-def variants(args: argparse.Namespace, base: Any) -> list[_Variant]:
+def variants(o: QuantRunOptions, base: Any) -> list[_Variant]:
     """One spec per requested scheme for the engine with the "quant" role (vLLM); bad combinations
     raise before anything starts."""
     from adapters.quant import SCHEMES, check
@@ -159,7 +132,7 @@ def variants(args: argparse.Namespace, base: Any) -> list[_Variant]:
     engine = registry.with_role("quant").name
 
     ckpts: dict[str, str] = {}
-    for item in args.checkpoint:
+    for item in o.checkpoint:
         s, eq, d = item.partition("=")
         if not eq or s not in SCHEMES:
             raise UserError(f"--checkpoint {item!r}: expected SCHEME=DIR with SCHEME one of "
@@ -170,21 +143,21 @@ def variants(args: argparse.Namespace, base: Any) -> list[_Variant]:
         ckpts[s] = d
     out = []
     machine = probe_machine()
-    for s in [x.strip() for x in args.schemes.split(",") if x.strip()]:
+    for s in [x.strip() for x in o.schemes.split(",") if x.strip()]:
         if s not in SCHEMES or s == "auto":
             raise UserError(f"--schemes: unknown scheme {s!r}; see `compare quant matrix`")
         sch = SCHEMES[s]
         upd: dict[str, Any] = dict(sch.spec_update)
         if sch.kind == "weights":
             c = check(engine, s, machine)  # not on this device or CPU (instruction set): exit 2 now
-            if args.dummy:
+            if o.dummy:
                 upd["load_format"] = "dummy"
             elif s in ckpts:
                 upd["model"] = ckpts[s]
             elif not c.online:
                 raise UserError(f"--schemes {s}: {engine} cannot quantize to {s} at load time; pass "
                                 f"--checkpoint {s}=DIR (compare quantize --model {base.model} --scheme {s} --out DIR)")
-        elif args.dummy:
+        elif o.dummy:
             upd["load_format"] = "dummy"
         out.append(_Variant(f"{engine}:{s}", s, base.model_copy(update=upd)))
     if not out:
@@ -192,26 +165,26 @@ def variants(args: argparse.Namespace, base: Any) -> list[_Variant]:
     return out
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(o: QuantRunOptions) -> int:
     from dataclasses import replace
 
     from backends import registry
     from backends.models.probe import probe_machine
-    from compare.cli.options import spec_from_args, workload_from_args
+    from compare.cli.options import build_workload, spec_of
     from compare.quality.parity import QualityOptions, load_accuracy_jsonl
     from compare.running.runner import run
     from compare.workload.schedule import parse_levels
     from compare.workload.build import build_requests
 
-    if args.format == "json":  # vLLM logs to stdout by default; keep stdout pure JSON
+    if o.format == "json":  # vLLM logs to stdout by default; keep stdout pure JSON
         import os
 
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    if args.spec_quantization is not None:
+    if o.spec_quantization is not None:
         raise UserError("compare quant run takes the schemes from --schemes, not --quantization")
-    if args.dummy and args.accuracy:
+    if o.dummy and o.accuracy:
         raise UserError("--accuracy with --dummy: quality numbers are refused for dummy-weight runs")
-    base = spec_from_args(args)
+    base = spec_of(o)
     if not Path(base.model, "config.json").is_file():
         raise UserError(f"--model {base.model}: no config.json there; pass a local model directory")
     if base.kv_cache_memory_bytes is None and base.gpu_memory_utilization is None:
@@ -219,28 +192,28 @@ def _run(args: argparse.Namespace) -> int:
 
         if not has_gpu():  # vLLM on CPU refuses to start without an explicit KV-cache size
             base = base.model_copy(update={"kv_cache_memory_bytes": 256 * 2**20})
-    vs = variants(args, base)
+    vs = variants(o, base)
     machine = probe_machine()
     # each variant's plan once: UnsupportedSpecError (exit 2) before any engine starts
     engine = registry.with_role("quant").name
     prepared = {v.label: replace(registry.prepare(engine, v.spec, machine), name=v.label) for v in vs}
-    acc = load_accuracy_jsonl(args.accuracy) if args.accuracy else ()
+    acc = load_accuracy_jsonl(o.accuracy) if o.accuracy else ()
     try:
-        levels = parse_levels(args.concurrency, None)
+        levels = parse_levels(o.concurrency, None)
     except ValueError as e:
         raise UserError(str(e)) from None
-    workload = workload_from_args(args, {"name": "quant", "num_requests": 16, "input": {"dist": "fixed", "value": 64},
+    workload = build_workload(o, {"name": "quant", "num_requests": 16, "input": {"dist": "fixed", "value": 64},
                                          "output": {"dist": "fixed", "value": 32}})
     requests = build_requests(workload)
-    opts = QualityOptions(mode="on", num_prompts=args.quality_prompts, max_tokens=args.quality_tokens,
+    opts = QualityOptions(mode="on", num_prompts=o.quality_prompts, max_tokens=o.quality_tokens,
                           reference_model=str(Path(base.model).resolve()), accuracy=acc,
-                          device=args.quality_device)
+                          device=o.quality_device)
     from compare.running.runner import RunConfig
 
     cfg = RunConfig(backends=[v.label for v in vs], spec=base, workload=workload, requests=requests,
-                         levels=levels, warmup=args.warmup, timeout_s=args.timeout, out_root=args.out,
+                         levels=levels, warmup=o.warmup, timeout_s=o.timeout, out_root=o.out,
                          backend_specs={v.label: v.spec for v in vs}, quality=opts,
-                         **({"run_id": args.run_id} if args.run_id else {}))
+                         **({"run_id": o.run_id} if o.run_id else {}))
 
     def factory(name: str, spec: Any) -> Any:
         return prepared[name].build()
@@ -250,7 +223,7 @@ def _run(args: argparse.Namespace) -> int:
     from core.fsutil import write_json_atomic
 
     write_json_atomic(writer.dir / "quant.json", table)
-    if args.format == "json":
+    if o.format == "json":
         print(json.dumps(table, indent=2))
     else:
         _print(table)

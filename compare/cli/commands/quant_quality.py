@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from compare.cli.commands.quant_options import QualityBase, quality_options
+from compare.cli.model_args import add_options
 from core.errors import UserError
 
 
@@ -45,22 +47,16 @@ def _log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _options() -> type[QualityBase]:
+    """``compare quant quality``'s options model: one ``--NAME-schemes`` per engine (quant_options.py)."""
+    return quality_options(tuple((e, h.schemes, bool(h.checkpoints)) for e, h in _engines()))
+
+
 def add_quality_parser(qs: argparse._SubParsersAction) -> None:
     q = qs.add_parser("quality", help="held-out perplexity and parity per engine and scheme vs fp32 transformers")
-    q.add_argument("--model", type=Path, default=None, help="default: the trained tiny model (built if missing)")
-    engines = _engines()
-    for e, h in engines:
-        q.add_argument(f"--{e}-schemes", default=None,
-                       help=f"comma-separated (default {h.schemes}, less what this machine cannot run; '' skips {e})")
-    loads = "/".join(e for e, h in engines if h.checkpoints)
-    q.add_argument("--checkpoint", action="append", default=[], metavar="SCHEME=DIR",
-                   help=f"a {loads} checkpoint for a scheme (default: made by `compare quantize`, cached)")
-    q.add_argument("--windows", type=int, default=16, help="held-out windows (default 16)")
-    q.add_argument("--window-len", type=int, default=256, help="tokens per window (default 256)")
-    q.add_argument("--top-k", type=int, default=5, help="vLLM prompt logprobs per position (default 5)")
-    q.add_argument("--format", choices=["table", "json"], default="table")
-    q.add_argument("--out", type=Path, default=None, help="also write the JSON here")
-    q.set_defaults(func=_quality)
+    model = _options()
+    add_options(q, model)  # each option's default, check and help: quant_options.py
+    q.set_defaults(func=lambda args: _quality(model.of(args)))
 
 
 def _schemes(engine: str, arg: str | None, default: str, machine: Any, left_out: list[str]) -> list[str]:
@@ -85,14 +81,14 @@ def _schemes(engine: str, arg: str | None, default: str, machine: Any, left_out:
     return out
 
 
-def _checkpoints(args: argparse.Namespace, model: Path, schemes: list[str], engine: str) -> dict[str, Path]:
+def _checkpoints(o: QualityBase, model: Path, schemes: list[str], engine: str) -> dict[str, Path]:
     """scheme -> checkpoint for every weight-quantized scheme of ``engine`` (made and cached if missing)."""
     from adapters.quant import SCHEMES
     from backends.models.tiny import cache_root
     from compare.cli.commands.quantize import source_hash
 
     given: dict[str, Path] = {}
-    for item in args.checkpoint:
+    for item in o.checkpoint:
         s, eq, d = item.partition("=")
         if not eq or s not in SCHEMES or not Path(d, "config.json").is_file():
             raise UserError(f"--checkpoint {item!r}: expected SCHEME=DIR, DIR a checkpoint made by "
@@ -163,50 +159,48 @@ def _verified(engine: str, spec: Any, desc: dict[str, Any]) -> dict[str, Any]:
             "kernels": lo.get("kernels", []), "linear_ratio": lo.get("linear_ratio")}
 
 
-def _quality(args: argparse.Namespace) -> int:
+def _quality(o: QualityBase) -> int:
     from adapters.spec import ServingSpec
     from backends import registry
     from backends.models.probe import probe_machine
     from backends.models.train import default_trained_dir, ensure_trained_model, heldout_windows, provenance
 
-    if args.windows < 1 or args.window_len < 8 or args.top_k < 1:
-        raise UserError("--windows >= 1, --window-len >= 8 and --top-k >= 1, please")
     machine = probe_machine()
     device = machine.device
     engines = _engines()
     left_out: list[str] = []
-    plan = {e: _schemes(e, getattr(args, f"{e.replace('-', '_')}_schemes"), h.schemes, machine, left_out)
+    plan = {e: _schemes(e, o.schemes_of(e), h.schemes, machine, left_out)
             for e, h in engines}
     if not any(plan.values()):
         raise UserError("no schemes: name at least one in " + " or ".join(f"--{e}-schemes" for e, _ in engines))
-    if args.model is not None and not Path(args.model, "config.json").is_file():
-        raise UserError(f"--model {args.model}: no config.json there; pass a local model directory")
+    if o.model is not None and not Path(o.model, "config.json").is_file():
+        raise UserError(f"--model {o.model}: no config.json there; pass a local model directory")
     for line in left_out:  # after the refusals of what was given: bad input stays one line
         _log(line)
-    if args.model is None:
+    if o.model is None:
         print(f"trained tiny model: {default_trained_dir()} (built on first use, minutes)", file=sys.stderr)
         model = ensure_trained_model(log=lambda s: print(s, file=sys.stderr, flush=True))
-    elif not Path(args.model, "config.json").is_file():
-        raise UserError(f"--model {args.model}: no config.json there; pass a local model directory")
+    elif not Path(o.model, "config.json").is_file():
+        raise UserError(f"--model {o.model}: no config.json there; pass a local model directory")
     else:
-        model = Path(args.model).resolve()
-    ckpts = {e: _checkpoints(args, model, plan[e], e) if h.checkpoints else {} for e, h in engines}
-    specs = {(e, s): _spec(e, h.dtype, model, s, args.window_len, ckpts[e].get(s)) for e, h in engines for s in plan[e]}
+        model = Path(o.model).resolve()
+    ckpts = {e: _checkpoints(o, model, plan[e], e) if h.checkpoints else {} for e, h in engines}
+    specs = {(e, s): _spec(e, h.dtype, model, s, o.window_len, ckpts[e].get(s)) for e, h in engines for s in plan[e]}
     from transformers import AutoTokenizer
 
     try:
-        windows = heldout_windows(AutoTokenizer.from_pretrained(str(model)), args.windows, args.window_len, model)
+        windows = heldout_windows(AutoTokenizer.from_pretrained(str(model)), o.windows, o.window_len, model)
     except FileNotFoundError as e:
         raise UserError(f"--model {model}: {e}; measure it on the machine that trained it") from None
     if not windows:
-        raise UserError(f"the held-out text is shorter than --window-len {args.window_len}")
+        raise UserError(f"the held-out text is shorter than --window-len {o.window_len}")
     # engines may log to stdout by default (vLLM does): keep stdout for the table or the JSON
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     reference = registry.with_role("reference")
     ref_heldout = registry.heldout_of(reference)
     if ref_heldout is None:
         raise UserError(f"the reference backend {reference.name!r} scores no held-out text (its entry has no heldout)")
-    ref, _ = ref_heldout.score(ServingSpec(model=str(model), dtype="float32"), windows, args.top_k, _log)
+    ref, _ = ref_heldout.score(ServingSpec(model=str(model), dtype="float32"), windows, o.top_k, _log)
     from compare.quality.parity import heldout_parity
 
     rows = [{"engine": ref_heldout.label or reference.name, "scheme": "fp32", "status": "measured",
@@ -216,7 +210,7 @@ def _quality(args: argparse.Namespace) -> int:
     for e, h in engines:
         for s in plan[e]:
             def score(spec: Any = specs[e, s], e: str = e, h: Any = h) -> tuple[Any, Any]:
-                out = h.score(spec, windows, args.top_k, _log)
+                out = h.score(spec, windows, o.top_k, _log)
                 if inspect.iscoroutine(out):
                     out = aio.run(out)
                 gc.collect()  # a stopped engine's objects now, not in a half-torn-down interpreter at exit
@@ -225,14 +219,14 @@ def _quality(args: argparse.Namespace) -> int:
 
             rows.append(_row(h.label or e, s, score, ref))
     result = {"model": str(model), "model_provenance": provenance(model), "device": device,
-              "date": time.strftime("%Y-%m-%d %H:%M %Z"), "windows": len(windows), "window_len": args.window_len,
-              "top_k": args.top_k, "reference": "transformers float32 on the unquantized model",
+              "date": time.strftime("%Y-%m-%d %H:%M %Z"), "windows": len(windows), "window_len": o.window_len,
+              "top_k": o.top_k, "reference": "transformers float32 on the unquantized model",
               "checkpoints": {s: str(d) for c in ckpts.values() for s, d in c.items()}, "rows": rows}
-    if args.out:
+    if o.out:
         from core.fsutil import write_json_atomic
 
-        write_json_atomic(args.out, result)
-    if args.format == "json":
+        write_json_atomic(o.out, result)
+    if o.format == "json":
         print(json.dumps(result, indent=2))
     else:
         _print(result)

@@ -17,8 +17,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Literal
 
 from adapters.quant import NEEDS_CALIBRATION, QUANTIZE_SCHEMES
+from compare.cli.model_args import CliModel, add_options, opt
 from core.errors import UserError
 
 # runs under .venv-quant's interpreter as a plain script (it must not import this project)
@@ -26,19 +28,28 @@ ROOT = Path(__file__).resolve().parents[3]
 WORKER = ROOT / "backends" / "models" / "quant_worker.py"
 # what llmcompressor makes here, from the one quantization table (adapters/quant_matrix.py)
 SCHEMES = QUANTIZE_SCHEMES
+_POSITIVE = "--samples and --seq-len must be > 0"
+
+
+class QuantizeOptions(CliModel):
+    """``compare quantize``'s options, typed and range-checked."""
+
+    model: str = opt(..., "unquantized local model directory")
+    scheme: Literal[SCHEMES] = opt(  # type: ignore[valid-type]
+        ..., f"one of {', '.join(SCHEMES)}", says="{flag} {value}: compare quantize makes " + ", ".join(SCHEMES)
+        + " (see `compare quant matrix` for what each backend can run)")
+    out: Path = opt(..., "output directory (must not exist)")
+    calibration: str | None = opt(None, "calibration text for GPTQ: .jsonl of {\"text\": ...} or a plain-text file "
+                                  "of blank-line separated passages")
+    samples: int = opt(64, "calibration samples (GPTQ)", gt=0, says=_POSITIVE)
+    seq_len: int = opt(256, "calibration sequence length (GPTQ)", gt=0, says=_POSITIVE)
+    python: str | None = opt(None, "interpreter with llmcompressor (default .venv-quant)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quantize", help="quantize a local checkpoint with llmcompressor (.venv-quant)")
-    p.add_argument("--model", required=True, help="unquantized local model directory")
-    p.add_argument("--scheme", required=True, help=f"one of {', '.join(SCHEMES)}")
-    p.add_argument("--out", required=True, type=Path, help="output directory (must not exist)")
-    p.add_argument("--calibration", help="calibration text for GPTQ: .jsonl of {\"text\": ...} or a "
-                                         "plain-text file of blank-line separated passages")
-    p.add_argument("--samples", type=int, default=64, help="calibration samples (GPTQ)")
-    p.add_argument("--seq-len", type=int, default=256, help="calibration sequence length (GPTQ)")
-    p.add_argument("--python", default=None, help="interpreter with llmcompressor (default .venv-quant)")
-    p.set_defaults(func=_quantize)
+    add_options(p, QuantizeOptions)  # each option's default, check and help: QuantizeOptions
+    p.set_defaults(func=lambda args: _quantize(QuantizeOptions.of(args)))
 
 
 def source_hash(model: Path) -> str:
@@ -61,54 +72,50 @@ def quant_python(explicit: str | None) -> str:
     return str(py)
 
 
-def validate(args: argparse.Namespace) -> tuple[Path, Path | None]:
+def validate(o: QuantizeOptions) -> tuple[Path, Path | None]:
+    """The checks that read the disk (the scheme and the numbers are the model's)."""
     from adapters.quant import checkpoint_scheme
     from backends.models.probe import probe_model
 
-    if args.scheme not in SCHEMES:
-        raise UserError(f"--scheme {args.scheme}: compare quantize makes {', '.join(SCHEMES)} "
-                        "(see `compare quant matrix` for what each backend can run)")
-    model = Path(args.model)
+    model = Path(o.model)
     info = probe_model(str(model))
     if info.config is None:
-        raise UserError(f"--model {args.model}: no config.json there; pass a local HF model directory")
+        raise UserError(f"--model {o.model}: no config.json there; pass a local HF model directory")
     found = checkpoint_scheme(info)
     if found:
-        raise UserError(f"--model {args.model} is already quantized ({found}); pass the unquantized source")
+        raise UserError(f"--model {o.model} is already quantized ({found}); pass the unquantized source")
     if not list(model.glob("*.safetensors")) and not list(model.glob("*.bin")):
-        raise UserError(f"--model {args.model} has no weight files (*.safetensors / *.bin)")
+        raise UserError(f"--model {o.model} has no weight files (*.safetensors / *.bin)")
     from core.fsutil import check_dir_option
 
-    check_dir_option(args.out, "--out")  # a file, a loop, under a file
-    if args.out.exists() and any(args.out.iterdir()):
-        raise UserError(f"--out {args.out} already exists and is not empty; pick a new directory")
+    check_dir_option(o.out, "--out")  # a file, a loop, under a file
+    if o.out.exists() and any(o.out.iterdir()):
+        raise UserError(f"--out {o.out} already exists and is not empty; pick a new directory")
     calib = None
-    if args.scheme in NEEDS_CALIBRATION:
-        if not args.calibration:
-            raise UserError(f"--scheme {args.scheme} needs calibration data: pass --calibration FILE "
+    if o.scheme in NEEDS_CALIBRATION:
+        if not o.calibration:
+            raise UserError(f"--scheme {o.scheme} needs calibration data: pass --calibration FILE "
                             "(.jsonl of {\"text\": ...} lines or a plain-text file)")
-        calib = Path(args.calibration)
+        calib = Path(o.calibration)
         if not calib.is_file() or calib.stat().st_size == 0:
-            raise UserError(f"--calibration {args.calibration}: missing or empty file; pass text "
+            raise UserError(f"--calibration {o.calibration}: missing or empty file; pass text "
                             "representative of the workload")
-    elif args.calibration:
-        raise UserError(f"--scheme {args.scheme} is calibration-free (round-to-nearest / dynamic "
+    elif o.calibration:
+        raise UserError(f"--scheme {o.scheme} is calibration-free (round-to-nearest / dynamic "
                         "activations); drop --calibration or use --scheme w4a16-gptq")
-    if args.samples <= 0 or args.seq_len <= 0:
-        raise UserError("--samples and --seq-len must be > 0")
     return model, calib
 
 
-def _quantize(args: argparse.Namespace) -> int:
-    model, calib = validate(args)
-    py = quant_python(args.python)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{args.out.name}.", dir=args.out.parent))
-    cmd = [py, str(WORKER), "--model", str(model), "--scheme", args.scheme, "--out", str(tmp),
-           "--samples", str(args.samples), "--seq-len", str(args.seq_len)]
+def _quantize(o: QuantizeOptions) -> int:
+    model, calib = validate(o)
+    py = quant_python(o.python)
+    o.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{o.out.name}.", dir=o.out.parent))
+    cmd = [py, str(WORKER), "--model", str(model), "--scheme", o.scheme, "--out", str(tmp),
+           "--samples", str(o.samples), "--seq-len", str(o.seq_len)]
     if calib:
         cmd += ["--calibration", str(calib)]
-    print(f"quantizing {model} -> {args.scheme} with llmcompressor ({py})", file=sys.stderr)
+    print(f"quantizing {model} -> {o.scheme} with llmcompressor ({py})", file=sys.stderr)
     t0 = time.time()
     try:
         # own process group: an interrupt stops the worker and everything it started
@@ -126,13 +133,13 @@ def _quantize(args: argparse.Namespace) -> int:
             print(f"error: llmcompressor failed (exit {proc.returncode}): {last[:300]}", file=sys.stderr)
             return 1
         result = json.loads(line[len("QUANT_RESULT "):])
-        prov = {"scheme": args.scheme, "source": str(model.resolve()), "source_sha256": source_hash(model),
+        prov = {"scheme": o.scheme, "source": str(model.resolve()), "source_sha256": source_hash(model),
                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_s": round(time.time() - t0, 1), **result}
         (tmp / "llm_compare_quant.json").write_text(json.dumps(prov, indent=2) + "\n")
-        if args.out.exists():
-            args.out.rmdir()  # empty (checked above)
-        os.replace(tmp, args.out)
+        if o.out.exists():
+            o.out.rmdir()  # empty (checked above)
+        os.replace(tmp, o.out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(args.out)
+    print(o.out)
     return 0

@@ -197,3 +197,19 @@ def test_gpu_materializer_writes_llmcompressors_checkpoint_bit_for_bit(tiny_mode
     cfg = lambda d: {k: v for k, v in json.loads((d / "config.json").read_text())["quantization_config"].items()
                      if k != "version"}
     assert cfg(tmp_path / "q") == cfg(ref)
+
+
+def test_the_quantization_block_keeps_its_shape(quant_run):
+    """vLLM's report is built as core.quant_report.QuantReport: run.json's block keeps the keys,
+    their order and their JSON types it always had, so archived runs read and render the same."""
+    from core.quant_report import QuantReport
+
+    q = quant_run["run"]["backends"]["vllm:w8a8-int8"]["describe"]["extra"]["quantization"]
+    assert list(q) == ["dtype", "linear_groups", "weight_bytes", "linear_weight_bytes", "linear_dense_bytes",
+                       "packed_estimated_bytes", "linear_ratio", "method", "kv_cache_dtype"]
+    assert isinstance(q["dtype"], str) and q["method"] == "compressed-tensors"
+    assert all(list(g) == ["method", "scheme", "kernel", "layers", "example"] for g in q["linear_groups"])
+    assert all(isinstance(q[k], int) for k in ("weight_bytes", "linear_weight_bytes", "linear_dense_bytes",
+                                                 "packed_estimated_bytes"))
+    assert 0 < q["linear_ratio"] < 0.75  # int8 weights against the engine's dtype
+    assert json.dumps(QuantReport.read(q).as_json()) == json.dumps(q)  # read back: the same bytes
