@@ -69,7 +69,7 @@ WEIGHTS = {
     # three runs stopped mid-conversion, then a concurrent pair that converts once, then a damaged entry
     "test_llamacpp_cache_cli.py": 55,
     "test_llamacpp_interrupted_cli.py": 13,  # runs stopped during the llama.cpp build (configure, compile)
-    "test_llamacpp_e2e.py": 8,  # Q8_0 and Q4_K_M in one --vary run (the four-engine run is test_two_engines_e2e.py)
+    "test_llamacpp_e2e.py": 8,  # Q8_0 and Q4_K_M in one --vary run (the three-engine run is test_two_engines_e2e.py)
     "test_trtllm_pipeline.py": 20,
     "test_trtllm_serve_http.py": 20,
     "test_trtllm_cli.py": 1,
@@ -80,7 +80,7 @@ WEIGHTS = {
     # a 3-node local Ray cluster (6 fake-engine cells, 2 load shards), the run without Ray to match,
     # and `ray start --head` + one transformers cell + a fake-engine cell stopped by Ctrl-C + `ray stop`
     "ray": 58,
-    "test_two_engines_e2e.py": 33,  # one vllm,openvino,hf-cb,llamacpp run
+    "test_two_engines_e2e.py": 22,  # one openvino,hf-cb,llamacpp run
     "test_sessions_e2e.py": 44,  # a session workload on vLLM and llama.cpp, prefix caching on and off
     "test_trace_vllm.py": 21,  # a Mooncake trace replayed on vLLM, prefix caching on
     # OpenVINO: streams, cancels, a crash, timeouts, int8/int4 runs (exports cached by setup)
