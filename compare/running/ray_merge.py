@@ -11,7 +11,7 @@ run.json's ``ray.cells``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from backends.logs import LOG_DIR, log_file
 from core.records import RequestRecord
@@ -30,8 +30,8 @@ class CellWriter(ResultsWriter):
         super().__init__(root, run_id, header)
         self.records: list[RequestRecord] = []
 
-    def add_record(self, rec: RequestRecord) -> None:
-        self.records.append(rec)
+    def add_records(self, recs: Sequence[RequestRecord]) -> None:  # (add_record comes here too)
+        self.records.extend(recs)
 
 
 class Merger:
