@@ -33,6 +33,8 @@ import httpx
 
 from adapters.llamacpp import LlamaCppPlan, llamacpp_plan
 from adapters.spec import ServingSpec
+from backends.http.protocol import BadEvent
+from backends.http.sse import status_error
 from backends.http_backends import HttpStreamBackend
 from backends.llamacpp import CAPS
 from backends.llamacpp.protocol import COMPLETION, unary_payload, unary_token_ids
@@ -229,16 +231,12 @@ class LlamaCppBackend(HttpStreamBackend):
 
     async def generate_once(self, req: GenerationRequest) -> dict[str, Any]:
         """One quality probe, not streamed (no timing is taken from it): every sampled token id."""
-        from backends.http.protocol import BadEvent
-
         if self._client is None:
             raise BackendRequestError(FailureKind.CONNECT, f"{self.name} is not started")
         r = await self._client.post(COMPLETION.path, json=unary_payload(self._adapt(req), self.model or ""),
                                     timeout=httpx.Timeout(10.0, read=None))
         if r.status_code != 200:
-            raise BackendRequestError(FailureKind.HTTP_4XX if r.status_code < 500 else FailureKind.HTTP_5XX,
-                                      f"{self.name} /completion answered {r.status_code}: {r.text[:200]}",
-                                      status=r.status_code)
+            raise status_error(r.status_code, r.content)  # (the streamed path's words for the same answer)
         try:
             ids = unary_token_ids(r.json())
         except (ValueError, BadEvent) as e:

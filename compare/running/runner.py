@@ -298,6 +298,7 @@ async def _run_level(cfg: RunConfig, backend: Backend, level: LoadLevel, writer:
     progress.level_start(backend.name, level, len(requests))
     trim = Trim(level, requests, cfg.workload.seed)  # a time-bounded level's steady state (steady.py)
 
+    loop = asyncio.get_running_loop()
     pending: list[RequestRecord] = []
     failed: list[ResultsWriteError] = []  # a failed write, raised once: by the next record or after the level
 
@@ -320,7 +321,6 @@ async def _run_level(cfg: RunConfig, backend: Backend, level: LoadLevel, writer:
         pending.append(replace(rec, repeat=rep) if rep else rec)
         progress.request_done(rec)
 
-    loop = asyncio.get_running_loop()
     try:
         return await _send_level(cfg, backend, level, requests, writer, on_record)
     finally:
