@@ -95,6 +95,9 @@ def test_the_arrival_choices_are_the_arrival_processes():
      "--samples and --seq-len must be > 0"),
     (["quant", "quality", "--window-len", "4"], "--windows >= 1, --window-len >= 8 and --top-k >= 1, please"),
     (["quant", "run", "--schemes", "fp32", "--warmup", "-1"], "--warmup must be >= 0, got -1"),
+    (["quant", "run", "--schemes", "fp32", "--timeout", "0"], "--timeout must be > 0 (seconds), got 0"),
+    (["quant", "run", "--schemes", "fp32", "--quality-prompts", "0"], "--quality-prompts must be >= 1, got 0"),
+    (["quant", "run", "--schemes", "fp32", "--quality-tokens", "0"], "--quality-tokens must be >= 1, got 0"),
 ])
 def test_other_commands_refuse_a_range_violation_in_one_line(argv, line, tmp_path):
     p = run_cli(*argv, "--out", str(tmp_path / "o")) if argv[0] == "tune" else run_cli(*argv)
