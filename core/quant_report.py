@@ -1,6 +1,7 @@
 """What an engine says it loaded: a backend's quantization report (``describe().extra
 ["quantization"]``), built by the backends (llama.cpp from ``/props``, ``/v1/models`` and the GGUF's
-header; vLLM from its worker) and read by the verification of loaded against requested
+header; vLLM from its worker; OpenVINO GenAI from the exported IR's weight types; transformers'
+continuous batching from the loaded parameters) and read by the verification of loaded against requested
 quantization (compare/quality/verify.py and its callers). run.json keeps it as the JSON object it
 always was: only the keys a backend set, in the order it gave them."""
 from __future__ import annotations

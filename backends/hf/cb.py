@@ -18,6 +18,7 @@ from adapters.spec import ServingSpec
 from backends.engine_process import EngineProcessBackend
 from backends.hf import CB_CAPS as CAPS
 from core.lazy import importable, require
+from core.quant_report import QuantReport
 from core.records import BackendDescription, Capabilities, GenerationRequest
 
 
@@ -57,7 +58,8 @@ class HFCBBackend(EngineProcessBackend):
             native_config={**self.plan.as_dict(), "resolved": self._info.get("resolved", {})},
             extra={"engine_pid": self._info.get("pid"), "torch": self._info.get("torch"),
                    "engine": "transformers ContinuousBatchingManager",
-                   **({"quantization": self._info["quantization"]} if self._info.get("quantization") else {}),
+                   **({"quantization": QuantReport.model_validate(self._info["quantization"]).as_json()}
+                      if self._info.get("quantization") else {}),
                    **({"version_notes": self._info["notes"]} if self._info.get("notes") else {})})
 
 

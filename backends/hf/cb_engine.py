@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from backends.engine_process import encode, engine_process_setup, fatal_line, read_frame
+from core.quant_report import QuantReport
 
 READY_TIMEOUT_S = 300.0
 # ContinuousBatchingConfig fields under an earlier name: transformers 5.17 has ``block_size`` where
@@ -132,11 +133,12 @@ class _Engine:
         linear = [m.weight for m in self.model.modules() if isinstance(m, torch.nn.Linear)]
         lin_bytes = sum(w.numel() * w.element_size() for w in linear)
         dense = sum(w.numel() for w in linear) * torch.empty((), dtype=dtype).element_size()
-        return {"method": None, "dtype": str(dtype).replace("torch.", ""), "kernels": [],
-                "weight_bytes": sum(p.numel() * p.element_size() for p in self.model.parameters()),
-                "linear_weight_bytes": lin_bytes, "linear_dense_bytes": dense,
-                "linear_ratio": round(lin_bytes / dense, 4) if dense else None,
-                "source": "the loaded model's parameters (torch.nn.Linear weights)"}
+        return QuantReport(
+            method=None, dtype=str(dtype).replace("torch.", ""), kernels=[],
+            weight_bytes=sum(p.numel() * p.element_size() for p in self.model.parameters()),
+            linear_weight_bytes=lin_bytes, linear_dense_bytes=dense,
+            linear_ratio=round(lin_bytes / dense, 4) if dense else None,
+            source="the loaded model's parameters (torch.nn.Linear weights)").as_json()
 
     # ------------------------------------------------------------------ commands (stdin thread)
     def add(self, rid: int, prompt: dict[str, Any], params: dict[str, Any]) -> None:

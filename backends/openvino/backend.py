@@ -20,6 +20,7 @@ from backends.openvino import CAPS
 from core.lazy import require
 from core.records import BackendDescription, Capabilities, GenerationRequest
 from core.engine_guard import check_start
+from core.quant_report import QuantReport
 
 
 
@@ -78,9 +79,9 @@ class OpenVINOBackend(EngineProcessBackend):
             name=self.name, framework="openvino-genai", version=self._info.get("version", "unknown"),
             native_config={**self.plan.as_dict(), "resolved": {**self._info.get("scheduler", {}), **self._stats}},
             extra={"engine_pid": self._info.get("pid"), "openvino": self._info.get("openvino"),
-                   "export": self._export, "quantization": {
-                       "method": self._export.get("loaded_compression"), "requested": self.spec.quantization,
-                       "inference_precision": self.plan.properties.get("INFERENCE_PRECISION_HINT")}})
+                   "export": self._export, "quantization": QuantReport(
+                       method=self._export.get("loaded_compression"), requested=self.spec.quantization,
+                       inference_precision=self.plan.properties.get("INFERENCE_PRECISION_HINT")).as_json()})
 
 
 def _compression(types: dict[str, int]) -> str | None:
