@@ -13,12 +13,12 @@ the process, so the parent fails what is in flight as ``engine_dead``. Generatio
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from typing import Any
 
 from backends.engine_process import encode, engine_process_setup, fatal_line, read_frame
+from core.process_exit import exit_without_teardown
 from core.quant_report import QuantReport
 
 READY_TIMEOUT_S = 300.0
@@ -269,4 +269,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main())  # (the engine is stopped by now: core/process_exit.py)

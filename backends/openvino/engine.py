@@ -15,11 +15,11 @@ comes back as an ``engine`` error.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Any
 
 from backends.engine_process import encode, engine_process_setup, fatal_line, read_frame
+from core.process_exit import exit_without_teardown
 
 
 def compiled_linear_precisions(ov: Any, config: dict[str, Any]) -> dict[str, int]:
@@ -156,4 +156,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main())  # (the engine is stopped by now: core/process_exit.py)

@@ -19,6 +19,7 @@ import sys
 from compare import __version__
 from compare.cli.parser import Parser
 from core.errors import LLMCompareError, UserError
+from core.process_exit import exit_without_teardown
 
 # module names under compare.cli.commands; each defines add_parser(subparsers). Modules not
 # written yet are skipped, so features land independently.
@@ -46,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    code = _guarded(argv)
+    if argv is None and "torch" in sys.modules:  # the program itself, with an engine's heap
+        exit_without_teardown(code)
+    return code
+
+
+def _guarded(argv: list[str] | None) -> int:
     from compare.running.aio import exiting, install_signal_policy, uninstall_signal_policy
 
     install_signal_policy()
