@@ -8,8 +8,9 @@ aborted), run status "interrupted", every engine/server/container torn down, exi
 with one line. SIGKILL cannot be handled: the reaper (containers/watchdog.py) kills the run's
 engine processes, and `compare clean` finds whatever a dead run left.
 
-vLLM runs with its own default process layout here (engine core + a separate worker process), so
-"nothing left running" covers the worker too.
+In-process vLLM runs with its own default process layout here (engine core + a separate worker
+process), so "nothing left running" covers the worker too; the server runs with the rest of the
+suite's layout (tests/conftest.py), since the server's guard ends its whole process group either way.
 """
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ from tests.conftest import ROOT, TINY_SPEC_ARGS, VENV_BIN, cli
 pytestmark = [pytest.mark.engine]
 
 
-def _env() -> dict[str, str]:
+def _env(backends: str) -> dict[str, str]:
+    if backends != "vllm":
+        return dict(os.environ)
     return {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
 
 
@@ -69,7 +72,7 @@ class Stopped:
         if not args:
             argv[4:4] = ["--model", str(ensure_tiny_model()), *TINY_SPEC_ARGS]
         self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True, env=_env())
+                                     start_new_session=True, env=_env(backends))
         me = psutil.Process(self.proc.pid)
         self.tag = f"{me.pid}:{me.create_time():.2f}"
         deadline = time.time() + 900  # engine start takes minutes on a loaded 2-core machine
