@@ -40,7 +40,7 @@ def test_signal_during_the_final_teardown_leaves_complete_results(tmp_path, tiny
         [str(VENV_BIN / "compare"), "run", "--backends", "fake", "--model", str(tiny_model), *FAKE,
          "--native", "fake.stop=5s", "--num-requests", "4", "--output-len", "16", "--concurrency", "4",
          "--warmup", "1", "--out", str(tmp_path), "--run-id", "t"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=_env())
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=_env("fake"))
     me = psutil.Process(proc.pid)
     try:
         deadline = time.time() + 300
