@@ -29,6 +29,7 @@ GROUPS = {
     "test_tgi_client_double.py": "tgi-double",
     "test_served_model_e2e.py": "tgi-double",  # and served_vllm_url: one `vllm serve` (~60 s)
     "test_multiproc_vllm_server.py": "tgi-double",  # served_vllm_url too
+    "test_trtllm_serve_http.py": "tgi-double",  # served_vllm_url as the stand-in for trtllm-serve
     # Ray: `ray stop` in one file ends every Ray process of the machine, so both run on one worker
     "test_ray_e2e.py": "ray",
     "test_ray_start_e2e.py": "ray",
@@ -71,7 +72,6 @@ WEIGHTS = {
     "test_llamacpp_interrupted_cli.py": 13,  # runs stopped during the llama.cpp build (configure, compile)
     "test_llamacpp_e2e.py": 8,  # Q8_0 and Q4_K_M in one --vary run (the three-engine run is test_two_engines_e2e.py)
     "test_trtllm_pipeline.py": 20,
-    "test_trtllm_serve_http.py": 20,
     "test_trtllm_cli.py": 1,
     # the TGI double (a vLLM), `vllm serve`, the text-generation client, served-model and
     # client-procs runs, length matching (the fake engine against the double)

@@ -95,22 +95,12 @@ def test_parser_counts_chunks_with_fresh_ids_once(with_ids):
         assert [x.completion_tokens for x in out if not isinstance(x, TokenEvent)][-1] == 8
 
 
-@pytest.fixture(scope="module")
-def openai_server(tiny_model, tmp_path_factory):
-    """The real vLLM OpenAI server (one start for the module), standing in for trtllm-serve."""
-    from backends.server_process import HOST, ServerProcess, free_port
-    from backends.vllm.server import server_command
-
-    spec = ServingSpec(model=str(tiny_model), dtype="float32", max_model_len=512,
-                       kv_cache_memory_bytes=64 << 20, enforce_eager=True)
-    port = free_port()
-    srv = ServerProcess(server_command(spec, port), tmp_path_factory.mktemp("srv") / "vllm.log")
-    srv.start()
-    try:
-        asyncio.run(srv.wait_healthy(f"http://{HOST}:{port}/health", 900))  # slow when the machine is shared
-        yield f"http://{HOST}:{port}"
-    finally:
-        srv.stop()
+@pytest.fixture
+def openai_server(served_vllm_url):
+    """The session's real vLLM OpenAI server (tests/conftest.py, one start shared with the served-model
+    and TGI-double tests), standing in for trtllm-serve. It serves the tiny model under another name:
+    the backend takes the name from /v1/models, as it does from a real trtllm-serve."""
+    return served_vllm_url
 
 
 @pytest.mark.engine
