@@ -164,7 +164,7 @@ SERVED_NAME = "acme/served-7b"  # a hub-style id: no local directory of that nam
 def served_vllm_url(tiny_model, tmp_path_factory):
     """A real `vllm serve` of the tiny model under another name (SERVED_NAME), ONE start per session
     for the tests that need an already running OpenAI server (served-model and client-procs runs,
-    the trtllm-serve stand-in; tests/scheduling.py keeps them on one worker)."""
+    the trtllm-serve stand-in, a trace replay; tests/scheduling.py keeps them on one worker)."""
     from backends.server_process import ServerProcess, free_port
 
     port = free_port()

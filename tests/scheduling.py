@@ -30,6 +30,7 @@ GROUPS = {
     "test_served_model_e2e.py": "tgi-double",  # and served_vllm_url: one `vllm serve` (~60 s)
     "test_multiproc_vllm_server.py": "tgi-double",  # served_vllm_url too
     "test_trtllm_serve_http.py": "tgi-double",  # served_vllm_url as the stand-in for trtllm-serve
+    "test_trace_vllm.py": "tgi-double",  # a Mooncake trace replayed on served_vllm_url
     # Ray: `ray stop` in one file ends every Ray process of the machine, so both run on one worker
     "test_ray_e2e.py": "ray",
     "test_ray_start_e2e.py": "ray",
@@ -82,7 +83,6 @@ WEIGHTS = {
     "ray": 58,
     "test_two_engines_e2e.py": 22,  # one openvino,hf-cb,llamacpp run
     "test_sessions_e2e.py": 44,  # a session workload on vLLM and llama.cpp, prefix caching on and off
-    "test_trace_vllm.py": 21,  # a Mooncake trace replayed on vLLM, prefix caching on
     # OpenVINO: streams, cancels, a crash, timeouts, int8/int4 runs (exports cached by setup)
     "test_openvino.py": 23,
     "test_http_fastsse.py": 15,  # every scripted stream twice (C and Python parser) + the loopback server
