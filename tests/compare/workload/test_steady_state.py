@@ -77,8 +77,9 @@ def _run(tmp_path, tiny_model, run_id: str, *argv: str) -> tuple[dict, list[dict
 
 
 def test_an_overloaded_engine_shows_its_queue_in_the_steady_state(tiny_model, tmp_path):
-    # one slot, 25 ms a request: 40 req/s at most. 5 req/s is easy; 100 req/s overloads it.
-    doc, recs = _run(tmp_path, tiny_model, "short", "--rate", "5,100", "--duration", "1",
+    # one slot, 25 ms a request: 40 req/s at most. 5 req/s is easy; 100 req/s overloads it: of its
+    # 50 requests, those due after 50 ms and finished by 450 ms (the 6th to the 18th) wait 95-275 ms
+    doc, recs = _run(tmp_path, tiny_model, "short", "--rate", "5,100", "--duration", "0.5",
                      "--slo", "ttft_p95=200ms")
     assert doc["code"] == 0
     (name,) = doc["backends"]
@@ -86,25 +87,26 @@ def test_an_overloaded_engine_shows_its_queue_in_the_steady_state(tiny_model, tm
     easy, hard = levels["r5-const"], levels["r100-const"]
     assert easy["ttft_ms"]["p50"] < 100  # no queue
     s = hard["steady_state"]
-    assert s["window_s"] == [0.1, 0.9] and s["duration_s"] == 1.0
-    assert s["trimmed_warmup"] == 10  # due at 0 .. 90 ms
+    assert s["window_s"] == [0.05, 0.45] and s["duration_s"] == 0.5
+    assert s["trimmed_warmup"] == 5  # due at 0 .. 40 ms
     assert s["trimmed_cooldown"] > s["counted"] > 0  # most finished after the window: the queue
-    assert hard["requests"] == s["counted"] and s["counted"] + 10 + s["trimmed_cooldown"] == 100
+    assert hard["requests"] == s["counted"] and s["counted"] + 5 + s["trimmed_cooldown"] == 50
     assert hard["ttft_ms"]["p50"] > 100 and not hard["slo_met"]
     # the raw records keep every request, marked
     marks = [r.get("trimmed") for r in recs if r["level"] == "r100-const"]
-    assert len(marks) == 100 and marks.count("warmup") == 10 and marks.count("cooldown") == s["trimmed_cooldown"]
+    assert len(marks) == 50 and marks.count("warmup") == 5 and marks.count("cooldown") == s["trimmed_cooldown"]
     # the reader is told what was measured and what was left out
     from compare.analysis.caveats import caveats
 
     # (a loaded machine may add the level's client-lag or late-send lines: not this test's subject)
     (line,) = [c for c in caveats({k: v for k, v in doc.items() if k != "code"}) if "r100-const: steady state" in c]
-    assert "steady state measured 0.1-0.9 s of 1 s" in line and "did not keep up" in line
+    assert "steady state measured 0.05-0.45 s of 0.5 s" in line and "did not keep up" in line
     # twice as long at the same overload: the queue grows, and with it the counted latency
-    doc2, _ = _run(tmp_path, tiny_model, "long", "--rate", "100", "--duration", "2")
+    # (the 11th to the 36th request, waiting 170-545 ms: a p50 about twice the short level's)
+    doc2, _ = _run(tmp_path, tiny_model, "long", "--rate", "100", "--duration", "1")
     hard2 = doc2["backends"][name]["levels"]["r100-const"]
     assert hard2["ttft_ms"]["p50"] > 1.3 * hard["ttft_ms"]["p50"]
-    assert hard2["steady_state"]["window_s"] == [0.2, 1.8]
+    assert hard2["steady_state"]["window_s"] == [0.1, 0.9]
 
 
 def test_require_slo_judges_the_steady_state(tiny_model, tmp_path):
@@ -142,43 +144,44 @@ def test_steady_state_with_vary_repeats_max_rate_and_the_html_report(tiny_model,
 
     out = tmp_path / "out"
     p = cli("run", "--backends", "fake@ttft=20ms+itl=5ms", "--vary", "max_num_seqs=1,4", "--repeats", "2",
-                "--model", str(tiny_model), "--rate", "80", "--arrival", "constant", "--duration", "1",
+                "--model", str(tiny_model), "--rate", "120", "--arrival", "constant", "--duration", "0.5",
                 "--num-requests", "400", "--input-len", "8", "--output-len", "2", "--warmup", "0", "--quality", "off",
-                "--slo", "ttft_p95=150ms", "--find-max-rate", "--max-rate-start", "20", "--max-rate-probes", "2",
+                "--slo", "ttft_p95=150ms", "--find-max-rate", "--max-rate-start", "20", "--max-rate-probes", "1",
                 "--out", str(out), "--run-id", "v")
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     run = json.loads((out / "v" / "run.json").read_text())
     cool = {}
     for name, b in run["backends"].items():
-        per = [r["levels"]["r80-const"]["steady_state"] for r in b["repeats"]]
-        pooled = b["levels"]["r80-const"]["steady_state"]
+        per = [r["levels"]["r120-const"]["steady_state"] for r in b["repeats"]]
+        pooled = b["levels"]["r120-const"]["steady_state"]
         for k in ("counted", "trimmed_warmup", "trimmed_cooldown"):
             assert pooled[k] == per[0][k] + per[1][k]  # the pooled row counts every repeat
-        assert b["levels"]["r80-const"]["requests"] == pooled["counted"]
+        assert b["levels"]["r120-const"]["requests"] == pooled["counted"]
         cool[name] = pooled["trimmed_cooldown"]
         # the search's probes were time-bounded and trimmed like the level
         search = b["max_rate"]["search"]
-        assert (search["duration_s"], search["warmup_s"], search["cooldown_s"]) == (1.0, None, None)
-    # one slot (40 req/s) cannot keep up with 80 req/s; four slots can
-    # (four slots: only the sends of the last ~0.1 s finish after the window)
+        assert (search["duration_s"], search["warmup_s"], search["cooldown_s"]) == (0.5, None, None)
+    # one slot (40 req/s) cannot keep up with 120 req/s; four slots (160 req/s) can
+    # (one slot: 42 of its 60 requests a repeat finish after the window; four slots: only the sends
+    # of the last ~75 ms, ~9; the comparison fails only if four slots lag ~0.1 s more than that)
     assert cool["fake@ttft=20ms+itl=5ms[max_num_seqs=1]"] > 2 * cool["fake@ttft=20ms+itl=5ms[max_num_seqs=4]"]
     r = cli("report", str(out / "v"), "--html")
     assert r.returncode == 0, r.stderr
-    assert "steady state measured 0.1-0.9 s of 1 s" in (out / "v" / "report.html").read_text()
+    assert "steady state measured 0.05-0.45 s of 0.5 s" in (out / "v" / "report.html").read_text()
 
 
 def test_a_steady_state_run_is_gated_like_any_run(tiny_model, tmp_path):
     """A baseline of a --duration run with gamma arrivals: the same run again passes the gate; the
     engine made slower (native timings) fails it, naming the change (the gate reads the counted
-    window's numbers)."""
+    window's numbers). Half a second at 60 req/s: as many requests a repeat as a second at 30."""
     from tests.conftest import cli
 
     out, base = tmp_path / "out", tmp_path / "baselines"
 
     def run(rid: str, ttft: str, itl: str):
         p = cli("run", "--backends", "fake", "--native", f"fake.ttft={ttft}", "--native", f"fake.itl={itl}",
-                    "--model", str(tiny_model), "--rate", "30", "--arrival", "gamma", "--burstiness", "2",
-                    "--duration", "1", "--num-requests", "200", "--input-len", "8", "--output-len", "4",
+                    "--model", str(tiny_model), "--rate", "60", "--arrival", "gamma", "--burstiness", "2",
+                    "--duration", "0.5", "--num-requests", "200", "--input-len", "8", "--output-len", "4",
                     "--warmup", "0", "--quality", "off", "--repeats", "2", "--out", str(out), "--run-id", rid)
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
         return out / rid
