@@ -99,6 +99,35 @@ def orphans() -> list[tuple[Any, str]]:
     return [(p, t) for p, t in tagged() if not tag_alive(t)]
 
 
+def _ended(p: Any) -> bool:
+    """Exited: reaped here if it is our child, else gone or a zombie. A zombie waits for its
+    parent to reap it (a live parent that does not, or one being stopped with it): waiting on
+    it as psutil.wait_procs does would spend the whole grace period on a process already dead."""
+    import psutil
+
+    try:
+        p.wait(timeout=0)
+        return True
+    except psutil.TimeoutExpired:
+        pass
+    except psutil.NoSuchProcess:
+        return True
+    try:
+        return bool(p.status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait_ended(procs: list[Any], timeout_s: float) -> list[Any]:
+    """The processes still running after up to ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    left = [p for p in procs if not _ended(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in left if not _ended(p)]
+    return left
+
+
 def terminate(procs: list[Any], grace_s: float = REAP_GRACE_S) -> list[Any]:
     """SIGTERM, wait up to ``grace_s``, then SIGKILL (vLLM's engine core ignores SIGTERM once
     orphaned); returns the processes that were still there to stop."""
@@ -111,13 +140,13 @@ def terminate(procs: list[Any], grace_s: float = REAP_GRACE_S) -> list[Any]:
             live.append(p)
         except psutil.NoSuchProcess:
             pass
-    _, left = psutil.wait_procs(live, timeout=grace_s)
+    left = _wait_ended(live, grace_s)
     for p in left:
         try:
             p.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(left, timeout=grace_s)
+    _wait_ended(left, grace_s)
     return live
 
 

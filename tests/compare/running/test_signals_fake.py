@@ -33,23 +33,25 @@ def test_stopped_mid_level_by_each_signal(tmp_path, tiny_model, sig):
 
 
 def test_signal_during_the_final_teardown_leaves_complete_results(tmp_path, tiny_model):
-    """Every request finished: Ctrl-C (twice) while the engine shuts down (the fake's takes 5 s)
+    """Every request finished: Ctrl-C (twice) while the engine shuts down (the fake's takes 2 s)
     must neither cut the teardown short nor call the results partial."""
     d = tmp_path / "t"
     proc = subprocess.Popen(
         [str(VENV_BIN / "compare"), "run", "--backends", "fake", "--model", str(tiny_model), *FAKE,
-         "--native", "fake.stop=5s", "--num-requests", "4", "--output-len", "16", "--concurrency", "4",
+         "--native", "fake.stop=2s", "--num-requests", "4", "--output-len", "16", "--concurrency", "4",
          "--warmup", "1", "--out", str(tmp_path), "--run-id", "t"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=_env("fake"))
     me = psutil.Process(proc.pid)
     try:
         deadline = time.time() + 300
-        while len(_lines(d / "requests.jsonl")) < 4:
+        # the level's row in run.json: written once the level is summarised, right before the
+        # engine's teardown begins
+        while "c4" not in _levels(d):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.time() < deadline
             time.sleep(0.05)
         tree = me.children(recursive=True)
-        time.sleep(1.0)  # the level is summarised; the teardown takes 5 s
+        time.sleep(0.3)  # into the teardown (2 s)
         assert proc.poll() is None
         t_sig = time.time()
         os.kill(proc.pid, signal.SIGINT)
@@ -60,7 +62,7 @@ def test_signal_during_the_final_teardown_leaves_complete_results(tmp_path, tiny
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err[-2000:]
-    assert time.time() - t_sig >= 0.5  # the rest of the 5 s teardown ran to its end
+    assert time.time() - t_sig >= 0.5  # the rest of the 2 s teardown ran to its end
     last = [ln for ln in err.splitlines() if ln.startswith("interrupted")]
     assert len(last) == 1 and "the run had finished; its teardown was completed" in last[0], err[-2000:]
     assert "run status complete" in last[0]
@@ -69,8 +71,19 @@ def test_signal_during_the_final_teardown_leaves_complete_results(tmp_path, tiny
     assert run["backends"]["fake"]["status"] == "complete"
     assert "aborted" not in run["backends"]["fake"]["levels"]["c4"]
     assert all(x["error_kind"] is None for x in _lines(d / "requests.jsonl"))
-    _, alive = psutil.wait_procs(tree, timeout=2)  # (up to 2 s to go, as before)
-    assert not [p.pid for p in alive if _running(p)]
+    # up to 2 s to go, as before; a zombie has ended (where no init reaps it, waiting on it as
+    # psutil.wait_procs does would spend the 2 s every time)
+    deadline = time.time() + 2
+    while [p for p in tree if _running(p)] and time.time() < deadline:
+        time.sleep(0.05)
+    assert not [p.pid for p in tree if _running(p)]
+
+
+def _levels(d) -> dict:
+    try:
+        return json.loads((d / "run.json").read_text())["backends"]["fake"]["levels"]
+    except (OSError, ValueError, KeyError):  # not written yet
+        return {}
 
 
 def test_compare_clean_removes_only_what_dead_runs_left(tmp_path):
@@ -105,3 +118,23 @@ def test_compare_clean_removes_only_what_dead_runs_left(tmp_path):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_terminate_does_not_wait_out_the_grace_period_on_a_zombie(tmp_path):
+    """A stopped process whose live parent does not reap it stays a zombie: it is dead, and
+    `compare clean` (or the clean-up before a run) must not spend the grace period, then the kill's,
+    on it. Here the parent sleeps without reaping; before, this took twice the grace period."""
+    from containers.watchdog import terminate
+
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
+                               "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+                               "print(c.pid, flush=True)\ntime.sleep(300)"], stdout=subprocess.PIPE, text=True)
+    try:
+        child = psutil.Process(int(parent.stdout.readline()))
+        t0 = time.monotonic()
+        assert [p.pid for p in terminate([child], grace_s=30)] == [child.pid]
+        assert time.monotonic() - t0 < 15  # (0.05 s polls; not the 30 s grace)
+        assert child.status() == psutil.STATUS_ZOMBIE  # its parent has not reaped it
+    finally:
+        parent.kill()
+        parent.wait()
