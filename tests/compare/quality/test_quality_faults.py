@@ -13,8 +13,9 @@ import pytest
 
 from tests.conftest import ROOT, TINY_SPEC_ARGS, run_cli
 
-_RUN = ("run", "--backends", "fake", "--num-requests", "3", "--concurrency", "1,2", "--quality", "on",
-        "--quality-prompts", "2")
+# (4 output tokens: the fake's requests take 35 ms, the levels' timings are not the subject)
+_RUN = ("run", "--backends", "fake", "--num-requests", "3", "--output-len", "4", "--concurrency", "1,2",
+        "--quality", "on", "--quality-prompts", "2")
 
 # `compare` with the quality step's first act (placing the reference) replaced by a fault
 _DRIVER = """
