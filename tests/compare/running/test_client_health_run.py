@@ -32,11 +32,11 @@ class _Blocking(Progress):
             time.sleep(self.block_s)
 
 
-def _run(tmp_path, url: str, progress: Progress, run_id: str):
-    reqs = [GenerationRequest(f"r{i}", TOKENS, prompt_text="hi") for i in range(N)]
+def _run(tmp_path, url: str, progress: Progress, run_id: str, n: int = N):
+    reqs = [GenerationRequest(f"r{i}", TOKENS, prompt_text="hi") for i in range(n)]
     cfg = RunConfig(backends=[f"openai@{url}"], spec=ServingSpec(model="calibration"),
                     levels=[LoadLevel("concurrency", C)],
-                    workload=WorkloadSpec(num_requests=N, input=LengthDist(dist="fixed", value=1),
+                    workload=WorkloadSpec(num_requests=n, input=LengthDist(dist="fixed", value=1),
                                           output=LengthDist(dist="fixed", value=TOKENS), prompt_format="text"),
                     requests=reqs, warmup=1, out_root=tmp_path, run_id=run_id)
     asyncio.run(run(cfg, progress))
@@ -47,14 +47,15 @@ def _run(tmp_path, url: str, progress: Progress, run_id: str):
 
 def test_client_health_is_judged_over_the_level(tmp_path):
     with CalibrationServerProcess(CalibrationTiming(ttft_ms=TTFT_MS, itl_ms=ITL_MS)) as url:
-        behind, _ = _run(tmp_path, url, _Blocking(0.01, every=True), "behind")
+        # (half the requests: a loop stalled at every one is as stalled over a shorter level)
+        behind, _ = _run(tmp_path, url, _Blocking(0.01, every=True), "behind", N // 2)
         spike, _ = _run(tmp_path, url, _Blocking(SPIKE_S, every=False), "spike")
     # a 10 ms block per finished request, ~one finishing every 8 ms: the loop is stalled most of the level
     h = behind.client_health
     assert h is not None and behind.client_lagged and h.fell_behind
     assert h.lagged_share > 0.3 and "loop stalled" in h.why, h
     # every observation is accounted for: first tokens of the ok requests, every later event
-    assert h.affected["ttft"].n == behind.ok == N and h.affected["itl"].n == N * (TOKENS - 1)
+    assert h.affected["ttft"].n == behind.ok == N // 2 and h.affected["itl"].n == N // 2 * (TOKENS - 1)
     # one 40 ms block near the start of a ~2 s level: recorded (the longest lag is at least it),
     # and it decides nothing: were the level flagged, what the other wake-ups show (this
     # machine's own noise) would flag it alone
