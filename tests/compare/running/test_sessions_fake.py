@@ -127,16 +127,16 @@ def test_a_session_probe_keeps_up_only_with_its_turns():
     """Kept up compares achieved turns/s with the turns a session rate offers, not with sessions/s."""
     from compare.tuning.probe import LoadSearch, _Prober
 
-    reqs = _requests(6, 3)  # 3 turns a session: 8 sessions/s offer 24 turns/s
+    reqs = _requests(6, 3)  # 3 turns a session: 16 sessions/s offer 48 turns/s
 
     async def go(target: str):
         async with FakeBackend(ServingSpec(model="unused"), target=target) as b:
-            return await _Prober(b, reqs, SLO.parse("ttft_p95=60s"), LoadSearch(timeout_s=30)).probe(8.0)
+            return await _Prober(b, reqs, SLO.parse("ttft_p95=60s"), LoadSearch(timeout_s=30)).probe(16.0)
 
     assert asyncio.run(go("ttft=5ms+itl=1ms"))["sustained"]
-    # one slot, ~0.1 s a turn: ~10 turns/s, under half the 24 offered (though over half of 8 sessions/s)
-    slow = asyncio.run(go("ttft=0.1s+itl=1ms+seqs=1"))
-    assert 5 < slow["req_s"] < 11 and not slow["sustained"]
+    # one slot, ~52 ms a turn: ~19 turns/s, under half the 48 offered (though over half of 16 sessions/s)
+    slow = asyncio.run(go("ttft=50ms+itl=1ms+seqs=1"))
+    assert 8 < slow["req_s"] < 21 and not slow["sustained"]
 
 
 def test_what_cannot_send_sessions_is_refused_in_one_line(tmp_path, tiny_model):
