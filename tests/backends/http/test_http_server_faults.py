@@ -75,11 +75,11 @@ def test_a_hung_server_fails_fast_at_warm_up_and_says_so(tmp_path):
     with ThreadedServer(hang(), openai_routes()) as s:
         t0 = time.monotonic()
         r = run_cli("run", "--backends", f"openai@{s.url}", "--num-requests", "4", "--input-len", "8",
-                    "--output-len", "4", "--concurrency", "2", "--warmup", "2", "--timeout", "2",
+                    "--output-len", "4", "--concurrency", "2", "--warmup", "2", "--timeout", "1",
                     "--out", str(tmp_path), "--run-id", "h", timeout=300, env={"COLUMNS": "400"})
         took = time.monotonic() - t0
     out = r.stdout + r.stderr
-    assert "warm-up request failed (timeout: no completion within 2 s)" in out, out[-2000:]
+    assert "warm-up request failed (timeout: no completion within 1 s)" in out, out[-2000:]
     assert f"[openai@{s.url}] openai@" not in out  # the backend's name is said once per line
     run = json.loads((tmp_path / "h" / "run.json").read_text())
     (entry,) = run["backends"].values()
