@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, TINY_SPEC_ARGS, run_cli
+from tests.conftest import ROOT, TINY_SPEC_ARGS, cli, run_cli
 
 # (4 output tokens: the fake's requests take 35 ms, the levels' timings are not the subject)
 _RUN = ("run", "--backends", "fake", "--num-requests", "3", "--output-len", "4", "--concurrency", "1,2",
@@ -120,7 +120,7 @@ def test_a_damaged_quantization_record_means_no_reference(tmp_path, tiny_model, 
         if f.is_file():
             (model / f.name).symlink_to(f)
     (model / "llm_compare_quant.json").write_text(text)
-    p = run_cli(*_RUN, "--model", str(model), "--out", str(tmp_path), "--run-id", "p")
+    p = cli(*_RUN, "--model", str(model), "--out", str(tmp_path), "--run-id", "p")  # (in this process)
     assert p.returncode == 0, p.stderr[-3000:]
     run = json.loads((tmp_path / "p" / "run.json").read_text())
     q = _speed_intact(run)["quality"]
