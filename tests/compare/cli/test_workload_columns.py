@@ -67,10 +67,11 @@ def test_a_trace_reaches_every_column_and_repeat_on_its_clock(tmp_path, tiny_mod
     _same_everywhere(_cells(out / "again", "trace"), [r["request_id"] for r in saved], clock)
     r = cli("check", "--baseline", "tr", "--dir", str(base), str(out / "again"))
     assert r.returncode == 0 and "RESULT: PASS" in r.stdout, r.stdout + r.stderr
-    p = cli("run", *COMMON, "--model", str(tiny_model), "--trace", str(trace), "--trace-speedup", "2",
-                "--out", str(out), "--run-id", "slower")
+    # (twice as fast: any other clock is another workload; a slower one only takes longer)
+    p = cli("run", *COMMON, "--model", str(tiny_model), "--trace", str(trace), "--trace-speedup", "8",
+                "--out", str(out), "--run-id", "faster")
     assert p.returncode == 0, p.stderr[-3000:]
-    r = cli("check", "--baseline", "tr", "--dir", str(base), str(out / "slower"))
+    r = cli("check", "--baseline", "tr", "--dir", str(base), str(out / "faster"))
     assert r.returncode == 2 and "different workload" in r.stderr, r.stdout + r.stderr
 
 
