@@ -14,10 +14,10 @@ from compare.tuning.report import tuned_specs
 from adapters.spec import ServingSpec
 from tests.conftest import run_cli
 
-# the fake engine: 20 ms to the first token, 5 ms per token (60 ms a request: one slot serves ~16 req/s)
-FAKE = ["--native", "fake.ttft=20ms", "--native", "fake.itl=5ms"]
+# the fake engine: 10 ms to the first token, 2.5 ms per token (30 ms a request: one slot serves ~33 req/s)
+FAKE = ["--native", "fake.ttft=10ms", "--native", "fake.itl=2.5ms"]
 COMMON = ["tune", "--backend", "fake", *FAKE, "--knob", "max_num_seqs=1,8", "--num-requests", "12",
-          "--input-len", "32", "--output-len", "8", "--start-load", "40", "--max-probes", "3",
+          "--input-len", "32", "--output-len", "8", "--start-load", "80", "--max-probes", "3",
           "--repeats", "2", "--trial-timeout", "600"]
 
 
@@ -43,7 +43,7 @@ def test_tune_measures_real_trials_and_writes_results(tuned):
     for t in rep["trials"]:
         assert t["status"] == "measured" and t["describe"]["framework"] == "fake (test instrument)"
         loads = [p["load"] for p in t["probes"]]
-        assert len(loads) >= 3 and loads[0] == 40.0  # bracketing started at --start-load
+        assert len(loads) >= 3 and loads[0] == 80.0  # bracketing started at --start-load
         if t["feasible"]:
             ci = t["goodput_req_s"]
             assert ci["n"] == 2 and ci["lo"] <= ci["mean"] <= ci["hi"]
@@ -86,10 +86,10 @@ def test_tuned_config_feeds_compare_run(tuned, tmp_path):
 
 
 def test_an_slo_no_config_meets_says_so_and_shows_the_closest(tmp_path):
-    # one engine start and two short probes (4 requests at 8 and 4 req/s) miss a 1 us TTFT;
-    # the longer bracketing search of COMMON (down to 1 req/s x 12 requests) would add ~20 s
+    # one engine start and two short probes (4 requests at 32 and 16 req/s) miss a 1 us TTFT;
+    # the longer bracketing search of COMMON (down to 2 req/s x 12 requests) would add ~10 s
     small = ["tune", "--backend", "fake", *FAKE, "--num-requests", "4", "--input-len", "32", "--output-len", "8",
-             "--start-load", "8", "--max-probes", "2", "--repeats", "1", "--trial-timeout", "600"]
+             "--start-load", "32", "--max-probes", "2", "--repeats", "1", "--trial-timeout", "600"]
     r = run_cli(*small, "--slo", "ttft_p95=1us", "--budget", "1", "--out", str(tmp_path),
                 "--cache-dir", str(tmp_path / "cache"), timeout=600)
     assert r.returncode == 2, r.stderr[-2000:]
