@@ -19,16 +19,16 @@ def test_trace_replays_at_its_offsets_with_speedup_and_cap(tmp_path, tiny_model)
     rows = [{"timestamp": 400 * i, "input_length": 24, "output_length": 4, "hash_ids": [7]} for i in range(8)]
     trace, out = _trace(tmp_path, rows), tmp_path / "out"
     p = cli("run", "--backends", "fake", "--model", str(tiny_model), "--trace", str(trace),
-                "--trace-speedup", "2", "--trace-max-requests", "6", "--warmup", "0",
+                "--trace-speedup", "4", "--trace-max-requests", "6", "--warmup", "0",
                 "--out", str(out), "--run-id", "t")
     run = json.loads((out / "t" / "run.json").read_text())
     assert run["status"] == "complete", p.stderr[-3000:]
     level = run["backends"]["fake"]["levels"]["trace"]
     assert level["ok"] == 6
-    # the trace's 400 ms gaps at speed-up 2: sent 200 ms apart, each lateness recorded
-    assert level["schedule_offsets_ns"] == [200_000_000 * i for i in range(6)]
+    # the trace's 400 ms gaps at speed-up 4: sent 100 ms apart, each lateness recorded
+    assert level["schedule_offsets_ns"] == [100_000_000 * i for i in range(6)]
     assert level["send_delay_ms"]["n"] == 6 and level["send_delay_ms"]["p99"] < 200
-    assert run["levels"] == [{"kind": "rate", "value": 5.0, "label": "trace"}]
+    assert run["levels"] == [{"kind": "rate", "value": 10.0, "label": "trace"}]
     assert len((out / "t" / "workload.jsonl").read_text().splitlines()) == 6
 
 
@@ -56,14 +56,14 @@ def test_replay_of_a_trace_run_keeps_the_trace_clock(tmp_path, tiny_model):
     trace, out = _trace(tmp_path, rows), tmp_path / "out"
     common = ("--backends", "fake", "--model", str(tiny_model), "--warmup", "0", "--quality", "off",
               "--out", str(out))
-    p = cli("run", *common, "--trace", str(trace), "--trace-speedup", "2", "--run-id", "t")
+    p = cli("run", *common, "--trace", str(trace), "--trace-speedup", "4", "--run-id", "t")
     assert p.returncode == 0, p.stderr[-3000:]
     saved = [json.loads(x) for x in (out / "t" / "workload.jsonl").read_text().splitlines()]
-    assert [r["send_offset_ns"] for r in saved] == [t * 500_000 for t in (0, 150, 200, 650, 700, 1100)]
+    assert [r["send_offset_ns"] for r in saved] == [t * 250_000 for t in (0, 150, 200, 650, 700, 1100)]
     p = cli("run", *common, "--replay", str(out / "t"), "--run-id", "r")
     assert p.returncode == 0, p.stderr[-3000:]
     first, again = (json.loads((out / d / "run.json").read_text()) for d in ("t", "r"))
-    assert again["levels"] == first["levels"] == [{"kind": "rate", "value": 5 / 0.55, "label": "trace"}]
+    assert again["levels"] == first["levels"] == [{"kind": "rate", "value": 5 / 0.275, "label": "trace"}]
     offsets = [lv["backends"]["fake"]["levels"]["trace"]["schedule_offsets_ns"] for lv in (first, again)]
     assert offsets[0] == offsets[1] == [r["send_offset_ns"] for r in saved]
     assert (out / "r" / "workload.jsonl").read_text() == (out / "t" / "workload.jsonl").read_text()
