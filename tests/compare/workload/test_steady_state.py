@@ -115,12 +115,12 @@ def test_require_slo_judges_the_steady_state(tiny_model, tmp_path):
     from core.results import load_results
     from core.slo import SLO
 
-    doc, recs = _run(tmp_path, tiny_model, "g", "--rate", "5", "--duration", "2", "--warmup-seconds", "0.5",
-                     "--cooldown-seconds", "0.5")
+    doc, recs = _run(tmp_path, tiny_model, "g", "--rate", "10", "--duration", "1", "--warmup-seconds", "0.25",
+                     "--cooldown-seconds", "0.25")
     run, records = load_results(tmp_path / "g")
-    level = doc["backends"][next(iter(doc["backends"]))]["levels"]["r5-const"]
+    level = doc["backends"][next(iter(doc["backends"]))]["levels"]["r10-const"]
     assert level["steady_state"]["trimmed_warmup"] == 3 and level["requests"] == level["steady_state"]["counted"]
-    # a limit only the warm-up requests (due before 0.5 s) would miss: none of the counted ones does
+    # a limit only the warm-up requests (due before 0.25 s) would miss: none of the counted ones does
     assert slo_misses(run, records, SLO.parse("ttft_p95=1s")) == []
     # the warm-up's requests made 10 s slower: still met, since they are not judged
     slow = [r if r.trimmed is None else dataclasses.replace(r, t_sent_ns=r.t_sent_ns - 10**10) for r in records]
