@@ -73,7 +73,7 @@ def test_run_json_and_reports_show_ttft_by_turn(tmp_path, tiny_model):
     wl.write_text("name: chat\nsessions:\n  num_sessions: 4\n  turns: {value: 3}\n  system_prompt_tokens: 16\n"
                   "  user_tokens: {value: 8}\n  reply_tokens: {value: 4}\n  think_time_s: 0.01\n")
     out = tmp_path / "out"
-    p = cli("run", "--backends", "fake@prefill=0.1ms", "--vary", "max_num_seqs=1,4", "--model", str(tiny_model),
+    p = cli("run", "--backends", "fake@ttft=5ms+itl=1ms+prefill=0.1ms", "--vary", "max_num_seqs=1,4", "--model", str(tiny_model),
                 "--workload", str(wl), "--concurrency", "2", "--rate", "20", "--warmup", "0", "--out", str(out),
                 "--run-id", "s")
     assert p.returncode == 0, p.stderr[-2000:]
