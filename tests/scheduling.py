@@ -36,75 +36,75 @@ GROUPS = {
     "test_ray_start_e2e.py": "ray",
 }
 
-# group (or file) -> seconds of worker time with two workers, from the JUnit report of the
-# 2026-12-05 full run of scripts/test.sh (798 s of pytest, 1547 s of worker time; a session
-# fixture's start counts to the first test using it); files changed since: measured after the
-# change and scaled; absent: short
+# group (or file) -> seconds of worker time with two workers, from a 2026-12-05 full run with -n 2
+# (19:40, 630 s of pytest on a shared machine; a session fixture's start counts to the first test
+# using it); files changed since: measured after the change and scaled; absent: short. Only the
+# order matters: xdist hands the next group to whichever worker is free
 WEIGHTS = {
     # real_run (vllm,hf) and prefix_run (vllm,vllm-server), the engine-crash run, a vLLM start
     # that fails, the report in Chromium
-    "shared-runs": 131,
+    "shared-runs": 134,
     # vllm-container end to end then killed (one start), the TGI double's image, a server exiting
     # during start
-    "test_containers_e2e.py": 75,
+    "test_containers_e2e.py": 80,
     # five real runs stopped by signals (vLLM x2, vllm-server, hf, openvino); the policy itself runs
     # on the fake engine (test_signals_fake.py: four short runs)
-    "test_signals_e2e.py": 171,
-    "test_signals_fake.py": 20,
+    "test_signals_e2e.py": 80,
+    "test_signals_fake.py": 10,
     # `compare` commands refused before anything starts (in-process: tests/conftest.py cli); plans
     # that import vLLM or transformers
     "test_cli_edges.py": 8,
-    "test_cli_bad_input.py": 9,
+    "test_cli_bad_input.py": 16,
     "test_bad_input_limits.py": 7,
     # fake-engine orchestration tests (a few short `compare run`s each, no engine start)
     "test_gate_fake.py": 9,
     "test_failures_fake.py": 5,
-    "test_tune_live.py": 10,  # compare tune on the fake engine: two tunes + a resume
+    "test_tune_live.py": 9,  # compare tune on the fake engine: two tunes + a resume
     "test_tune_space.py": 3,
-    "test_max_rate.py": 3,  # --find-max-rate on the fake engine: three short runs
+    "test_max_rate.py": 5,  # --find-max-rate on the fake engine: three short runs
     # compare quant run: fp32, W8A8-int8 and (with AVX-512) W4A16 on vLLM, quality vs the reference
-    "test_quant_engine.py": 108,
+    "test_quant_engine.py": 68,
     # compare quant quality: 2 vLLM starts, 2 OpenVINO exports + compiles, one llmcompressor run
-    "test_heldout.py": 39,
+    "test_heldout.py": 35,
     # llama.cpp (built by setup): one shared server start and two signalled runs (SIGKILL, SIGTERM)
-    "test_llamacpp.py": 27,
+    "test_llamacpp.py": 19,
     # three runs stopped mid-conversion, then a concurrent pair that converts once, then a damaged entry
-    "test_llamacpp_cache_cli.py": 55,
-    "test_llamacpp_interrupted_cli.py": 13,  # runs stopped during the llama.cpp build (configure, compile)
-    "test_llamacpp_e2e.py": 8,  # Q8_0 and Q4_K_M in one --vary run (the three-engine run is test_two_engines_e2e.py)
-    "test_trtllm_pipeline.py": 20,
+    "test_llamacpp_cache_cli.py": 39,
+    "test_llamacpp_interrupted_cli.py": 15,  # runs stopped during the llama.cpp build (configure, compile)
+    "test_llamacpp_e2e.py": 14,  # Q8_0 and Q4_K_M in one --vary run (the three-engine run is test_two_engines_e2e.py)
+    "test_trtllm_pipeline.py": 25,
     "test_trtllm_cli.py": 1,
     # the TGI double (a vLLM), `vllm serve`, the text-generation client, served-model and
     # client-procs runs, length matching (the fake engine against the double)
-    "tgi-double": 59,
-    "test_topology.py": 40,  # two vLLM replicas, one killed mid-level
+    "tgi-double": 70,
+    "test_topology.py": 33,  # two vLLM replicas, one killed mid-level
     # a 3-node local Ray cluster (6 fake-engine cells, 2 load shards), the run without Ray to match,
     # and `ray start --head` + one transformers cell + a fake-engine cell stopped by Ctrl-C + `ray stop`
-    "ray": 58,
-    "test_two_engines_e2e.py": 22,  # one openvino,hf-cb,llamacpp run
-    "test_sessions_e2e.py": 44,  # a session workload on vLLM and llama.cpp, prefix caching on and off
+    "ray": 60,
+    "test_two_engines_e2e.py": 12,  # one openvino,hf-cb,llamacpp run
+    "test_sessions_e2e.py": 43,  # a session workload on vLLM and llama.cpp, prefix caching on and off
     # OpenVINO: streams, cancels, a crash, timeouts, int8/int4 runs (exports cached by setup)
-    "test_openvino.py": 23,
-    "test_http_fastsse.py": 15,  # every scripted stream twice (C and Python parser) + the loopback server
-    "test_bundle.py": 11,
-    "test_hf_cb.py": 19,  # transformers continuous batching: three engine starts, a killed run
+    "test_openvino.py": 19,
+    "test_http_fastsse.py": 21,  # every scripted stream twice (C and Python parser) + the loopback server
+    "test_bundle.py": 14,
+    "test_hf_cb.py": 23,  # transformers continuous batching: three engine starts, a killed run
     "test_results_io.py": 5,
     "test_killed_runs.py": 10,
     "test_quality_e2e.py": 10,
-    "test_containers.py": 12,
+    "test_containers.py": 14,
     "test_multiproc.py": 8,  # --client-procs: loopback-server levels, a kill, a Ctrl-C
     "test_train.py": 7,  # two 3-step trainings; the full trained model is cached by setup
     "test_served_model.py": 5,
     # fake-engine and bad-input files without an entry before (seconds, the same run)
-    "test_steady_state.py": 43,
+    "test_steady_state.py": 28,
     "test_file_shapes.py": 3,
     "test_odd_paths.py": 4,
-    "test_quality_faults.py": 18,
-    "test_merge_fake.py": 5,
-    "test_stream_parsers.py": 13,
-    "test_sessions_fake.py": 7,
-    "test_workload_columns.py": 9,
-    "test_llamacpp_native_keys.py": 8,
+    "test_quality_faults.py": 11,
+    "test_merge_fake.py": 7,
+    "test_stream_parsers.py": 17,
+    "test_sessions_fake.py": 6,
+    "test_workload_columns.py": 7,
+    "test_llamacpp_native_keys.py": 12,
     "test_model_check.py": 1,
     "test_telemetry.py": 7,
 }
