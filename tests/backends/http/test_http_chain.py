@@ -163,18 +163,22 @@ def test_a_writer_preempted_after_its_send_stamps_before_it(monkeypatch):
     monkeypatch.setattr(rxstamp.StampedSocket, "write", preempted)
     with CalibrationServerProcess(CalibrationTiming(5, 4, 1)) as url:
         recs, clock, _, _ = aio.run(_level(url, 2, 3, 16))  # (a response outlasts the sleep)
-    assert all(r.ok for r in recs) and clock["thread_sent"] == 4
-    assert clock["sends_preempted"] >= 2, clock  # the streams' first requests (and the start-up probes)
+    # the streams' first requests are Python's writes, the rest normally the thread's (4); on a
+    # loaded host a next request can miss the hand-over and leave from Python too (once: 3 and 3)
+    by_thread = clock["thread_sent"]
+    by_python = len(recs) - by_thread
+    assert all(r.ok for r in recs) and 2 <= by_thread <= 4, clock
+    assert clock["sends_preempted"] >= by_python, clock  # Python's writes (and the start-up probes)
     for r in recs:
         assert r.t_sent_ns < r.event_times_ns[0] and r.t_sent_ns <= r.t_end_ns, r.request_id
-    # each record says so: the streams' first requests (Python's writes) left within a window of
-    # at least the sleep; the thread's sends were not preempted
+    # each record says so: Python's writes left within a window of at least the sleep; the
+    # thread's sends were not preempted
     windows = sorted((r.send_window_ns or 0) / 1e6 for r in recs)
-    assert windows[:4] == [0, 0, 0, 0] and all(w >= 30 for w in windows[4:]), windows
+    assert windows[:by_thread] == [0] * by_thread and all(w >= 30 for w in windows[by_thread:]), windows
 
     from compare.analysis.client_health import LagSamples, judge
     h = judge(LagSamples([], []), min(r.t_sent_ns for r in recs), max(r.t_end_ns for r in recs), recs)
-    assert h["preempted_sends"] == 2 and h["preempted_send_max_ms"] >= 30
+    assert h["preempted_sends"] == by_python and h["preempted_send_max_ms"] >= 30
 
 
 def test_a_cancelled_level_leaves_no_connection_open():
