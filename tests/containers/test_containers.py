@@ -194,8 +194,8 @@ def test_no_orphan_however_the_owner_ends(docker_client, how):
         # as a background job of a non-interactive shell has SIGINT ignored, which this process
         # would inherit (it then slept out its 60 s before the `with` stopped the container)
         "sigint": ("signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-                   "with c:\n    c.start(); print('up', flush=True); time.sleep(60)"),
-        "sigterm": "c.start(); print('up', flush=True); time.sleep(60)",
+                   "with c:\n    c.start(); print('up', flush=True); time.sleep(120)"),
+        "sigterm": "c.start(); print('up', flush=True); time.sleep(120)",
         "exception": "c.start(); print('up', flush=True); raise RuntimeError('boom')",
     }[how]
     p = subprocess.Popen([sys.executable, "-c", _owner_script(body), tag], stdout=subprocess.PIPE, text=True)
@@ -205,8 +205,14 @@ def test_no_orphan_however_the_owner_ends(docker_client, how):
         p.send_signal(signal.SIGINT)
     elif how == "sigterm":
         p.send_signal(signal.SIGTERM)
-    # its teardown stops (up to 10 s) and removes the container through dockerd
-    p.wait(timeout=60)
+    # its teardown stops (up to 10 s) and removes the container through dockerd; a signal left
+    # unhandled would have it sleep on past this wait
+    try:
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()  # its watchdog then removes the container
+        p.wait()
+        pytest.fail(f"the owner did not end within 60 s of its {how}")
     deadline = time.monotonic() + 15
     while _ours(docker_client, backend=tag) and time.monotonic() < deadline:
         time.sleep(0.2)
