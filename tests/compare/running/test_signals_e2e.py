@@ -8,11 +8,11 @@ aborted), run status "interrupted", every engine/server/container torn down, exi
 with one line. SIGKILL cannot be handled: the reaper (containers/watchdog.py) kills the run's
 engine processes, and `compare clean` finds whatever a dead run left.
 
-The in-process vLLM that is SIGKILLed runs with vLLM's own default process layout (engine core + a
-separate worker process), so the reaper is seen to leave nothing of a two-level tree; the SIGTERMed
-in-process vLLM and the server run with the rest of the suite's layout (tests/conftest.py): a
-SIGTERM ends the engine through vLLM's own shutdown, and the server's guard ends its whole process
-group either way. (The engine core killed under a worker: test_engines_e2e.py.)
+Every run here uses the suite's process layout (tests/conftest.py: vLLM's worker inside its engine
+core, which is still a process of its own): a SIGTERM ends the engine through vLLM's own shutdown,
+the server's guard ends its whole process group, and after a SIGKILL the reaper ends every process
+carrying the run's tag, however deep (vLLM's default layout, engine core + a separate worker, is
+test_engines_e2e.py's engine-crash test).
 """
 from __future__ import annotations
 
@@ -30,15 +30,6 @@ from containers.watchdog import tagged
 from tests.conftest import ROOT, TINY_SPEC_ARGS, VENV_BIN, cli
 
 pytestmark = [pytest.mark.engine]
-
-
-def _env(backends: str, sig: int | None = None) -> dict[str, str]:
-    """The suite's process layout (tests/conftest.py: vLLM's worker inside its engine core), except
-    for the SIGKILL of an in-process vLLM: there vLLM's default layout, engine core + worker process,
-    so the reaper is seen to end a tree two levels deep (a SIGTERM is vLLM's own shutdown either way)."""
-    if backends != "vllm" or sig != signal.SIGKILL:
-        return dict(os.environ)
-    return {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
 
 
 def _lines(path: Path) -> list[dict]:
@@ -77,7 +68,7 @@ class Stopped:
         if not args:
             argv[4:4] = ["--model", str(ensure_tiny_model()), *TINY_SPEC_ARGS]
         self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True, env=_env(backends, sig))
+                                     start_new_session=True)
         me = psutil.Process(self.proc.pid)
         self.tag = f"{me.pid}:{me.create_time():.2f}"
         deadline = time.time() + 900  # engine start takes minutes on a loaded 2-core machine
