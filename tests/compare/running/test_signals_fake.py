@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from containers.watchdog import TAG_ENV
-from tests.compare.running.test_signals_e2e import Stopped, _assert_interrupted, _env, _lines, _running
+from tests.compare.running.test_signals_e2e import Stopped, _assert_interrupted, _lines, _running
 from tests.conftest import ROOT, VENV_BIN, run_cli
 
 # 2 ms per token: a 64-token request takes ~0.14 s, so the 400 requests at concurrency 2 (~28 s)
@@ -40,7 +40,7 @@ def test_signal_during_the_final_teardown_leaves_complete_results(tmp_path, tiny
         [str(VENV_BIN / "compare"), "run", "--backends", "fake", "--model", str(tiny_model), *FAKE,
          "--native", "fake.stop=2s", "--num-requests", "4", "--output-len", "16", "--concurrency", "4",
          "--warmup", "1", "--out", str(tmp_path), "--run-id", "t"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=_env("fake"))
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     me = psutil.Process(proc.pid)
     try:
         deadline = time.time() + 300
